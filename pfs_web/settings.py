@@ -1,0 +1,138 @@
+"""PFS Studio settings, all read from the environment (see .env.example).
+
+Embedded default: a SQLite file and tasks run in-process in a background thread, so that
+`make run` works on a fresh machine. Set DATABASE_URL for PostgreSQL and REDIS_URL for a real
+Celery worker consuming from Redis.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from pfs_web.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+if SECRET_KEY is None:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    SECRET_KEY = "insecure-development-key-never-use-in-production"  # noqa: S105
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "devices",
+    "aggregation",
+    "analyses",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "pfs_web.urls"
+WSGI_APPLICATION = "pfs_web.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'pfs.sqlite3'}"),
+        conn_max_age=0,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Shard tasks and page requests write concurrently: wait for the lock instead of failing.
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # A file, not memory, so that a Celery worker process can share the test database.
+    DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_SQLITE_PATH", str(BASE_DIR / "var" / "test.sqlite3"))}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "analysis-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+}
+
+# Tasks: with REDIS_URL a Celery worker consumes from Redis; without it they run in-process.
+REDIS_URL = env_str("REDIS_URL")
+PFS_TASK_MODE = env_str("PFS_TASK_MODE", "celery" if REDIS_URL else "thread")
+if PFS_TASK_MODE not in {"celery", "thread", "sync"}:
+    raise ImproperlyConfigured(f"PFS_TASK_MODE must be celery, thread or sync, not {PFS_TASK_MODE!r}")
+if PFS_TASK_MODE == "celery" and not REDIS_URL:
+    raise ImproperlyConfigured("PFS_TASK_MODE=celery needs REDIS_URL")
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
+CELERY_TASK_ALWAYS_EAGER = PFS_TASK_MODE != "celery"
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("PFS_TASK_TIME_LIMIT", 600, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Devices per shard: one shard is one task, one lock and one transaction. 25,000 devices with
+# a 1,024-bucket encoding privatize in about a second and stay well inside a task time limit.
+PFS_SHARD_SIZE = env_int("PFS_SHARD_SIZE", 25_000, minimum=1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,52 @@
+"""One-hot encodings of recipe schemas (seed 000, Appendix B).
+
+A BucketedType with boundaries b1 < ... < bk has 1 + k buckets, in this order:
+OOV, [b1, b2), ..., [b(k-1), bk), [bk, inf). Values below b1, and missing values, go to OOV,
+which the device adds itself: Appendix B counts (1 + 7) buckets for 7 boundaries.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+OOV_LABEL = "OOV"
+
+
+@dataclass(frozen=True)
+class BucketedType:
+    boundaries: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.boundaries:
+            raise ValueError("boundaries must hold at least one number")
+        if not all(math.isfinite(b) for b in self.boundaries):
+            raise ValueError("boundaries must be finite numbers")
+        if any(b >= c for b, c in zip(self.boundaries, self.boundaries[1:])):
+            raise ValueError("boundaries must be strictly increasing")
+
+    @property
+    def size(self) -> int:
+        return 1 + len(self.boundaries)
+
+    @property
+    def labels(self) -> list[str]:
+        edges = [_number(b) for b in self.boundaries]
+        ranges = [f"[{lo}, {hi})" for lo, hi in zip(edges, edges[1:])]
+        return [OOV_LABEL, *ranges, f"[{edges[-1]}, ∞)"]
+
+    def encode(self, values: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        """Bucket index of each value; NaN (missing) and values below b1 go to OOV (index 0)."""
+        values = np.asarray(values, dtype=np.float64)
+        # searchsorted(side="right") counts the boundaries <= value: 0 means below b1 (OOV), and
+        # i >= 1 means b_i <= value < b_(i+1), which is bucket i in the order above.
+        index = np.searchsorted(np.asarray(self.boundaries), values, side="right")
+        index[np.isnan(values)] = 0
+        return index.astype(np.int64)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
