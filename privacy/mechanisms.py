@@ -2,7 +2,12 @@
 
 The device calls ``privatize`` (one report per device, each with its own coins); the server calls
 ``debias`` on the sum of reports and ``variance`` for the error bars. Every estimator here is
-proven unbiased, and its variance right, by a seeded test in tests/stats, not by its docstring.
+proven unbiased, and its variance right, by a seeded test in tests/stats, not by its docstring,
+and its local privacy by exact enumeration in tests/unit/privacy.
+
+This module holds the protocol, asymmetric OHE and the registry; the other histogram oracles live
+in privacy/randomized_response.py (symmetric RAPPOR, binary and k-ary randomized response) and
+privacy/hadamard_response.py. The 1-bit mean (privacy/one_bit_mean.py) is not a histogram oracle.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ from typing import ClassVar, Protocol
 import numpy as np
 import numpy.typing as npt
 
-# Devices are privatized in blocks so that memory stays bounded: a block holds at most this many
-# report bits as float64 coins (about 32 MiB), whatever the fleet size and domain.
-_COINS_PER_BLOCK = 1 << 22
+from privacy.hadamard_response import HadamardResponse
+from privacy.randomized_response import BinaryRandomizedResponse, KaryRandomizedResponse, SymmetricRappor
+from privacy.randomizer_support import check_epsilon0, check_values, devices_per_block
 
 
 class FrequencyOracle(Protocol):
@@ -77,8 +82,7 @@ class AsymmetricOHE:
     epsilon0: float
 
     def __post_init__(self) -> None:
-        if not (self.epsilon0 > 0 and math.isfinite(self.epsilon0)):
-            raise ValueError("epsilon0 must be a positive finite number")
+        check_epsilon0(self.epsilon0)
 
     @property
     def p_other(self) -> float:
@@ -94,7 +98,7 @@ class AsymmetricOHE:
         self, values: npt.NDArray[np.int64], domain_size: int, rng: np.random.Generator
     ) -> npt.NDArray[np.uint8]:
         """One report per device: an (n, domain_size) array of bits."""
-        values = _check_values(values, domain_size)
+        values = check_values(values, domain_size)
         bits = rng.random((values.size, domain_size)) < self.p_other
         bits[np.arange(values.size), values] = rng.random(values.size) < self.p_own
         return bits.astype(np.uint8)
@@ -103,9 +107,9 @@ class AsymmetricOHE:
         self, values: npt.NDArray[np.int64], domain_size: int, rng: np.random.Generator
     ) -> npt.NDArray[np.int64]:
         """The sum of one report per device, each device drawing its own coins, in bounded memory."""
-        values = _check_values(values, domain_size)
+        values = check_values(values, domain_size)
         total = np.zeros(domain_size, dtype=np.int64)
-        block = max(1, _COINS_PER_BLOCK // domain_size)
+        block = devices_per_block(domain_size)
         for start in range(0, values.size, block):
             reports = self.privatize(values[start : start + block], domain_size, rng)
             total += reports.sum(axis=0, dtype=np.int64)
@@ -127,8 +131,18 @@ class AsymmetricOHE:
         return n * 4.0 * e / (e - 1.0) ** 2 + true_count
 
 
-# The histogram mechanisms a recipe may name under "privacy.mechanism".
-MECHANISMS: dict[str, type[FrequencyOracle]] = {AsymmetricOHE.name: AsymmetricOHE}
+# The histogram mechanisms a recipe may name under "privacy.mechanism". The 1-bit mean of
+# privacy/one_bit_mean.py estimates a mean, not a histogram, and is not one of them.
+MECHANISMS: dict[str, type[FrequencyOracle]] = {
+    cls.name: cls
+    for cls in (
+        AsymmetricOHE,
+        SymmetricRappor,
+        BinaryRandomizedResponse,
+        KaryRandomizedResponse,
+        HadamardResponse,
+    )
+}
 
 
 def mechanism_get(name: str, epsilon0: float) -> FrequencyOracle:
@@ -139,11 +153,3 @@ def mechanism_get(name: str, epsilon0: float) -> FrequencyOracle:
         raise KeyError(f"unknown mechanism {name!r}; known: {', '.join(sorted(MECHANISMS))}") from None
     return cls(epsilon0=epsilon0)
 
-
-def _check_values(values: npt.NDArray[np.int64], domain_size: int) -> npt.NDArray[np.int64]:
-    values = np.asarray(values, dtype=np.int64)
-    if domain_size < 1:
-        raise ValueError("domain_size must be at least 1")
-    if values.size and (values.min() < 0 or values.max() >= domain_size):
-        raise ValueError("values must be bucket indices in [0, domain_size)")
-    return values

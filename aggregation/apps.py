@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AggregationConfig(AppConfig):
+    name = "aggregation"
+    verbose_name = "Aggregation servers"

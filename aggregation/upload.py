@@ -1,0 +1,41 @@
+"""The aggregators' upload interface: what a device (or a simulated shard) hands over.
+
+This is the only aggregation module that devices/ imports. The leader's share goes to the
+leader's storage and the helper's to the helper's; nothing else about the report is kept.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from aggregation.models import Collection, HelperShare, LeaderShare
+from privacy.field import FieldVector
+
+
+def share_pair_upload(
+    *,
+    collection_key: str,
+    batch_key: str,
+    source: str,
+    leader_share: FieldVector,
+    helper_share: FieldVector,
+    reports: int,
+    min_cohort: int,
+) -> None:
+    """Store one (leader, helper) pair of shares for the batch ``batch_key`` of a collection."""
+    if leader_share.shape != helper_share.shape or leader_share.ndim != 1:
+        raise ValueError("leader and helper shares must be vectors of one length")
+    with transaction.atomic():
+        collection, _ = Collection.objects.get_or_create(
+            key=collection_key, batch_key=batch_key, defaults={"length": leader_share.size}
+        )
+        if collection.length != leader_share.size:
+            raise ValueError(f"share length {leader_share.size} != collection length {collection.length}")
+        for model, share in ((LeaderShare, leader_share), (HelperShare, helper_share)):
+            model.objects.create(
+                collection=collection,
+                source=source,
+                vector=share.astype("<u8").tobytes(),
+                reports=reports,
+                min_cohort=min_cohort,
+            )

@@ -1,0 +1,15 @@
+from django.urls import path
+from rest_framework.authtoken.views import obtain_auth_token
+
+from analyses.api import views
+
+urlpatterns = [
+    path("token/", obtain_auth_token, name="api-token"),
+    path("analyses/", views.AnalysisList.as_view(), name="api-analysis-list"),
+    path("analyses/<str:identifier>/", views.AnalysisDetail.as_view(), name="api-analysis-detail"),
+    path("analyses/<str:identifier>/recipes/", views.RecipeCreate.as_view(), name="api-recipe-create"),
+    path("recipes/<int:pk>/", views.RecipeDetail.as_view(), name="api-recipe-detail"),
+    path("recipes/<int:pk>/rounds/", views.RoundStart.as_view(), name="api-round-start"),
+    path("rounds/<int:pk>/", views.RoundDetail.as_view(), name="api-round-detail"),
+    path("rounds/<int:pk>/release/", views.ReleaseDetail.as_view(), name="api-release"),
+]

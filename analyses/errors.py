@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+
+class ValidationFailed(ValueError):
+    """Bad input: ``errors`` maps each offending field (a dotted JSON path) to its messages."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+class NotAllowed(PermissionError):
+    """The action is not allowed in the object's current state (e.g. running an unapproved analysis)."""

@@ -1,0 +1,94 @@
+"""Seed the demo: two accounts, the `demo` fleet, and approved analyses with Table 1's policies.
+
+Safe to re-run: what exists is kept (passwords included). --reset-budgets forgets the demo
+analyses' rounds and the devices' ledgers for them, so the demo can be run again.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from analyses.models import Analysis
+from analyses.services import analysis_approve, analysis_create
+from devices.models import Fleet, ShardLedger, ShardRun
+from devices.services import fleet_create_synthetic
+
+DEMO_USERS = [
+    # (username, password, is privacy officer)
+    ("officer", "officer-demo-password", True),
+    ("analyst", "analyst-demo-password", False),
+]
+
+# Seed 000, Table 1: (a) the analysis budget and (b) the per-field budgets of keyboard analysis.
+DEMO_ANALYSES = [
+    {
+        "identifier": "demo.keyboard",
+        "title": "Keyboard n-grams and age (Figure 4 of the PFS paper)",
+        "fleet": "demo",
+        "queryClass": {"stream": "KeyboardNGrams", "fields": ["age", "ngrams"], "cohortFields": ["locale"]},
+        "budget": {"epsilon": 0.5, "reports": 1, "delta": 1e-6},
+        "fields": {
+            "ngrams": {"localEpsilon": 5.0, "epsilon": 1.0, "reports": 1},
+            "age": {"localEpsilon": 2.0, "epsilon": 0.3, "reports": 1},
+        },
+    },
+    {
+        "identifier": "demo.metrics",
+        "title": "Keyboard model perplexity",
+        "fleet": "demo",
+        "queryClass": {"stream": "ModelMetrics", "fields": ["perplexity"], "cohortFields": ["locale"]},
+        "budget": {"epsilon": 1.0, "reports": 1, "delta": 1e-6},
+        "fields": {"perplexity": {"localEpsilon": 8.0, "epsilon": 1.0, "reports": 1}},
+    },
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo accounts, fleet and analyses (idempotent)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--devices", type=int, default=100_000, help="size of the demo fleet")
+        parser.add_argument("--shard-size", type=int, default=10_000, help="devices per shard")
+        parser.add_argument("--seed", type=int, default=2022, help="seed of the synthetic fleet")
+        parser.add_argument("--reset-budgets", action="store_true", help="forget the demo analyses' rounds and ledgers")
+
+    def handle(self, *args: object, **options: object) -> None:
+        users = get_user_model().objects
+        credentials = []
+        for username, password, officer in DEMO_USERS:
+            user, created = users.get_or_create(username=username, defaults={"is_staff": officer, "is_superuser": officer})
+            if created:
+                user.set_password(password)
+                user.save()
+            credentials.append((username, password if created else "(unchanged)", officer))
+
+        fleet = Fleet.objects.filter(name="demo").first()
+        if fleet is None:
+            self.stdout.write(f"creating fleet demo: {options['devices']:,} devices ...")
+            fleet = fleet_create_synthetic(
+                name="demo", size=options["devices"], seed=options["seed"], shard_size=options["shard_size"]
+            )
+
+        officer = users.get(username="officer")
+        analyst = users.get(username="analyst")
+        for spec in DEMO_ANALYSES:
+            if not Analysis.objects.filter(identifier=spec["identifier"]).exists():
+                with transaction.atomic():
+                    analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
+            if options["reset_budgets"]:
+                self._reset(spec["identifier"])
+
+        self.stdout.write(self.style.SUCCESS(f"demo ready: fleet {fleet}, analyses {', '.join(s['identifier'] for s in DEMO_ANALYSES)}"))
+        for username, password, officer_role in credentials:
+            role = "privacy officer" if officer_role else "analyst"
+            self.stdout.write(f"  {role:16} username: {username:8} password: {password}")
+
+    def _reset(self, identifier: str) -> None:
+        analysis = Analysis.objects.get(identifier=identifier)
+        with transaction.atomic():
+            ShardRun.objects.filter(task_key__startswith=f"{identifier}/").delete()
+            ShardLedger.objects.filter(analysis_identifier=identifier).delete()
+            analysis.recipes.all().delete()
+        self.stdout.write(f"reset the budgets of {identifier}")

@@ -1,0 +1,147 @@
+"""The analyst side: analyses with their budget policy, recipes, rounds and releases.
+
+Models hold invariants; workflows (validate, approve, start, aggregate) live in analyses.services.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from devices.models import Fleet, PolicySnapshot
+
+
+class Analysis(models.Model):
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft (awaiting approval)"
+        APPROVED = "approved", "Approved"
+
+    identifier = models.CharField(max_length=200, unique=True, help_text="e.g. demo.keyboard")
+    title = models.CharField(max_length=200, blank=True)
+    fleet = models.ForeignKey(Fleet, on_delete=models.PROTECT, related_name="analyses")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="analyses")
+    # The approved query class: {"stream": ..., "fields": [...], "cohortFields": [...]}.
+    query_class = models.JSONField()
+    # Check 1 (Table 1a of seed 000): cohort-aggregate budget shared by all queries of the analysis.
+    epsilon_allowed = models.FloatField()
+    reports_allowed = models.PositiveIntegerField()
+    delta = models.FloatField(help_text="Largest delta at which a query of this analysis may claim epsilon.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
+    snapshot = models.ForeignKey(
+        PolicySnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The policy devices enforce; taken at approval, unchanged by later edits.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["identifier"]
+        verbose_name_plural = "analyses"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(epsilon_allowed__gt=0), name="analysis_epsilon_positive"),
+            models.CheckConstraint(condition=models.Q(delta__gt=0, delta__lt=1), name="analysis_delta_in_0_1"),
+        ]
+
+    def __str__(self) -> str:
+        return self.identifier
+
+    @property
+    def is_approved(self) -> bool:
+        return self.status == self.Status.APPROVED
+
+
+class FieldPolicy(models.Model):
+    """Check 2 (Table 1b of seed 000): the budget of one data field within an analysis."""
+
+    analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="field_policies")
+    field = models.CharField(max_length=100)
+    local_epsilon = models.FloatField(help_text="Largest epsilon0 a query reading this field may use.")
+    epsilon = models.FloatField(help_text="Cohort-aggregate epsilon allowed on this field.")
+    reports = models.PositiveIntegerField(help_text="Reports allowed on this field.")
+
+    class Meta:
+        ordering = ["field"]
+        verbose_name_plural = "field policies"
+        constraints = [
+            models.UniqueConstraint(fields=["analysis", "field"], name="unique_field_policy"),
+            models.CheckConstraint(
+                condition=models.Q(local_epsilon__gt=0, epsilon__gt=0), name="field_policy_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.analysis}:{self.field}"
+
+
+class Recipe(models.Model):
+    """A validated recipe: Figure 4's JSON (seed 000) plus its privacy parameters."""
+
+    analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="recipes")
+    identifier = models.CharField(max_length=100)
+    content = models.JSONField(help_text="The recipe as submitted, in Figure 4's format.")
+    encoded_field = models.CharField(max_length=100)
+    mechanism = models.CharField(max_length=50)
+    epsilon0 = models.FloatField()
+    epsilon = models.FloatField()
+    delta = models.FloatField()
+    sampling_rate = models.FloatField()
+    min_cohort = models.PositiveIntegerField(help_text="Computed from epsilon0, epsilon and delta.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["analysis", "identifier"], name="unique_recipe_identifier")]
+
+    def __str__(self) -> str:
+        return f"{self.analysis}/{self.identifier}"
+
+
+class Round(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running on devices"
+        AGGREGATING = "aggregating", "Aggregating"
+        RELEASED = "released", "Released"
+        FAILED = "failed", "Failed"
+
+    TERMINAL = {Status.RELEASED, Status.FAILED}
+
+    recipe = models.ForeignKey(Recipe, on_delete=models.CASCADE, related_name="rounds")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    seed = models.BigIntegerField(help_text="Seeds every device's coins in this round (simulation).")
+    shards_total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"round {self.pk} of {self.recipe}"
+
+    @property
+    def task_key(self) -> str:
+        """The collection id: the analysis identifier prefixes it (Appendix B of seed 000)."""
+        return f"{self.recipe.analysis.identifier}/{self.recipe.identifier}/round-{self.pk}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.TERMINAL
+
+
+class Release(models.Model):
+    """What the analyst sees: debiased estimates with errors, per batch, and what it cost."""
+
+    round = models.OneToOneField(Round, on_delete=models.CASCADE, related_name="release")
+    content = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"release of {self.round}"

@@ -1,0 +1,471 @@
+"""Analyst-side workflows: analyses as policy, recipe validation, and the life of a round.
+
+Server-side checks here mirror the device's so that an analyst gets a clear 400 before anything
+is sent; the devices still decide for themselves (devices.services.shard_answer).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+from aggregation.services import collection_release
+from analyses.errors import NotAllowed, ValidationFailed
+from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
+from analyses.validation import Problems
+from devices.models import Fleet, FleetShard, ShardRun
+from devices.query import QueryRefused, verify_query
+from devices.services import DeviceTask, policy_snapshot_create, shard_answer
+from devices.streams import STREAMS, field_kind
+from privacy.amplification import UnreachableEpsilon, min_cohort_closed_form
+from privacy.encoding import BucketedType
+from pfs_web.task_queue import enqueue
+from privacy.mechanisms import MECHANISMS
+
+# ---------------------------------------------------------------- analyses as policy
+
+
+def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
+    """Create an analysis (draft) from a policy-as-code spec; see docs/formats.md."""
+    problems = Problems()
+    if not isinstance(spec, dict):
+        raise ValidationFailed({"spec": ["Must be a JSON object."]})
+    identifier = problems.string(spec, "identifier", "identifier")
+    if identifier and Analysis.objects.filter(identifier=identifier).exists():
+        problems.add("identifier", f"An analysis {identifier!r} already exists.")
+    fleet_name = problems.string(spec, "fleet", "fleet")
+    fleet = Fleet.objects.filter(name=fleet_name).first() if fleet_name else None
+    if fleet_name and fleet is None:
+        problems.add("fleet", f"No fleet named {fleet_name!r}.")
+
+    query_class = problems.obj(spec, "queryClass", "queryClass") or {}
+    stream = problems.string(query_class, "stream", "queryClass.stream")
+    if stream and stream not in STREAMS:
+        problems.add("queryClass.stream", f"Unknown stream; known: {', '.join(STREAMS)}.")
+    fields = problems.string_list(query_class, "fields", "queryClass.fields") or []
+    cohort_fields = problems.string_list(query_class, "cohortFields", "queryClass.cohortFields", default=[]) or []
+    if stream in STREAMS:
+        for name in (*fields, *cohort_fields):
+            if field_kind(stream, name) is None:
+                problems.add("queryClass.fields", f"Stream {stream} has no field {name!r}.")
+
+    budget = problems.obj(spec, "budget", "budget") or {}
+    epsilon = problems.number(budget, "epsilon", "budget.epsilon", positive=True)
+    reports = problems.integer(budget, "reports", "budget.reports", minimum=1)
+    delta = problems.number(budget, "delta", "budget.delta", open_unit=True)
+
+    field_specs = problems.obj(spec, "fields", "fields") or {}
+    policies = []
+    for name, field_spec in field_specs.items():
+        path = f"fields.{name}"
+        if name not in fields:
+            problems.add(path, "Not a field of the query class.")
+        if not isinstance(field_spec, dict):
+            problems.add(path, "Must be an object.")
+            continue
+        local = problems.number(field_spec, "localEpsilon", f"{path}.localEpsilon", positive=True)
+        field_epsilon = problems.number(field_spec, "epsilon", f"{path}.epsilon", positive=True)
+        field_reports = problems.integer(field_spec, "reports", f"{path}.reports", minimum=1)
+        policies.append((name, local, field_epsilon, field_reports))
+    if problems:
+        raise ValidationFailed(problems.errors)
+
+    with transaction.atomic():
+        analysis = Analysis.objects.create(
+            identifier=identifier,
+            title=spec.get("title", "") if isinstance(spec.get("title"), str) else "",
+            fleet=fleet,
+            owner=owner,
+            query_class={"stream": stream, "fields": fields, "cohortFields": cohort_fields},
+            epsilon_allowed=epsilon,
+            reports_allowed=reports,
+            delta=delta,
+        )
+        FieldPolicy.objects.bulk_create(
+            FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r)
+            for n, le, e, r in policies
+        )
+    return analysis
+
+
+def analysis_policy(analysis: Analysis) -> dict:
+    """The policy devices enforce, in the spec's format: query class, analysis and field budgets."""
+    return {
+        "analysis": analysis.identifier,
+        "fleet": analysis.fleet.name,
+        "queryClass": analysis.query_class,
+        "budget": {"epsilon": analysis.epsilon_allowed, "reports": analysis.reports_allowed, "delta": analysis.delta},
+        "fields": {
+            p.field: {"localEpsilon": p.local_epsilon, "epsilon": p.epsilon, "reports": p.reports}
+            for p in analysis.field_policies.all()
+        },
+    }
+
+
+def analysis_approve(*, analysis: Analysis, officer: AbstractBaseUser) -> Analysis:
+    """The privacy officer approves: devices of the fleet receive the policy snapshot taken now."""
+    if not officer.is_staff:
+        raise NotAllowed("Only a privacy officer can approve an analysis.")
+    with transaction.atomic():
+        analysis.snapshot = policy_snapshot_create(content=analysis_policy(analysis))
+        analysis.status = Analysis.Status.APPROVED
+        analysis.approved_by = officer
+        analysis.approved_at = timezone.now()
+        analysis.save(update_fields=["snapshot", "status", "approved_by", "approved_at"])
+    return analysis
+
+
+def analysis_spent(analysis: Analysis) -> dict[str, Any]:
+    """The server's conservative view of budget spent: every round started counts in full."""
+    rounds = Round.objects.filter(recipe__analysis=analysis)
+    by_field = {
+        row["recipe__encoded_field"]: row
+        for row in rounds.values("recipe__encoded_field").annotate(epsilon=Sum("recipe__epsilon"), reports=Count("id"))
+    }
+    return {
+        "epsilon": sum(r["epsilon"] for r in by_field.values()),
+        "reports": sum(r["reports"] for r in by_field.values()),
+        "fields": {f: {"epsilon": r["epsilon"], "reports": r["reports"]} for f, r in by_field.items()},
+    }
+
+
+# ---------------------------------------------------------------- recipes
+
+
+def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
+    """Check a recipe against the analysis's policy; the parsed recipe, or ValidationFailed per field."""
+    if not isinstance(content, dict):
+        raise ValidationFailed({"recipe": ["Must be a JSON object."]})
+    problems = Problems()
+    if not analysis.is_approved:
+        problems.add("AnalysisIdentifier", "The analysis is not approved by a privacy officer yet.")
+    named = content.get("AnalysisIdentifier")
+    if named is not None and named != analysis.identifier:
+        problems.add("AnalysisIdentifier", f"Must be {analysis.identifier!r} (the analysis run).")
+    identifier = problems.string(content, "recipeIdentifier", "recipeIdentifier", required=False)
+    if identifier and Recipe.objects.filter(analysis=analysis, identifier=identifier).exists():
+        problems.add("recipeIdentifier", f"A recipe {identifier!r} already exists in this analysis.")
+
+    cohorts = problems.string_list(content, "cohorts", "cohorts", default=[]) or []
+    query_text = problems.string(content, "query", "query")
+    query = None
+    if query_text:
+        try:
+            query = verify_query(query_text, [], analysis.query_class)
+        except QueryRefused as refusal:
+            problems.add("query", f"{refusal}.")
+    unapproved = [c for c in cohorts if c not in analysis.query_class.get("cohortFields", [])]
+    if unapproved:
+        problems.add("cohorts", f"Not approved as non-sensitive cohort fields: {', '.join(unapproved)}.")
+
+    field, encoding = _data_type_content(problems, content, query)
+    privacy = problems.obj(content, "privacy", "privacy") or {}
+    mechanism = problems.string(privacy, "mechanism", "privacy.mechanism")
+    if mechanism and mechanism not in MECHANISMS:
+        problems.add("privacy.mechanism", f"Unknown mechanism; known: {', '.join(sorted(MECHANISMS))}.")
+    epsilon0 = problems.number(privacy, "epsilon0", "privacy.epsilon0", positive=True)
+    epsilon = problems.number(privacy, "epsilon", "privacy.epsilon", positive=True)
+    delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True)
+    sampling_rate = problems.number(privacy, "samplingRate", "privacy.samplingRate", default=1.0, unit=True)
+
+    min_cohort = None
+    if None not in (epsilon0, epsilon, delta):
+        _check_budget(problems, analysis, field, epsilon0, epsilon, delta)
+        try:
+            min_cohort = min_cohort_closed_form(epsilon0, epsilon, delta)
+        except UnreachableEpsilon as unreachable:
+            problems.add("privacy.epsilon", f"{unreachable}.")
+        if min_cohort and sampling_rate and min_cohort > analysis.fleet.size * sampling_rate:
+            problems.add(
+                "privacy.epsilon",
+                f"Needs a minimum cohort of {min_cohort:,} reports, but the fleet of "
+                f"{analysis.fleet.size:,} devices at sampling rate {sampling_rate} expects "
+                f"{analysis.fleet.size * sampling_rate:,.0f}.",
+            )
+    if problems:
+        raise ValidationFailed(problems.errors)
+    return {
+        "identifier": identifier or f"r{timezone.now():%Y%m%d%H%M%S}-{secrets.token_hex(3)}",
+        "field": field,
+        "encoding": encoding,
+        "cohorts": cohorts,
+        "mechanism": mechanism,
+        "epsilon0": epsilon0,
+        "epsilon": epsilon,
+        "delta": delta,
+        "sampling_rate": sampling_rate,
+        "min_cohort": min_cohort,
+    }
+
+
+def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[str | None, BucketedType | None]:
+    data_types = problems.obj(content, "dataTypeContent", "dataTypeContent")
+    if data_types is None:
+        return None, None
+    if len(data_types) != 1:
+        problems.add("dataTypeContent", "Exactly one field can be encoded (BucketedType) in this version.")
+        return None, None
+    (field, schema), = data_types.items()
+    path = f"dataTypeContent.{field}"
+    if query is not None and query.fields != (field,):
+        problems.add("dataTypeContent", f"Must encode exactly the selected field(s): {', '.join(query.fields)}.")
+    if query is not None and field_kind(query.stream, field) not in (None, "number"):
+        problems.add(path, "Only numeric fields can be bucketed.")
+    if not isinstance(schema, dict) or schema.get("dataType") != "BucketedType":
+        problems.add(f"{path}.dataType", "Only 'BucketedType' is supported in this version.")
+        return field, None
+    boundaries = schema.get("boundaries")
+    if not isinstance(boundaries, list) or not boundaries:
+        problems.add(f"{path}.boundaries", "Must be a non-empty list of numbers.")
+        return field, None
+    if any(isinstance(b, bool) or not isinstance(b, (int, float)) for b in boundaries):
+        problems.add(f"{path}.boundaries", "Every boundary must be a number.")
+        return field, None
+    try:
+        return field, BucketedType(tuple(float(b) for b in boundaries))
+    except ValueError as error:
+        problems.add(f"{path}.boundaries", f"{str(error).capitalize()}.")
+        return field, None
+
+
+def _check_budget(problems: Problems, analysis: Analysis, field: str | None, epsilon0: float, epsilon: float, delta: float) -> None:
+    spent = analysis_spent(analysis)
+    if delta > analysis.delta:
+        problems.add("privacy.delta", f"Above the analysis's delta of {analysis.delta:g}.")
+    if spent["epsilon"] + epsilon > analysis.epsilon_allowed + 1e-12:
+        problems.add(
+            "privacy.epsilon",
+            f"The analysis has {analysis.epsilon_allowed - spent['epsilon']:g} of its epsilon "
+            f"{analysis.epsilon_allowed:g} left.",
+        )
+    if spent["reports"] + 1 > analysis.reports_allowed:
+        problems.add("privacy.epsilon", f"The analysis has used all {analysis.reports_allowed} of its reports.")
+    if field is None:
+        return
+    policy = analysis.field_policies.filter(field=field).first()
+    if policy is None:
+        problems.add(f"dataTypeContent.{field}", "The field has no budget policy in this analysis.")
+        return
+    used = spent["fields"].get(field, {"epsilon": 0.0, "reports": 0})
+    if epsilon0 > policy.local_epsilon:
+        problems.add("privacy.epsilon0", f"Above the local epsilon cap of {policy.local_epsilon:g} for {field}.")
+    if used["epsilon"] + epsilon > policy.epsilon + 1e-12:
+        problems.add("privacy.epsilon", f"Field {field} has {policy.epsilon - used['epsilon']:g} of its epsilon left.")
+    if used["reports"] + 1 > policy.reports:
+        problems.add("privacy.epsilon", f"Field {field} has used all {policy.reports} of its reports.")
+
+
+def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Recipe:
+    parsed = recipe_validate(analysis=analysis, content=content)
+    return Recipe.objects.create(
+        analysis=analysis,
+        identifier=parsed["identifier"],
+        content=content,
+        encoded_field=parsed["field"],
+        mechanism=parsed["mechanism"],
+        epsilon0=parsed["epsilon0"],
+        epsilon=parsed["epsilon"],
+        delta=parsed["delta"],
+        sampling_rate=parsed["sampling_rate"],
+        min_cohort=parsed["min_cohort"],
+        created_by=user,
+    )
+
+
+def recipe_encoding(recipe: Recipe) -> BucketedType:
+    schema = recipe.content["dataTypeContent"][recipe.encoded_field]
+    return BucketedType(tuple(float(b) for b in schema["boundaries"]))
+
+
+# ---------------------------------------------------------------- rounds
+
+
+def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
+    """Queue a round of ``recipe``; its tasks are sent when the transaction commits."""
+    from analyses.tasks import dispatch_round  # tasks import services: import here, not at top
+
+    if not recipe.analysis.is_approved:
+        raise NotAllowed("The analysis is not approved.")
+    with transaction.atomic():
+        round_ = Round.objects.create(recipe=recipe, seed=secrets.randbits(63), created_by=user)
+        enqueue(dispatch_round, round_.pk)
+    return round_
+
+
+def round_create_and_start(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Round:
+    """Validate and store a recipe and start its round, all or nothing."""
+    with transaction.atomic():
+        recipe = recipe_create(analysis=analysis, content=content, user=user)
+        return round_start(recipe=recipe, user=user)
+
+
+def device_task(round_: Round) -> DeviceTask:
+    recipe = round_.recipe
+    return DeviceTask(
+        task_key=round_.task_key,
+        analysis=recipe.analysis.identifier,
+        snapshot_digest=recipe.analysis.snapshot.digest,
+        query=recipe.content["query"],
+        cohorts=tuple(recipe.content.get("cohorts", [])),
+        encoded_field=recipe.encoded_field,
+        boundaries=recipe_encoding(recipe).boundaries,
+        mechanism=recipe.mechanism,
+        epsilon0=recipe.epsilon0,
+        epsilon=recipe.epsilon,
+        delta=recipe.delta,
+        sampling_rate=recipe.sampling_rate,
+        min_cohort=recipe.min_cohort,
+        seed=round_.seed,
+    )
+
+
+def round_dispatch(*, round_id: int) -> list[int]:
+    """Mark the round running and return the shard ids to run; [] if it is no longer queued."""
+    with transaction.atomic():
+        round_ = Round.objects.select_for_update().select_related("recipe__analysis").get(pk=round_id)
+        shard_ids = list(
+            FleetShard.objects.filter(fleet=round_.recipe.analysis.fleet).order_by("index").values_list("pk", flat=True)
+        )
+        if round_.status != Round.Status.QUEUED:
+            return shard_ids if round_.status == Round.Status.RUNNING else []
+        round_.status = Round.Status.RUNNING
+        round_.shards_total = len(shard_ids)
+        round_.started_at = timezone.now()
+        round_.save(update_fields=["status", "shards_total", "started_at"])
+    return shard_ids
+
+
+def round_shard_run(*, round_id: int, shard_id: int) -> None:
+    round_ = Round.objects.select_related("recipe__analysis__snapshot").get(pk=round_id)
+    if round_.status != Round.Status.RUNNING:
+        return
+    shard_answer(shard_id=shard_id, task=device_task(round_))
+
+
+def round_aggregate(*, round_id: int) -> Round:
+    """Aggregate every batch with both aggregators, debias, and store the release. Idempotent."""
+    with transaction.atomic():
+        round_ = Round.objects.select_for_update().select_related("recipe__analysis").get(pk=round_id)
+        if round_.status != Round.Status.RUNNING:
+            return round_
+        progress = round_progress(round_)
+        if progress["shards_done"] < round_.shards_total:
+            raise RuntimeError(f"{progress['shards_done']} of {round_.shards_total} shards answered")
+        recipe = round_.recipe
+        encoding = recipe_encoding(recipe)
+        batches = collection_release(
+            collection_key=round_.task_key,
+            mechanism=recipe.mechanism,
+            epsilon0=recipe.epsilon0,
+            domain_size=encoding.size,
+        )
+        Release.objects.create(round=round_, content=_release_content(round_, encoding, batches, progress))
+        round_.status = Round.Status.RELEASED
+        round_.finished_at = timezone.now()
+        round_.save(update_fields=["status", "finished_at"])
+    return round_
+
+
+def round_fail(*, round_id: int, error: str) -> None:
+    Round.objects.filter(pk=round_id).exclude(status__in=Round.TERMINAL).update(
+        status=Round.Status.FAILED, error=error[:2000], finished_at=timezone.now()
+    )
+
+
+def round_progress(round_: Round) -> dict[str, Any]:
+    """Shards done and devices answered or refused by reason, derived from the shards' own records."""
+    runs = ShardRun.objects.filter(task_key=round_.task_key)
+    outcomes: dict[str, int] = {}
+    answered = 0
+    for run in runs.only("answered", "outcomes"):
+        answered += run.answered
+        for reason, count in run.outcomes.items():
+            outcomes[reason] = outcomes.get(reason, 0) + count
+    return {
+        "status": round_.status,
+        "shards_total": round_.shards_total,
+        "shards_done": runs.count(),
+        "devices_answered": answered,
+        "devices_not_answering": outcomes,
+        "error": round_.error,
+    }
+
+
+def _release_content(round_: Round, encoding: BucketedType, batches: list, progress: dict) -> dict[str, Any]:
+    recipe = round_.recipe
+    released = [b for b in batches if not b.suppressed]
+    return {
+        "analysis": recipe.analysis.identifier,
+        "recipe": recipe.identifier,
+        "round": round_.pk,
+        "field": recipe.encoded_field,
+        "buckets": encoding.labels,
+        "mechanism": recipe.mechanism,
+        "epsilon0": recipe.epsilon0,
+        "epsilon": recipe.epsilon,
+        "delta": recipe.delta,
+        "sampling_rate": recipe.sampling_rate,
+        "min_cohort": recipe.min_cohort,
+        "reports": sum(b.reports for b in released),
+        # Each answering device spent epsilon once; with no released batch nothing was learned,
+        # but the devices were charged all the same.
+        "epsilon_spent": recipe.epsilon if progress["devices_answered"] else 0.0,
+        "refusals": progress["devices_not_answering"],
+        "batches": [b.as_json() for b in batches],
+        "interval": "95% per bucket, normal approximation: estimate ± 1.96 standard errors",
+    }
+
+
+def release_table(release: Release) -> list[dict[str, Any]]:
+    """Rows of (cohort, bucket, estimate, error, interval) for tables, CSV and the CLI."""
+    rows = []
+    for batch in release.content["batches"]:
+        if batch["suppressed"]:
+            continue
+        for i, label in enumerate(release.content["buckets"]):
+            rows.append(
+                {
+                    "cohort": batch["cohort"],
+                    "bucket": label,
+                    "estimate": batch["estimates"][i],
+                    "standard_error": batch["standard_errors"][i],
+                    "ci_low": batch["ci_low"][i],
+                    "ci_high": batch["ci_high"][i],
+                }
+            )
+    return rows
+
+
+def release_as_json(release: Release) -> dict[str, Any]:
+    """The release in the CLI's and API's shape: per bucket of each batch, and the round's cost."""
+    content = release.content
+    batches = []
+    for batch in content["batches"]:
+        entry = {k: batch[k] for k in ("cohort", "reports", "min_cohort", "suppressed")}
+        if batch["suppressed"]:
+            entry["reason"] = batch["reason"]
+        else:
+            entry["buckets"] = [
+                {
+                    "label": label,
+                    "estimate": batch["estimates"][i],
+                    "standard_error": batch["standard_errors"][i],
+                    "ci95": [batch["ci_low"][i], batch["ci_high"][i]],
+                }
+                for i, label in enumerate(content["buckets"])
+            ]
+        batches.append(entry)
+    summary = {k: content[k] for k in (
+        "analysis", "recipe", "round", "field", "mechanism", "epsilon0", "epsilon", "delta",
+        "sampling_rate", "min_cohort", "reports", "epsilon_spent", "refusals", "interval",
+    )}
+    released = [b for b in batches if not b["suppressed"]]
+    # With no cohorts there is one batch: its buckets stand at the top level too.
+    if len(batches) == 1 and released:
+        summary["buckets"] = released[0]["buckets"]
+    return {**summary, "batches": batches}

@@ -1,0 +1,55 @@
+"""Celery tasks of a round: thin interfaces that take ids and call one service each.
+
+dispatch_round -> chord(run_shard for each shard) -> aggregate_round. Each is idempotent: a shard
+that already answered is a no-op (devices.ShardRun), and a round already released stays as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import chord, shared_task
+from django.db import OperationalError
+
+from analyses import services
+
+logger = logging.getLogger(__name__)
+
+# Only transient database trouble (a lock timeout, a dropped connection) is retried; a refusal
+# or a bug is not.
+_RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": 2, "retry_backoff_max": 30, "max_retries": 5}
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
+def dispatch_round(round_id: int) -> None:
+    shard_ids = services.round_dispatch(round_id=round_id)
+    if not shard_ids:
+        return
+    header = [run_shard.si(round_id, shard_id) for shard_id in shard_ids]
+    try:
+        chord(header)(aggregate_round.si(round_id).on_error(fail_round.si(round_id)))
+    except Exception as error:
+        # In-process mode runs the chord right here; with a broker only sending can fail.
+        services.round_fail(round_id=round_id, error=f"round could not run: {error}")
+        raise
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
+def run_shard(round_id: int, shard_id: int) -> None:
+    services.round_shard_run(round_id=round_id, shard_id=shard_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
+def aggregate_round(round_id: int) -> None:
+    try:
+        services.round_aggregate(round_id=round_id)
+    except OperationalError:
+        raise
+    except Exception as error:
+        logger.exception("aggregation of round %s failed", round_id)
+        services.round_fail(round_id=round_id, error=f"aggregation failed: {error}")
+
+
+@shared_task
+def fail_round(round_id: int) -> None:
+    services.round_fail(round_id=round_id, error="a shard task failed; see the worker log")

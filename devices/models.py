@@ -1,0 +1,98 @@
+"""Simulated fleets stored as shards of columnar arrays, never as one row per device.
+
+A shard (tens of thousands of devices) is the unit of work (one task), of locking and of
+atomicity. Per-device state — data, budget ledger — lives in numpy columns inside the shard's rows.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from devices.columns import Columns, unpack
+
+
+class Fleet(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    size = models.PositiveIntegerField()
+    seed = models.BigIntegerField(null=True, blank=True, help_text="Seed of the synthetic generator, if any.")
+    # Vocabularies that the integer columns index: {"locale": [...], "tokens": [...]}.
+    vocabularies = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.size:,} devices)"
+
+
+class FleetShard(models.Model):
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="shards")
+    index = models.PositiveIntegerField()
+    size = models.PositiveIntegerField()
+    columns = models.BinaryField(help_text="npz of the devices' columns (see devices.synthetic).")
+
+    class Meta:
+        ordering = ["fleet", "index"]
+        constraints = [models.UniqueConstraint(fields=["fleet", "index"], name="unique_shard_index")]
+
+    def __str__(self) -> str:
+        return f"{self.fleet.name}#{self.index}"
+
+    def load_columns(self) -> Columns:
+        return unpack(self.columns)
+
+
+class PolicySnapshot(models.Model):
+    """The immutable policy an analysis was approved with, named by the hash of its content.
+
+    Devices enforce the snapshot, never the live analysis row: a later edit on the server
+    cannot change what a device allows.
+    """
+
+    digest = models.CharField(max_length=64, unique=True)
+    content = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.content.get('analysis', '?')} @ {self.digest[:12]}"
+
+
+class ShardLedger(models.Model):
+    """Per-device budget used by one analysis on one shard: check 1 and 2 state as columns.
+
+    Epsilon is kept in integer nano-epsilon units so that sums are exact and comparisons with
+    the allowance never suffer float round-off.
+    """
+
+    shard = models.ForeignKey(FleetShard, on_delete=models.CASCADE, related_name="ledgers")
+    analysis_identifier = models.CharField(max_length=200)
+    state = models.BinaryField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["shard", "analysis_identifier"], name="unique_shard_ledger")
+        ]
+
+    def load_state(self) -> Columns:
+        return unpack(self.state)
+
+
+class ShardRun(models.Model):
+    """One shard's answer to one task: the idempotency key and the shard's audit record.
+
+    Created in the same transaction that spends budget and uploads shares, so a retried task
+    finds it and changes nothing twice.
+    """
+
+    task_key = models.CharField(max_length=200, db_index=True)
+    shard = models.ForeignKey(FleetShard, on_delete=models.CASCADE, related_name="runs")
+    answered = models.PositiveIntegerField()
+    # Devices that did not answer, by reason: {"not_sampled": n, "analysis_budget": n, ...}.
+    outcomes = models.JSONField(default=dict)
+    epsilon_spent = models.FloatField(help_text="Aggregate epsilon charged to each answering device.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task_key", "shard"], name="unique_shard_run")]

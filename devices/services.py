@@ -1,0 +1,221 @@
+"""Device-side services: fleets, policy snapshots, and answering a task shard by shard.
+
+``shard_answer`` is the one chokepoint that spends device budget. For every device of a shard,
+vectorised, it: samples participation with the recipe's rate, verifies the query against the
+device's policy snapshot, runs checks 1-3, encodes and privatizes the answer with the device's own
+coins, secret-shares it to the two aggregators, and charges the ledger — all in one transaction
+keyed by (task, shard), so that a retried task changes nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from django.db import transaction
+
+from aggregation.upload import share_pair_upload
+from devices.budget import BasicCompositionAccountant, BudgetRequest, Decision, ledger_empty
+from devices.columns import pack
+from devices.models import Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
+from devices.query import QueryRefused, verify_query
+from devices.streams import field_kind
+from devices.synthetic import LOCALES, TOKENS, generate_shard
+from privacy import field as prime_field
+from privacy.encoding import BucketedType
+from privacy.mechanisms import mechanism_get
+
+
+# ---------------------------------------------------------------- fleets
+
+
+def fleet_create_synthetic(*, name: str, size: int, seed: int, shard_size: int) -> Fleet:
+    """Create a seeded synthetic fleet stored as shards; shard i draws from rng([seed, i])."""
+    if size < 1 or shard_size < 1:
+        raise ValueError("size and shard_size must be at least 1")
+    with transaction.atomic():
+        fleet = Fleet.objects.create(
+            name=name, size=size, seed=seed, vocabularies={"locale": LOCALES, "tokens": TOKENS}
+        )
+        shards = []
+        for index, start in enumerate(range(0, size, shard_size)):
+            shard_devices = min(shard_size, size - start)
+            columns = generate_shard(shard_devices, np.random.default_rng([seed, index]))
+            shards.append(FleetShard(fleet=fleet, index=index, size=shard_devices, columns=pack(columns)))
+        FleetShard.objects.bulk_create(shards)
+    return fleet
+
+
+# ---------------------------------------------------------------- policy snapshots
+
+
+def snapshot_digest(content: dict) -> str:
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def policy_snapshot_create(*, content: dict) -> PolicySnapshot:
+    """The immutable snapshot for ``content``; the same content always names the same snapshot."""
+    snapshot, _ = PolicySnapshot.objects.get_or_create(
+        digest=snapshot_digest(content), defaults={"content": content}
+    )
+    return snapshot
+
+
+# ---------------------------------------------------------------- answering a task
+
+
+@dataclass(frozen=True)
+class DeviceTask:
+    """What the server sends the devices for one round: the recipe as the device sees it."""
+
+    task_key: str  # the collection id the aggregators file the shares under
+    analysis: str
+    snapshot_digest: str
+    query: str
+    cohorts: tuple[str, ...]
+    encoded_field: str
+    boundaries: tuple[float, ...]
+    mechanism: str
+    epsilon0: float
+    epsilon: float
+    delta: float
+    sampling_rate: float
+    min_cohort: int
+    seed: int
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> DeviceTask:
+        return cls(**{**data, "cohorts": tuple(data["cohorts"]), "boundaries": tuple(data["boundaries"])})
+
+
+@dataclass(frozen=True)
+class ShardOutcome:
+    created: bool  # False when the shard had already answered this task
+    answered: int
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
+    """Have every device of one shard decide on, and possibly answer, ``task``. Idempotent."""
+    with transaction.atomic():
+        # Lock order: the shard row first, then its ledger; every writer takes them in this order.
+        shard = FleetShard.objects.select_for_update().select_related("fleet").get(pk=shard_id)
+        done = ShardRun.objects.filter(task_key=task.task_key, shard=shard).first()
+        if done is not None:
+            return ShardOutcome(created=False, answered=done.answered, outcomes=done.outcomes)
+
+        ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
+        ledger = ledger_row.load_state() if ledger_row else ledger_empty(shard.size)
+        decision = _decide(shard, task, ledger)
+        answered = decision == Decision.ANSWERED
+        if answered.any():
+            _answer(shard, task, answered)
+            BasicCompositionAccountant().charge(ledger, _budget_request(task), answered)
+            if ledger_row is None:
+                ledger_row = ShardLedger(shard=shard, analysis_identifier=task.analysis)
+            ledger_row.state = pack(ledger)
+            ledger_row.save()
+
+        counts = np.bincount(decision, minlength=len(Decision))
+        outcomes = {d.label: int(counts[d]) for d in Decision if d != Decision.ANSWERED and counts[d]}
+        ShardRun.objects.create(
+            task_key=task.task_key,
+            shard=shard,
+            answered=int(counts[Decision.ANSWERED]),
+            outcomes=outcomes,
+            epsilon_spent=task.epsilon,
+        )
+    return ShardOutcome(created=True, answered=int(counts[Decision.ANSWERED]), outcomes=outcomes)
+
+
+def _budget_request(task: DeviceTask) -> BudgetRequest:
+    # Cohort fields are approved as non-sensitive (Appendix B of seed 000): they route the report
+    # to a batch but are not charged to a field budget.
+    return BudgetRequest(
+        epsilon0=task.epsilon0,
+        epsilon=task.epsilon,
+        delta=task.delta,
+        fields=(task.encoded_field,),
+        min_cohort=task.min_cohort,
+    )
+
+
+def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> np.ndarray:
+    """Per device: sample, verify, check the budget. Nothing here reads the devices' data."""
+    rng = np.random.default_rng([task.seed, shard.index, 0])
+    decision = np.full(shard.size, Decision.ANSWERED, dtype=np.int8)
+    sampled = rng.random(shard.size) < task.sampling_rate
+    decision[~sampled] = Decision.NOT_SAMPLED
+
+    snapshot = PolicySnapshot.objects.filter(digest=task.snapshot_digest).first()
+    policy = snapshot.content if snapshot else None
+    if not _verified(policy, shard, task):
+        decision[sampled] = Decision.QUERY_CLASS
+        return decision
+
+    checks = BasicCompositionAccountant().check(ledger, policy, _budget_request(task))
+    decision[sampled] = checks[sampled]
+    return decision
+
+
+def _verified(policy: dict | None, shard: FleetShard, task: DeviceTask) -> bool:
+    if policy is None or policy["analysis"] != task.analysis or policy["fleet"] != shard.fleet.name:
+        return False
+    try:
+        query = verify_query(task.query, task.cohorts, policy["queryClass"])
+    except QueryRefused:
+        return False
+    return query.fields == (task.encoded_field,) and field_kind(query.stream, task.encoded_field) == "number"
+
+
+def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray) -> None:
+    """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort."""
+    columns = shard.load_columns()
+    encoding = BucketedType(task.boundaries)
+    values = encoding.encode(columns[task.encoded_field])
+    oracle = mechanism_get(task.mechanism, task.epsilon0)
+    privatize_rng = np.random.default_rng([task.seed, shard.index, 1])
+    share_rng = np.random.default_rng([task.seed, shard.index, 2])
+
+    batch_keys = _cohort_keys(shard, task, columns)
+    for batch_key in sorted(set(batch_keys[answered].tolist())):
+        members = answered & (batch_keys == batch_key)
+        report_sum = oracle.privatize_sum(values[members], encoding.size, privatize_rng)
+        # The devices of a simulated shard hand over their shares pre-summed. A sum of independent
+        # uniform leader shares is itself uniform, so one uniform mask has the same distribution.
+        leader, helper = prime_field.split(prime_field.to_field(report_sum), share_rng)
+        share_pair_upload(
+            collection_key=task.task_key,
+            batch_key=batch_key,
+            source=f"shard:{shard.pk}",
+            leader_share=leader,
+            helper_share=helper,
+            reports=int(members.sum()),
+            min_cohort=task.min_cohort,
+        )
+
+
+def _cohort_keys(shard: FleetShard, task: DeviceTask, columns: dict) -> np.ndarray:
+    """Each device's batch key, e.g. 'locale=en_US'; '' for every device when there are no cohorts."""
+    keys = np.full(shard.size, "", dtype=object)
+    for cohort in task.cohorts:
+        vocabulary = np.asarray(shard.fleet.vocabularies[cohort], dtype=object)
+        part = np.char.add(f"{cohort}=", vocabulary[columns[cohort]].astype(str)).astype(object)
+        keys = np.where(keys == "", part, keys + "&" + part)
+    return keys
+
+
+def ledger_totals(*, fleet: Fleet, analysis_identifier: str) -> dict[str, float]:
+    """Fleet-wide budget spent on an analysis (for operators and tests): max and total per column."""
+    totals: dict[str, float] = {}
+    for row in ShardLedger.objects.filter(shard__fleet=fleet, analysis_identifier=analysis_identifier):
+        for name, column in row.load_state().items():
+            totals[f"max:{name}"] = max(totals.get(f"max:{name}", 0), float(column.max(initial=0)))
+            totals[f"sum:{name}"] = totals.get(f"sum:{name}", 0) + float(column.sum())
+    return totals
