@@ -125,9 +125,9 @@ CELERY_TASK_TIME_LIMIT = env_int("PFS_TASK_TIME_LIMIT", 600, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
-# Devices per shard: one shard is one task, one lock and one transaction. 25,000 devices with
-# a 1,024-bucket encoding privatize in about a second and stay well inside a task time limit.
-PFS_SHARD_SIZE = env_int("PFS_SHARD_SIZE", 25_000, minimum=1)
+# Devices per shard of a new fleet: one shard is one task, one lock and one transaction.
+# 10,000 devices with a 1,024-bucket encoding privatize in well under a second.
+PFS_SHARD_SIZE = env_int("PFS_SHARD_SIZE", 10_000, minimum=1)
 
 LOGGING = {
     "version": 1,

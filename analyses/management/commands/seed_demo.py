@@ -6,6 +6,7 @@ analyses' rounds and the devices' ledgers for them, so the demo can be run again
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
@@ -50,7 +51,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--devices", type=int, default=100_000, help="size of the demo fleet")
-        parser.add_argument("--shard-size", type=int, default=10_000, help="devices per shard")
+        parser.add_argument("--shard-size", type=int, default=settings.PFS_SHARD_SIZE, help="devices per shard")
         parser.add_argument("--seed", type=int, default=2022, help="seed of the synthetic fleet")
         parser.add_argument("--reset-budgets", action="store_true", help="forget the demo analyses' rounds and ledgers")
 

@@ -1,0 +1,14 @@
+"""Settings for the test suite: the production settings, with tasks inline unless a test says otherwise.
+
+Integration tests switch to a real Celery worker over Redis (tests/integration/conftest.py).
+"""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")
+
+from pfs_web.settings import *  # noqa: E402,F403
+
+PFS_TASK_MODE = "sync"
+CELERY_TASK_ALWAYS_EAGER = True
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests

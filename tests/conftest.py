@@ -1,0 +1,70 @@
+"""Shared personas and a small fleet. charlie (other_analyst) must never see alice's analyses."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from rest_framework.test import APIClient
+
+from analyses.services import analysis_approve, analysis_create
+from devices.services import fleet_create_synthetic
+
+FLEET_SIZE = 5_000
+SHARD_SIZE = 1_000
+
+SPEC = {
+    "identifier": "test.ages",
+    "fleet": "small",
+    "queryClass": {"stream": "KeyboardNGrams", "fields": ["age", "ngrams"], "cohortFields": ["locale"]},
+    "budget": {"epsilon": 2.0, "reports": 2, "delta": 1e-6},
+    "fields": {"age": {"localEpsilon": 4.0, "epsilon": 2.0, "reports": 2}},
+}
+
+# epsilon0 = 3 and epsilon = 1 at delta = 1e-6 need a minimum cohort of 2,935 (Theorem 3.1).
+RECIPE = {
+    "recipeIdentifier": "ages",
+    "version": "1",
+    "AnalysisIdentifier": "test.ages",
+    "query": "select age from KeyboardNGrams",
+    "cohorts": [],
+    "dataTypeContent": {"age": {"dataType": "BucketedType", "boundaries": [20, 30, 40, 50, 60, 70, 80]}},
+    "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 3.0, "epsilon": 1.0, "delta": 1e-6, "samplingRate": 1.0},
+}
+
+
+@pytest.fixture
+def recipe() -> dict:
+    return copy.deepcopy(RECIPE)
+
+
+@pytest.fixture
+def analyst(django_user_model):
+    return django_user_model.objects.create_user("alice", password="alice-password")
+
+
+@pytest.fixture
+def other_analyst(django_user_model):
+    return django_user_model.objects.create_user("charlie", password="charlie-password")
+
+
+@pytest.fixture
+def officer(django_user_model):
+    return django_user_model.objects.create_user("olivia", password="olivia-password", is_staff=True)
+
+
+@pytest.fixture
+def fleet(db):
+    return fleet_create_synthetic(name="small", size=FLEET_SIZE, seed=11, shard_size=SHARD_SIZE)
+
+
+@pytest.fixture
+def analysis(fleet, analyst, officer):
+    return analysis_approve(analysis=analysis_create(spec=copy.deepcopy(SPEC), owner=analyst), officer=officer)
+
+
+@pytest.fixture
+def api(analyst) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(analyst)
+    return client

@@ -1,0 +1,124 @@
+"""REST API: create a recipe, start a round, poll it, fetch the release; permissions; bad input."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from analyses.models import Recipe, Round
+from devices.models import ShardLedger, ShardRun
+from tests.conftest import FLEET_SIZE
+
+pytestmark = pytest.mark.django_db
+
+
+def start_round(api, recipe, django_capture_on_commit_callbacks):
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
+    assert created.status_code == 201, created.json()
+    with django_capture_on_commit_callbacks(execute=True):
+        started = api.post(f"/api/recipes/{created.json()['id']}/rounds/")
+    assert started.status_code == 202
+    return started.json()["id"]
+
+
+def test_recipe_round_and_release_over_the_api(api, analysis, recipe, django_capture_on_commit_callbacks) -> None:
+    round_id = start_round(api, recipe, django_capture_on_commit_callbacks)
+    polled = api.get(f"/api/rounds/{round_id}/").json()
+    assert polled["status"] == "released"
+    assert polled["progress"]["shards_done"] == polled["progress"]["shards_total"] == 5
+    release = api.get(polled["release_url"]).json()
+    assert [b["label"] for b in release["buckets"]][:2] == ["OOV", "[20, 30)"]
+    assert len(release["buckets"]) == 8
+    assert release["reports"] == FLEET_SIZE
+    assert release["min_cohort"] == 2935
+    assert release["epsilon_spent"] == 1.0
+    for bucket in release["buckets"]:
+        low, high = bucket["ci95"]
+        assert low < bucket["estimate"] < high
+        assert high - bucket["estimate"] == pytest.approx(1.959964 * bucket["standard_error"], rel=1e-5)
+    # The estimates sum to the number of reports up to noise: 4 standard errors of the sum.
+    total_se = sum(b["standard_error"] ** 2 for b in release["buckets"]) ** 0.5
+    assert abs(sum(b["estimate"] for b in release["buckets"]) - FLEET_SIZE) < 4 * total_se
+
+
+def test_release_is_not_found_before_the_round_is_released(api, analysis, recipe) -> None:
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    started = api.post(f"/api/recipes/{created['id']}/rounds/").json()  # not committed: stays queued
+    response = api.get(f"/api/rounds/{started['id']}/release/")
+    assert response.status_code == 404
+    assert "queued" in response.json()["detail"]
+
+
+def test_anonymous_requests_are_refused(analysis) -> None:
+    assert APIClient().get("/api/analyses/").status_code == 401
+
+
+def test_token_auth_works(client, analysis, analyst) -> None:
+    token = client.post("/api/token/", {"username": "alice", "password": "alice-password"}).json()["token"]
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert [a["identifier"] for a in api.get("/api/analyses/").json()["results"]] == ["test.ages"]
+
+
+def test_another_analyst_can_neither_see_nor_run_the_analysis(analysis, other_analyst, recipe, api) -> None:
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    charlie = APIClient()
+    charlie.force_authenticate(other_analyst)
+    assert charlie.get("/api/analyses/").json()["results"] == []
+    assert charlie.get("/api/analyses/test.ages/").status_code == 404
+    assert charlie.post("/api/analyses/test.ages/recipes/", recipe, format="json").status_code == 404
+    assert charlie.post(f"/api/recipes/{created['id']}/rounds/").status_code == 404
+    assert Round.objects.count() == 0
+
+
+def set_path(document: dict, path: str, value) -> dict:
+    *parents, leaf = path.split(".")
+    node = document
+    for key in parents:
+        node = node[key]
+    node[leaf] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "error_key"),
+    [
+        ("query", "select height from KeyboardNGrams", "query"),
+        ("dataTypeContent.age.boundaries", [30, 20], "dataTypeContent.age.boundaries"),
+        ("dataTypeContent.age.boundaries", [20, "thirty"], "dataTypeContent.age.boundaries"),
+        ("dataTypeContent.age.boundaries", [], "dataTypeContent.age.boundaries"),
+        ("privacy.epsilon0", 0, "privacy.epsilon0"),
+        ("privacy.epsilon0", -1.5, "privacy.epsilon0"),
+        ("privacy.delta", 1.0, "privacy.delta"),
+        ("privacy.delta", 0, "privacy.delta"),
+        ("privacy.mechanism", "laplace", "privacy.mechanism"),
+        ("privacy.epsilon0", 4.5, "privacy.epsilon0"),  # above the field's local cap of 4
+        ("privacy.epsilon", 2.5, "privacy.epsilon"),  # above the analysis budget of 2
+        ("privacy.samplingRate", 0.1, "privacy.epsilon"),  # 500 expected reports < min cohort
+        ("cohorts", ["age"], "cohorts"),
+    ],
+)
+def test_bad_recipes_are_refused_per_field_and_change_nothing(api, analysis, recipe, path, value, error_key) -> None:
+    response = api.post("/api/analyses/test.ages/recipes/", set_path(recipe, path, value), format="json")
+    assert response.status_code == 400
+    assert error_key in response.json(), response.json()
+    assert Recipe.objects.count() == 0
+    assert Round.objects.count() == 0
+    assert ShardRun.objects.count() == 0
+    assert ShardLedger.objects.count() == 0
+
+
+def test_an_unknown_field_in_the_encoding_is_refused(api, analysis, recipe) -> None:
+    recipe["dataTypeContent"] = {"height": {"dataType": "BucketedType", "boundaries": [1, 2]}}
+    response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
+    assert response.status_code == 400
+    assert "dataTypeContent" in response.json()
+
+
+def test_a_recipe_beyond_the_remaining_budget_is_refused(api, analysis, recipe, django_capture_on_commit_callbacks) -> None:
+    start_round(api, recipe, django_capture_on_commit_callbacks)
+    recipe["recipeIdentifier"] = "ages-again"
+    recipe["privacy"]["epsilon"] = 1.5  # 1 + 1.5 > 2
+    response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
+    assert response.status_code == 400
+    assert "left" in " ".join(response.json()["privacy.epsilon"])

@@ -1,0 +1,112 @@
+"""The device's own decisions: query-class verification and budget checks 1-3, each branch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from devices.budget import BasicCompositionAccountant, BudgetRequest, Decision, ledger_empty, to_units
+from devices.query import QueryRefused, parse_query, verify_query
+
+QUERY_CLASS = {"stream": "KeyboardNGrams", "fields": ["age", "ngrams"], "cohortFields": ["locale"]}
+POLICY = {
+    "budget": {"epsilon": 0.5, "reports": 2, "delta": 1e-6},
+    "fields": {"age": {"localEpsilon": 2.0, "epsilon": 0.3, "reports": 1}},
+}
+
+
+def request(**changes) -> BudgetRequest:
+    values = {"epsilon0": 2.0, "epsilon": 0.3, "delta": 1e-6, "fields": ("age",), "min_cohort": 20_000}
+    return BudgetRequest(**{**values, **changes})
+
+
+def decide(ledger, req=None, policy=POLICY):
+    return BasicCompositionAccountant().check(ledger, policy, req or request())
+
+
+def test_figure_4_query_is_verified() -> None:
+    assert verify_query("select age, ngrams from KeyboardNGrams", ["locale"], QUERY_CLASS).fields == ("age", "ngrams")
+
+
+@pytest.mark.parametrize(
+    ("text", "cohorts", "reason"),
+    [
+        ("select age, perplexity from KeyboardNGrams", [], "perplexity"),
+        ("select age from ModelMetrics", [], "stream"),
+        ("select age from KeyboardNGrams where age > 30", [], "only"),
+        ("delete from KeyboardNGrams", [], "only"),
+        ("select * from KeyboardNGrams", [], "only"),
+        ("select age from KeyboardNGrams; drop table x", [], "only"),
+        ("select age from KeyboardNGrams", ["age"], "cohort"),
+    ],
+)
+def test_anything_outside_the_query_class_is_refused_with_a_reason(text: str, cohorts: list, reason: str) -> None:
+    with pytest.raises(QueryRefused, match=reason):
+        verify_query(text, cohorts, QUERY_CLASS)
+
+
+def test_a_field_selected_twice_is_refused() -> None:
+    with pytest.raises(QueryRefused, match="twice"):
+        parse_query("select age, age from KeyboardNGrams")
+
+
+def test_fresh_devices_pass_every_check() -> None:
+    assert (decide(ledger_empty(3)) == Decision.ANSWERED).all()
+
+
+def test_check_1_refuses_when_the_analysis_epsilon_would_be_exceeded() -> None:
+    ledger = ledger_empty(2)
+    ledger["epsilon_used"][0] = to_units(0.3)  # 0.3 + 0.3 > 0.5
+    assert decide(ledger).tolist() == [Decision.ANALYSIS_BUDGET, Decision.ANSWERED]
+
+
+def test_check_1_refuses_when_the_analysis_reports_are_used_up() -> None:
+    ledger = ledger_empty(2)
+    ledger["reports_used"][1] = 2
+    assert decide(ledger, request(epsilon=0.1, min_cohort=10**9)).tolist() == [Decision.ANSWERED, Decision.ANALYSIS_BUDGET]
+
+
+def test_check_1_refuses_a_delta_above_the_analysis_delta() -> None:
+    assert (decide(ledger_empty(1), request(delta=1e-5)) == Decision.ANALYSIS_BUDGET).all()
+
+
+def test_check_2_refuses_an_epsilon0_above_the_field_local_cap() -> None:
+    assert (decide(ledger_empty(1), request(epsilon0=2.5)) == Decision.FIELD_BUDGET).all()
+
+
+def test_check_2_refuses_when_the_field_epsilon_would_be_exceeded() -> None:
+    assert (decide(ledger_empty(1), request(epsilon=0.31)) == Decision.FIELD_BUDGET).all()
+
+
+def test_check_2_refuses_when_the_field_reports_are_used_up() -> None:
+    ledger = ledger_empty(2)
+    BasicCompositionAccountant().charge(ledger, request(epsilon=0.1, min_cohort=10**9), np.array([True, False]))
+    assert decide(ledger, request(epsilon=0.1, min_cohort=10**9)).tolist() == [Decision.FIELD_BUDGET, Decision.ANSWERED]
+
+
+def test_check_2_refuses_a_field_without_a_policy() -> None:
+    assert (decide(ledger_empty(1), request(fields=("ngrams",))) == Decision.FIELD_BUDGET).all()
+
+
+def test_check_3_refuses_a_minimum_cohort_below_what_the_device_computes() -> None:
+    # epsilon0 = 2, epsilon = 0.3, delta = 1e-6 need 19,485 reports (Theorem 3.1).
+    assert (decide(ledger_empty(1), request(min_cohort=19_484)) == Decision.MIN_COHORT).all()
+    assert (decide(ledger_empty(1), request(min_cohort=19_485)) == Decision.ANSWERED).all()
+
+
+def test_exact_allowance_is_spendable_without_float_drift() -> None:
+    # 0.1 + 0.2 > 0.3 in floats; in nano-epsilon units it is exactly 0.3.
+    policy = {"budget": {"epsilon": 0.3, "reports": 3, "delta": 1e-6},
+              "fields": {"age": {"localEpsilon": 2.0, "epsilon": 0.3, "reports": 3}}}
+    ledger = ledger_empty(1)
+    accountant = BasicCompositionAccountant()
+    accountant.charge(ledger, request(epsilon=0.1), np.array([True]))
+    assert (decide(ledger, request(epsilon=0.2, min_cohort=10**9), policy) == Decision.ANSWERED).all()
+
+
+def test_charge_spends_only_for_answering_devices_on_analysis_and_field() -> None:
+    ledger = ledger_empty(3)
+    BasicCompositionAccountant().charge(ledger, request(), np.array([True, False, True]))
+    assert ledger["epsilon_used"].tolist() == [to_units(0.3), 0, to_units(0.3)]
+    assert ledger["reports_used"].tolist() == [1, 0, 1]
+    assert ledger["field:age:reports_used"].tolist() == [1, 0, 1]

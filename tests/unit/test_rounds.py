@@ -1,0 +1,109 @@
+"""The life of a round through the services and tasks (inline): idempotency, budgets, cohorts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from aggregation.models import Collection, HelperShare, LeaderShare
+from analyses import services, tasks
+from analyses.models import Round
+from devices.budget import to_units
+from devices.models import ShardRun
+from devices.services import ledger_totals, shard_answer
+from tests.conftest import FLEET_SIZE
+
+pytestmark = pytest.mark.django_db
+
+
+def run(analysis, recipe, user, capture) -> Round:
+    with capture(execute=True):
+        round_ = services.round_create_and_start(analysis=analysis, content=recipe, user=user)
+    round_.refresh_from_db()
+    return round_
+
+
+def test_a_round_releases_and_spends_each_device_budget_once(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+    round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    assert round_.status == Round.Status.RELEASED
+    totals = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
+    assert totals["max:epsilon_used"] == to_units(1.0)
+    assert totals["sum:reports_used"] == FLEET_SIZE
+    assert totals["max:field:age:reports_used"] == 1
+
+
+def test_a_retried_shard_task_spends_nothing_twice_and_adds_no_report(analysis, recipe, analyst) -> None:
+    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    round_ = Round.objects.create(recipe=recipe_obj, seed=5, created_by=analyst)
+    shard_ids = services.round_dispatch(round_id=round_.pk)
+    for shard_id in shard_ids:
+        tasks.run_shard.apply(args=(round_.pk, shard_id))
+    before = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
+    tasks.run_shard.apply(args=(round_.pk, shard_ids[0]))  # a redelivered message
+    assert ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages") == before
+    assert LeaderShare.objects.count() == HelperShare.objects.count() == len(shard_ids)
+    tasks.aggregate_round.apply(args=(round_.pk,))
+    tasks.aggregate_round.apply(args=(round_.pk,))  # a retried callback
+    round_.refresh_from_db()
+    assert round_.status == Round.Status.RELEASED
+    assert round_.release.content["reports"] == FLEET_SIZE
+
+
+def test_shares_are_deleted_once_their_batch_is_aggregated(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+    run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    assert LeaderShare.objects.count() == HelperShare.objects.count() == 0
+    assert Collection.objects.count() == 1
+
+
+def test_devices_refuse_once_their_budget_is_spent(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+    first = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    recipe["recipeIdentifier"] = "ages-2"
+    second = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    assert first.release.content["reports"] == second.release.content["reports"] == FLEET_SIZE
+    # The server now refuses a third recipe; a round sent anyway (bypassing the server's check)
+    # meets the devices' own ledgers, which are spent: every device refuses, nothing is charged.
+    before = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
+    round_ = Round.objects.create(recipe=second.recipe, seed=9, created_by=analyst)
+    for shard_id in services.round_dispatch(round_id=round_.pk):
+        services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    progress = services.round_progress(round_)
+    assert progress["devices_answered"] == 0
+    assert progress["devices_not_answering"] == {"analysis_budget": FLEET_SIZE}
+    assert ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages") == before
+
+
+def test_a_cohort_below_the_minimum_is_suppressed_not_dropped(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+    recipe["cohorts"] = ["locale"]
+    round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    batches = round_.release.content["batches"]
+    by_cohort = {b["cohort"]: b for b in batches}
+    # 5,000 devices: en_US (about half) falls short of 2,935 like every other locale.
+    assert set(by_cohort) == {f"locale={loc}" for loc in ["en_US", "en_GB", "fr_FR", "de_DE", "es_ES"]}
+    assert all(b["suppressed"] for b in batches)
+    assert all("minimum cohort of 2,935" in b["reason"] for b in batches)
+    assert round_.release.content["reports"] == 0
+    # The devices answered and were charged even though nothing was released.
+    assert round_.release.content["epsilon_spent"] == 1.0
+
+
+def test_sampling_rate_samples_devices_with_their_own_coins(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+    recipe["privacy"]["samplingRate"] = 0.7  # expects 3,500 >= 2,935
+    round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    progress = services.round_progress(round_)
+    n, q = FLEET_SIZE, 0.7
+    assert abs(progress["devices_answered"] - n * q) < 4 * (n * q * (1 - q)) ** 0.5
+    assert progress["devices_answered"] + progress["devices_not_answering"]["not_sampled"] == n
+    assert round_.release.content["reports"] == progress["devices_answered"]
+
+
+def test_a_recipe_naming_an_unknown_policy_snapshot_is_refused_by_every_device(analysis, recipe, analyst) -> None:
+    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    round_ = Round.objects.create(recipe=recipe_obj, seed=1, created_by=analyst)
+    services.round_dispatch(round_id=round_.pk)
+    task = services.device_task(round_)
+    shard = analysis.fleet.shards.first()
+    outcome = shard_answer(shard_id=shard.pk, task=replace(task, snapshot_digest="0" * 64))
+    assert outcome.answered == 0
+    assert outcome.outcomes == {"query_class": shard.size}
+    assert ShardRun.objects.get().answered == 0
