@@ -25,7 +25,7 @@ from devices.streams import STREAMS, field_kind
 from privacy.amplification import UnreachableEpsilon, min_cohort_closed_form
 from privacy.encoding import BucketedType
 from pfs_web.task_queue import enqueue
-from privacy.mechanisms import MECHANISMS
+from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 
 # ---------------------------------------------------------------- analyses as policy
 
@@ -174,10 +174,19 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     sampling_rate = problems.number(privacy, "samplingRate", "privacy.samplingRate", default=1.0, unit=True)
 
     min_cohort = None
-    if None not in (epsilon0, epsilon, delta):
-        _check_budget(problems, analysis, field, epsilon0, epsilon, delta)
+    local_epsilon = None
+    if mechanism in MECHANISMS and epsilon0 is not None:
+        oracle = mechanism_get(mechanism, epsilon0)
+        local_epsilon = replacement_epsilon0(oracle)
+        if encoding is not None:
+            try:
+                oracle.report_length(encoding.size)
+            except ValueError as error:
+                problems.add("privacy.mechanism", f"Cannot encode {encoding.size} buckets: {error}.")
+    if None not in (local_epsilon, epsilon, delta):
+        _check_budget(problems, analysis, field, local_epsilon, epsilon, delta)
         try:
-            min_cohort = min_cohort_closed_form(epsilon0, epsilon, delta)
+            min_cohort = min_cohort_closed_form(local_epsilon, epsilon, delta)
         except UnreachableEpsilon as unreachable:
             problems.add("privacy.epsilon", f"{unreachable}.")
         if min_cohort and sampling_rate and min_cohort > analysis.fleet.size * sampling_rate:
@@ -253,7 +262,11 @@ def _check_budget(problems: Problems, analysis: Analysis, field: str | None, eps
         return
     used = spent["fields"].get(field, {"epsilon": 0.0, "reports": 0})
     if epsilon0 > policy.local_epsilon:
-        problems.add("privacy.epsilon0", f"Above the local epsilon cap of {policy.local_epsilon:g} for {field}.")
+        problems.add(
+            "privacy.epsilon0",
+            f"Above the local epsilon cap of {policy.local_epsilon:g} for {field} "
+            f"(replacement-model epsilon0 of this mechanism: {epsilon0:g}).",
+        )
     if used["epsilon"] + epsilon > policy.epsilon + 1e-12:
         problems.add("privacy.epsilon", f"Field {field} has {policy.epsilon - used['epsilon']:g} of its epsilon left.")
     if used["reports"] + 1 > policy.reports:

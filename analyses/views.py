@@ -37,10 +37,15 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         else:
             return redirect("round-detail", pk=round_.pk)
     rounds = Round.objects.filter(recipe__analysis=analysis).select_related("recipe")[:20]
+    spent = services.analysis_spent(analysis)
+    field_rows = [
+        {"field": p.field, "policy": p, "used": spent["fields"].get(p.field, {"epsilon": 0.0, "reports": 0})}
+        for p in analysis.field_policies.all()
+    ]
     context = {
         "analysis": analysis,
-        "policy": services.analysis_policy(analysis),
-        "spent": services.analysis_spent(analysis),
+        "field_rows": field_rows,
+        "spent": spent,
         "form": form,
         "rounds": rounds,
     }

@@ -47,7 +47,7 @@ class Decision(IntEnum):
 
 @dataclass(frozen=True)
 class BudgetRequest:
-    epsilon0: float
+    epsilon0: float  # in the replacement model (privacy.mechanisms.replacement_epsilon0)
     epsilon: float
     delta: float
     fields: tuple[str, ...]

@@ -25,7 +25,7 @@ from devices.streams import field_kind
 from devices.synthetic import LOCALES, TOKENS, generate_shard
 from privacy import field as prime_field
 from privacy.encoding import BucketedType
-from privacy.mechanisms import mechanism_get
+from privacy.mechanisms import mechanism_get, replacement_epsilon0
 
 
 # ---------------------------------------------------------------- fleets
@@ -137,8 +137,10 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
 def _budget_request(task: DeviceTask) -> BudgetRequest:
     # Cohort fields are approved as non-sensitive (Appendix B of seed 000): they route the report
     # to a batch but are not charged to a field budget.
+    # The device converts the mechanism's epsilon0 to the replacement model itself: a deletion-model
+    # randomizer costs twice its nominal epsilon0 against the caps and in Theorem 3.1.
     return BudgetRequest(
-        epsilon0=task.epsilon0,
+        epsilon0=replacement_epsilon0(mechanism_get(task.mechanism, task.epsilon0)),
         epsilon=task.epsilon,
         delta=task.delta,
         fields=(task.encoded_field,),

@@ -100,18 +100,14 @@ class HadamardResponse:
             total += np.bincount(column, minlength=order)
         return total
 
-    def debias(
-        self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """f~(d) = c (H S)[d + 1]."""
         counts = np.asarray(report_sum, dtype=np.float64)
         if counts.shape != (self.report_length(domain_size),):
             raise ValueError("report_sum must have report_length(domain_size) entries")
         return self.scale * walsh_hadamard(counts)[1 : domain_size + 1]
 
-    def variance(
-        self, estimates: npt.NDArray[np.float64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def variance(self, estimates: npt.NDArray[np.float64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Var[f~(d)] = n c^2 - f(d), with f(d) estimated by f~(d) clipped to [0, n]."""
         true_count = np.clip(np.asarray(estimates, dtype=np.float64), 0.0, float(n))
         return n * self.scale**2 - true_count

@@ -28,7 +28,9 @@ class FrequencyOracle(Protocol):
     """A local randomizer for histograms over a domain of ``domain_size`` buckets."""
 
     name: ClassVar[str]
-    privacy_model: ClassVar[str]  # "replacement" or "deletion" local DP
+    # "replacement" or "deletion" local DP. A deletion-model epsilon0 is worth up to 2 epsilon0 in
+    # the replacement model that Theorem 3.1 of seed 000 (privacy/amplification.py) expects.
+    privacy_model: ClassVar[str]
     epsilon0: float
 
     def report_length(self, domain_size: int) -> int:
@@ -47,15 +49,11 @@ class FrequencyOracle(Protocol):
         """Sum of the reports of ``privatize``, computed in bounded memory."""
         ...
 
-    def debias(
-        self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Unbiased per-bucket counts from the sum of n reports."""
         ...
 
-    def variance(
-        self, estimates: npt.NDArray[np.float64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def variance(self, estimates: npt.NDArray[np.float64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Variance of each debiased count (true counts estimated by ``estimates``)."""
         ...
 
@@ -115,16 +113,12 @@ class AsymmetricOHE:
             total += reports.sum(axis=0, dtype=np.int64)
         return total
 
-    def debias(
-        self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Unbiased counts f~(d) from the per-bucket sums of n reports."""
         p = self.p_other
         return (np.asarray(report_sum, dtype=np.float64) - n * p) / (self.p_own - p)
 
-    def variance(
-        self, estimates: npt.NDArray[np.float64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def variance(self, estimates: npt.NDArray[np.float64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Var[f~(d)] = n 4e^eps0/(e^eps0 - 1)^2 + f(d), with f(d) estimated by f~(d) clipped to [0, n]."""
         e = math.exp(self.epsilon0)
         true_count = np.clip(np.asarray(estimates, dtype=np.float64), 0.0, float(n))
@@ -153,3 +147,16 @@ def mechanism_get(name: str, epsilon0: float) -> FrequencyOracle:
         raise KeyError(f"unknown mechanism {name!r}; known: {', '.join(sorted(MECHANISMS))}") from None
     return cls(epsilon0=epsilon0)
 
+
+def replacement_epsilon0(oracle: FrequencyOracle) -> float:
+    """The oracle's local epsilon in the replacement model, the unit of every bound and cap here.
+
+    Theorem 3.1 of seed 000 and the per-field local caps are stated for replacement-model
+    randomizers; an eps0-DP deletion-model randomizer is at most 2 eps0-DP in the replacement
+    model (seed 000, Appendix C), so it is charged 2 eps0 (fail closed).
+    """
+    if oracle.privacy_model == "replacement":
+        return oracle.epsilon0
+    if oracle.privacy_model == "deletion":
+        return 2.0 * oracle.epsilon0
+    raise ValueError(f"unknown privacy model {oracle.privacy_model!r}")

@@ -82,19 +82,15 @@ class SymmetricRappor:
             total += reports.sum(axis=0, dtype=np.int64)
         return total
 
-    def debias(
-        self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """f~(d) = (S_d - n p)/(1 - 2p)."""
         p = self.p_flip
         return (np.asarray(report_sum, dtype=np.float64) - n * p) / (1.0 - 2.0 * p)
 
-    def variance(
-        self, estimates: npt.NDArray[np.float64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def variance(self, estimates: npt.NDArray[np.float64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Var[f~(d)] = n e^eps0/(e^eps0 - 1)^2 in every bucket."""
         e = math.exp(self.epsilon0)
-        return np.full(np.shape(estimates), n * e / (e - 1.0) ** 2)
+        return np.full(domain_size, n * e / (e - 1.0) ** 2)
 
 
 @dataclass(frozen=True)
@@ -151,18 +147,17 @@ class BinaryRandomizedResponse:
             total += reports.sum(axis=0, dtype=np.int64)
         return total
 
-    def debias(
-        self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """[n - f~(1), f~(1)] with f~(1) = (S - n p)/(1 - 2p)."""
         _check_binary(domain_size)
+        ones_reported = np.asarray(report_sum, dtype=np.float64)
+        if ones_reported.shape != (1,):
+            raise ValueError("report_sum must have report_length(2) = 1 entry")
         p = self.p_flip
-        ones = (float(np.asarray(report_sum).reshape(-1)[0]) - n * p) / (1.0 - 2.0 * p)
+        ones = (ones_reported[0] - n * p) / (1.0 - 2.0 * p)
         return np.array([n - ones, ones])
 
-    def variance(
-        self, estimates: npt.NDArray[np.float64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def variance(self, estimates: npt.NDArray[np.float64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Var[f~(0)] = Var[f~(1)] = n e^eps0/(e^eps0 - 1)^2."""
         _check_binary(domain_size)
         e = math.exp(self.epsilon0)
@@ -237,16 +232,12 @@ class KaryRandomizedResponse:
             total += np.bincount(reported, minlength=domain_size)
         return total
 
-    def debias(
-        self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """f~(d) = (S_d - n q)/(p - q)."""
         p, q = self.p_keep(domain_size), self.p_other(domain_size)
         return (np.asarray(report_sum, dtype=np.float64) - n * q) / (p - q)
 
-    def variance(
-        self, estimates: npt.NDArray[np.float64], n: int, domain_size: int
-    ) -> npt.NDArray[np.float64]:
+    def variance(self, estimates: npt.NDArray[np.float64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """n (e^eps0 + k - 2)/(e^eps0 - 1)^2 + f(d)(k - 2)/(e^eps0 - 1), f(d) from f~(d) clipped to [0, n]."""
         e = math.exp(self.epsilon0)
         k = domain_size

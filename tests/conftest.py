@@ -9,6 +9,8 @@ from rest_framework.test import APIClient
 
 from analyses.services import analysis_approve, analysis_create
 from devices.services import fleet_create_synthetic
+from pfs_web.celery import app as celery_app
+from tests.services import Worker, redis_url_or_fail
 
 FLEET_SIZE = 5_000
 SHARD_SIZE = 1_000
@@ -68,3 +70,15 @@ def api(analyst) -> APIClient:
     client = APIClient()
     client.force_authenticate(analyst)
     return client
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker, tmp_path_factory):
+    """One real `celery worker` process for the session, sharing the test database."""
+    redis_url = redis_url_or_fail()
+    with django_db_blocker.unblock():
+        worker = Worker(redis_url, tmp_path_factory.mktemp("worker") / "worker.log")
+    celery_app.control.purge()  # nothing left over from an earlier run reaches this worker
+    worker.wait_ready()
+    yield worker
+    worker.stop()

@@ -39,9 +39,7 @@ def histogram_estimates(name: str, epsilon0: float, repetitions: int, seed: int)
 
 @pytest.mark.parametrize("epsilon0", EPSILONS)
 @pytest.mark.parametrize("name", NEW_MECHANISMS)
-def test_histogram_estimate_is_unbiased_within_four_standard_errors_in_every_bucket(
-    name: str, epsilon0: float
-) -> None:
+def test_histogram_estimate_is_unbiased_within_four_standard_errors_in_every_bucket(name: str, epsilon0: float) -> None:
     counts = true_counts(name)
     estimates = histogram_estimates(name, epsilon0, BIAS_REPETITIONS, seed=20261123)
     variance = mechanism_get(name, epsilon0).variance(counts.astype(float), int(counts.sum()), counts.size)

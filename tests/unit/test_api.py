@@ -122,3 +122,31 @@ def test_a_recipe_beyond_the_remaining_budget_is_refused(api, analysis, recipe, 
     response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
     assert response.status_code == 400
     assert "left" in " ".join(response.json()["privacy.epsilon"])
+
+
+def test_a_deletion_model_mechanism_is_charged_twice_its_epsilon0(api, analysis, recipe) -> None:
+    # symmetric RAPPOR at epsilon0 = 3 is 6-DP in the replacement model: above the field's cap of 4.
+    recipe["privacy"]["mechanism"] = "symmetric_rappor"
+    response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
+    assert response.status_code == 400
+    assert "replacement-model epsilon0 of this mechanism: 6" in " ".join(response.json()["privacy.epsilon0"])
+    recipe["privacy"]["epsilon0"] = 1.5  # 3 in the replacement model: min cohort of Theorem 3.1 at eps0 = 3
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
+    assert created.status_code == 201 and created.json()["min_cohort"] == 2935
+
+
+def test_a_mechanism_that_cannot_encode_the_buckets_is_refused(api, analysis, recipe) -> None:
+    recipe["privacy"]["mechanism"] = "binary_rr"  # two buckets only; the recipe has eight
+    response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
+    assert response.status_code == 400
+    assert "Cannot encode 8 buckets" in " ".join(response.json()["privacy.mechanism"])
+
+
+@pytest.mark.parametrize("mechanism", ["symmetric_rappor", "kary_rr", "hadamard_response"])
+def test_every_histogram_mechanism_runs_end_to_end(api, analysis, recipe, mechanism, django_capture_on_commit_callbacks) -> None:
+    recipe["privacy"].update(mechanism=mechanism, epsilon0=1.5 if mechanism == "symmetric_rappor" else 3.0)
+    round_id = start_round(api, recipe, django_capture_on_commit_callbacks)
+    release = api.get(f"/api/rounds/{round_id}/release/").json()
+    assert release["reports"] == FLEET_SIZE and len(release["buckets"]) == 8
+    total_se = sum(b["standard_error"] ** 2 for b in release["buckets"]) ** 0.5
+    assert abs(sum(b["estimate"] for b in release["buckets"]) - FLEET_SIZE) < 4 * total_se

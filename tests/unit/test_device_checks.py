@@ -110,3 +110,14 @@ def test_charge_spends_only_for_answering_devices_on_analysis_and_field() -> Non
     assert ledger["epsilon_used"].tolist() == [to_units(0.3), 0, to_units(0.3)]
     assert ledger["reports_used"].tolist() == [1, 0, 1]
     assert ledger["field:age:reports_used"].tolist() == [1, 0, 1]
+
+
+def test_the_device_charges_a_deletion_model_mechanism_at_twice_its_epsilon0() -> None:
+    from devices.services import DeviceTask, _budget_request
+
+    task = DeviceTask(
+        task_key="k", analysis="a", snapshot_digest="d", query="select age from KeyboardNGrams", cohorts=(),
+        encoded_field="age", boundaries=(20.0,), mechanism="symmetric_rappor", epsilon0=1.5, epsilon=1.0,
+        delta=1e-6, sampling_rate=1.0, min_cohort=2935, seed=1,
+    )
+    assert _budget_request(task).epsilon0 == 3.0

@@ -1,0 +1,46 @@
+"""In a real Chromium against a live server and a real worker: sign in, run the demo recipe, read the chart."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.e2e
+
+SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
+
+
+def shot(page, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
+
+
+def test_analyst_signs_in_runs_the_demo_recipe_and_sees_the_chart(demo, live_server, page) -> None:
+    page.goto(f"{live_server.url}/")
+    expect(page).to_have_url(f"{live_server.url}/login/?next=/")
+    page.get_by_label("Username").fill("analyst")
+    page.get_by_label("Password").fill("analyst-demo-password")
+    page.get_by_role("button", name="Sign in").click()
+
+    page.get_by_role("link", name="demo.keyboard").click()
+    expect(page.get_by_role("heading", name="demo.keyboard")).to_be_visible()
+    # The form's defaults are the demo recipe: age in [20, 30, ..., 80], epsilon0 2, epsilon 0.3, delta 1e-6.
+    expect(page.get_by_label("Bucket boundaries")).to_have_value("20, 30, 40, 50, 60, 70, 80")
+    shot(page, "analysis")
+    page.get_by_role("button", name="Run").click()
+
+    expect(page.locator("#round-progress")).to_be_attached()
+    expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
+    expect(page.locator("#release-min-cohort")).to_have_text("19485")
+    expect(page.locator("#release-epsilon")).to_have_text("0.3")
+    # plotly drew one bar per bucket: OOV + 7.
+    expect(page.locator("#chart .bars .point")).to_have_count(8, timeout=15_000)
+    expect(page.locator("#chart .xtick")).to_have_count(8)
+    rows = page.locator("#release-table tbody tr")
+    expect(rows).to_have_count(8)
+    expect(rows.first).to_contain_text("OOV")
+    shot(page, "release")
