@@ -38,17 +38,17 @@ class StoredShare(models.Model):
 
     class Meta:
         abstract = True
-        constraints = [
-            models.UniqueConstraint(fields=["collection", "source"], name="unique_%(class)s_source")
-        ]
+        constraints = [models.UniqueConstraint(fields=["collection", "source"], name="unique_%(class)s_source")]
 
     def load_vector(self) -> FieldVector:
         return np.frombuffer(bytes(self.vector), dtype=np.uint64)
 
 
 class LeaderShare(StoredShare):
-    pass
+    def __str__(self) -> str:
+        return f"leader share of {self.collection} from {self.source}"
 
 
 class HelperShare(StoredShare):
-    pass
+    def __str__(self) -> str:
+        return f"helper share of {self.collection} from {self.source}"

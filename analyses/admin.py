@@ -17,7 +17,16 @@ class FieldPolicyInline(admin.TabularInline):
 
 @admin.register(Analysis)
 class AnalysisAdmin(admin.ModelAdmin):
-    list_display = ["identifier", "fleet", "owner", "status", "epsilon_allowed", "reports_allowed", "delta", "approved_by"]
+    list_display = [
+        "identifier",
+        "fleet",
+        "owner",
+        "status",
+        "epsilon_allowed",
+        "reports_allowed",
+        "delta",
+        "approved_by",
+    ]
     list_filter = ["status", "fleet"]
     search_fields = ["identifier", "title"]
     inlines = [FieldPolicyInline]
@@ -33,7 +42,17 @@ class AnalysisAdmin(admin.ModelAdmin):
 
 @admin.register(Recipe)
 class RecipeAdmin(admin.ModelAdmin):
-    list_display = ["identifier", "analysis", "encoded_field", "mechanism", "epsilon0", "epsilon", "delta", "min_cohort", "created_by"]
+    list_display = [
+        "identifier",
+        "analysis",
+        "encoded_field",
+        "mechanism",
+        "epsilon0",
+        "epsilon",
+        "delta",
+        "min_cohort",
+        "created_by",
+    ]
     list_filter = ["analysis"]
     readonly_fields = [f.name for f in Recipe._meta.fields]
 

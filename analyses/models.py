@@ -32,7 +32,11 @@ class Analysis(models.Model):
     )
     approved_at = models.DateTimeField(null=True, blank=True)
     snapshot = models.ForeignKey(
-        PolicySnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        PolicySnapshot,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
         help_text="The policy devices enforce; taken at approval, unchanged by later edits.",
     )
     created_at = models.DateTimeField(auto_now_add=True)

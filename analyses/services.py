@@ -22,9 +22,9 @@ from devices.models import Fleet, FleetShard, ShardRun
 from devices.query import QueryRefused, verify_query
 from devices.services import DeviceTask, policy_snapshot_create, shard_answer
 from devices.streams import STREAMS, field_kind
+from pfs_web.task_queue import enqueue
 from privacy.amplification import UnreachableEpsilon, min_cohort_closed_form
 from privacy.encoding import BucketedType
-from pfs_web.task_queue import enqueue
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 
 # ---------------------------------------------------------------- analyses as policy
@@ -87,8 +87,7 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
             delta=delta,
         )
         FieldPolicy.objects.bulk_create(
-            FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r)
-            for n, le, e, r in policies
+            FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r) for n, le, e, r in policies
         )
     return analysis
 
@@ -219,7 +218,7 @@ def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[s
     if len(data_types) != 1:
         problems.add("dataTypeContent", "Exactly one field can be encoded (BucketedType) in this version.")
         return None, None
-    (field, schema), = data_types.items()
+    ((field, schema),) = data_types.items()
     path = f"dataTypeContent.{field}"
     if query is not None and query.fields != (field,):
         problems.add("dataTypeContent", f"Must encode exactly the selected field(s): {', '.join(query.fields)}.")
@@ -242,7 +241,9 @@ def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[s
         return field, None
 
 
-def _check_budget(problems: Problems, analysis: Analysis, field: str | None, epsilon0: float, epsilon: float, delta: float) -> None:
+def _check_budget(
+    problems: Problems, analysis: Analysis, field: str | None, epsilon0: float, epsilon: float, delta: float
+) -> None:
     spent = analysis_spent(analysis)
     if delta > analysis.delta:
         problems.add("privacy.delta", f"Above the analysis's delta of {analysis.delta:g}.")
@@ -473,10 +474,25 @@ def release_as_json(release: Release) -> dict[str, Any]:
                 for i, label in enumerate(content["buckets"])
             ]
         batches.append(entry)
-    summary = {k: content[k] for k in (
-        "analysis", "recipe", "round", "field", "mechanism", "epsilon0", "epsilon", "delta",
-        "sampling_rate", "min_cohort", "reports", "epsilon_spent", "refusals", "interval",
-    )}
+    summary = {
+        k: content[k]
+        for k in (
+            "analysis",
+            "recipe",
+            "round",
+            "field",
+            "mechanism",
+            "epsilon0",
+            "epsilon",
+            "delta",
+            "sampling_rate",
+            "min_cohort",
+            "reports",
+            "epsilon_spent",
+            "refusals",
+            "interval",
+        )
+    }
     released = [b for b in batches if not b["suppressed"]]
     # With no cohorts there is one batch: its buckets stand at the top level too.
     if len(batches) == 1 and released:

@@ -75,7 +75,9 @@ def release_csv(request: HttpRequest, pk: int) -> HttpResponse:
     response = HttpResponse(content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.csv"'
     rows = services.release_table(round_.release)
-    writer = csv.DictWriter(response, fieldnames=["cohort", "bucket", "estimate", "standard_error", "ci_low", "ci_high"])
+    writer = csv.DictWriter(
+        response, fieldnames=["cohort", "bucket", "estimate", "standard_error", "ci_low", "ci_high"]
+    )
     writer.writeheader()
     writer.writerows(rows)
     return response

@@ -71,9 +71,10 @@ class ShardLedger(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["shard", "analysis_identifier"], name="unique_shard_ledger")
-        ]
+        constraints = [models.UniqueConstraint(fields=["shard", "analysis_identifier"], name="unique_shard_ledger")]
+
+    def __str__(self) -> str:
+        return f"ledger of {self.analysis_identifier} on shard {self.shard_id}"
 
     def load_state(self) -> Columns:
         return unpack(self.state)
@@ -96,3 +97,6 @@ class ShardRun(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task_key", "shard"], name="unique_shard_run")]
+
+    def __str__(self) -> str:
+        return f"{self.task_key} on shard {self.shard_id}: {self.answered} answered"

@@ -27,7 +27,6 @@ from privacy import field as prime_field
 from privacy.encoding import BucketedType
 from privacy.mechanisms import mechanism_get, replacement_epsilon0
 
-
 # ---------------------------------------------------------------- fleets
 
 
@@ -58,9 +57,7 @@ def snapshot_digest(content: dict) -> str:
 
 def policy_snapshot_create(*, content: dict) -> PolicySnapshot:
     """The immutable snapshot for ``content``; the same content always names the same snapshot."""
-    snapshot, _ = PolicySnapshot.objects.get_or_create(
-        digest=snapshot_digest(content), defaults={"content": content}
-    )
+    snapshot, _ = PolicySnapshot.objects.get_or_create(digest=snapshot_digest(content), defaults={"content": content})
     return snapshot
 
 

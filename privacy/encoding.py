@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +26,7 @@ class BucketedType:
             raise ValueError("boundaries must hold at least one number")
         if not all(math.isfinite(b) for b in self.boundaries):
             raise ValueError("boundaries must be finite numbers")
-        if any(b >= c for b, c in zip(self.boundaries, self.boundaries[1:])):
+        if any(b >= c for b, c in pairwise(self.boundaries)):
             raise ValueError("boundaries must be strictly increasing")
 
     @property
@@ -35,7 +36,7 @@ class BucketedType:
     @property
     def labels(self) -> list[str]:
         edges = [_number(b) for b in self.boundaries]
-        ranges = [f"[{lo}, {hi})" for lo, hi in zip(edges, edges[1:])]
+        ranges = [f"[{lo}, {hi})" for lo, hi in pairwise(edges)]
         return [OOV_LABEL, *ranges, f"[{edges[-1]}, ∞)"]
 
     def encode(self, values: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:

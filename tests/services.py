@@ -60,16 +60,33 @@ class Worker:
         }
         self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "pfs_web", "worker", "--loglevel=INFO",
-             "--concurrency=2", "--hostname", f"pfs-test-{os.getpid()}@%h", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "pfs_web",
+                "worker",
+                "--loglevel=INFO",
+                "--concurrency=2",
+                "--hostname",
+                f"pfs-test-{os.getpid()}@%h",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                pytest.fail(f"the Celery worker exited with {self.process.returncode}:\n{self.log_path.read_text()[-3000:]}")
+                pytest.fail(
+                    f"the Celery worker exited with {self.process.returncode}:\n{self.log_path.read_text()[-3000:]}"
+                )
             if celery_app.control.ping(destination=[f"pfs-test-{os.getpid()}@{os.uname().nodename}"], timeout=0.5):
                 return
         pytest.fail(f"the Celery worker did not answer within {timeout} s:\n{self.log_path.read_text()[-3000:]}")

@@ -15,8 +15,18 @@ class AnalysisSerializer(serializers.ModelSerializer):
     class Meta:
         model = Analysis
         fields = [
-            "identifier", "title", "fleet", "owner", "status", "query_class", "epsilon_allowed",
-            "reports_allowed", "delta", "field_policies", "spent", "approved_at",
+            "identifier",
+            "title",
+            "fleet",
+            "owner",
+            "status",
+            "query_class",
+            "epsilon_allowed",
+            "reports_allowed",
+            "delta",
+            "field_policies",
+            "spent",
+            "approved_at",
         ]
 
     def get_field_policies(self, analysis: Analysis) -> dict:
@@ -35,8 +45,18 @@ class RecipeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Recipe
         fields = [
-            "id", "analysis", "identifier", "content", "encoded_field", "mechanism", "epsilon0",
-            "epsilon", "delta", "sampling_rate", "min_cohort", "created_at",
+            "id",
+            "analysis",
+            "identifier",
+            "content",
+            "encoded_field",
+            "mechanism",
+            "epsilon0",
+            "epsilon",
+            "delta",
+            "sampling_rate",
+            "min_cohort",
+            "created_at",
         ]
 
 
@@ -47,7 +67,17 @@ class RoundSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Round
-        fields = ["id", "recipe", "status", "progress", "error", "created_at", "started_at", "finished_at", "release_url"]
+        fields = [
+            "id",
+            "recipe",
+            "status",
+            "progress",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "release_url",
+        ]
 
     def get_progress(self, round_: Round) -> dict:
         progress = round_progress(round_)

@@ -24,9 +24,7 @@ def test_estimate_is_unbiased_within_four_standard_errors_in_every_bucket(epsilo
     mechanism = AsymmetricOHE(epsilon0=epsilon0)
     rng = np.random.default_rng(20261123)
     repetitions = 40
-    estimates = np.array(
-        [mechanism.debias(mechanism.privatize_sum(VALUES, K, rng), N, K) for _ in range(repetitions)]
-    )
+    estimates = np.array([mechanism.debias(mechanism.privatize_sum(VALUES, K, rng), N, K) for _ in range(repetitions)])
     variance = mechanism.variance(TRUE_COUNTS.astype(float), N, K)
     standard_error_of_mean = np.sqrt(variance / repetitions)
     bias = estimates.mean(axis=0) - TRUE_COUNTS
@@ -38,9 +36,7 @@ def test_stated_variance_matches_the_empirical_variance(epsilon0: float) -> None
     mechanism = AsymmetricOHE(epsilon0=epsilon0)
     rng = np.random.default_rng(7)
     repetitions = 200
-    estimates = np.array(
-        [mechanism.debias(mechanism.privatize_sum(VALUES, K, rng), N, K) for _ in range(repetitions)]
-    )
+    estimates = np.array([mechanism.debias(mechanism.privatize_sum(VALUES, K, rng), N, K) for _ in range(repetitions)])
     stated = mechanism.variance(TRUE_COUNTS.astype(float), N, K)
     empirical = estimates.var(axis=0, ddof=1)
     # For normal estimates the sample variance has relative standard error sqrt(2/(R-1)).

@@ -115,7 +115,9 @@ def test_an_unknown_field_in_the_encoding_is_refused(api, analysis, recipe) -> N
     assert "dataTypeContent" in response.json()
 
 
-def test_a_recipe_beyond_the_remaining_budget_is_refused(api, analysis, recipe, django_capture_on_commit_callbacks) -> None:
+def test_a_recipe_beyond_the_remaining_budget_is_refused(
+    api, analysis, recipe, django_capture_on_commit_callbacks
+) -> None:
     start_round(api, recipe, django_capture_on_commit_callbacks)
     recipe["recipeIdentifier"] = "ages-again"
     recipe["privacy"]["epsilon"] = 1.5  # 1 + 1.5 > 2
@@ -143,7 +145,9 @@ def test_a_mechanism_that_cannot_encode_the_buckets_is_refused(api, analysis, re
 
 
 @pytest.mark.parametrize("mechanism", ["symmetric_rappor", "kary_rr", "hadamard_response"])
-def test_every_histogram_mechanism_runs_end_to_end(api, analysis, recipe, mechanism, django_capture_on_commit_callbacks) -> None:
+def test_every_histogram_mechanism_runs_end_to_end(
+    api, analysis, recipe, mechanism, django_capture_on_commit_callbacks
+) -> None:
     recipe["privacy"].update(mechanism=mechanism, epsilon0=1.5 if mechanism == "symmetric_rappor" else 3.0)
     round_id = start_round(api, recipe, django_capture_on_commit_callbacks)
     release = api.get(f"/api/rounds/{round_id}/release/").json()

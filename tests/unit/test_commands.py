@@ -48,7 +48,14 @@ def test_run_recipe_prints_the_release_as_json(analysis, recipe, tmp_path, capsy
     call_command("run_recipe", str(path), "--analysis", "test.ages", "--user", "alice", "--json")
     release = json.loads(capsys.readouterr().out)
     assert [b["label"] for b in release["buckets"]] == [
-        "OOV", "[20, 30)", "[30, 40)", "[40, 50)", "[50, 60)", "[60, 70)", "[70, 80)", "[80, ∞)"
+        "OOV",
+        "[20, 30)",
+        "[30, 40)",
+        "[40, 50)",
+        "[50, 60)",
+        "[60, 70)",
+        "[70, 80)",
+        "[80, ∞)",
     ]
     assert {"estimate", "standard_error", "ci95"} <= set(release["buckets"][0])
     assert release["reports"] == 5_000 and release["min_cohort"] == 2935 and release["epsilon_spent"] == 1.0
@@ -86,3 +93,15 @@ def test_seed_demo_creates_table_1_policies_and_is_safe_to_rerun(capsys) -> None
     assert policies == {"ngrams": (5.0, 1.0, 1), "age": (2.0, 0.3, 1)}
     out = capsys.readouterr().out
     assert "analyst-demo-password" in out and "(unchanged)" in out
+
+
+def test_the_documented_example_files_run_as_the_readme_shows(db, analyst, officer, capsys, django_user_model) -> None:
+    from devices.services import fleet_create_synthetic
+
+    fleet_create_synthetic(name="demo", size=3_000, seed=3, shard_size=1_000)
+    django_user_model.objects.create_user("analyst")
+    django_user_model.objects.create_user("officer", is_staff=True)
+    call_command("create_analysis", "docs/examples/analysis.json", "--approve")
+    call_command("run_recipe", "docs/examples/recipe.json", "--analysis", "demo.ages", "--json")
+    release = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert release["analysis"] == "demo.ages" and release["reports"] == 3_000

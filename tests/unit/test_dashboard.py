@@ -9,8 +9,13 @@ from analyses.models import Recipe, Round
 pytestmark = pytest.mark.django_db
 
 FORM = {
-    "field": "age", "boundaries": "20, 30, 40, 50, 60, 70, 80", "mechanism": "asymmetric_ohe",
-    "epsilon0": "3", "epsilon": "1", "delta": "1e-6", "sampling_rate": "1",
+    "field": "age",
+    "boundaries": "20, 30, 40, 50, 60, 70, 80",
+    "mechanism": "asymmetric_ohe",
+    "epsilon0": "3",
+    "epsilon": "1",
+    "delta": "1e-6",
+    "sampling_rate": "1",
 }
 
 
@@ -25,7 +30,9 @@ def test_analysis_list_shows_budget_bars(client, analysis, analyst) -> None:
     assert "test.ages" in page and "<meter" in page
 
 
-def test_running_from_the_form_starts_a_round_and_shows_its_release(client, analysis, analyst, django_capture_on_commit_callbacks) -> None:
+def test_running_from_the_form_starts_a_round_and_shows_its_release(
+    client, analysis, analyst, django_capture_on_commit_callbacks
+) -> None:
     client.force_login(analyst)
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post("/analyses/test.ages/", FORM)

@@ -63,7 +63,10 @@ def test_check_1_refuses_when_the_analysis_epsilon_would_be_exceeded() -> None:
 def test_check_1_refuses_when_the_analysis_reports_are_used_up() -> None:
     ledger = ledger_empty(2)
     ledger["reports_used"][1] = 2
-    assert decide(ledger, request(epsilon=0.1, min_cohort=10**9)).tolist() == [Decision.ANSWERED, Decision.ANALYSIS_BUDGET]
+    assert decide(ledger, request(epsilon=0.1, min_cohort=10**9)).tolist() == [
+        Decision.ANSWERED,
+        Decision.ANALYSIS_BUDGET,
+    ]
 
 
 def test_check_1_refuses_a_delta_above_the_analysis_delta() -> None:
@@ -96,8 +99,10 @@ def test_check_3_refuses_a_minimum_cohort_below_what_the_device_computes() -> No
 
 def test_exact_allowance_is_spendable_without_float_drift() -> None:
     # 0.1 + 0.2 > 0.3 in floats; in nano-epsilon units it is exactly 0.3.
-    policy = {"budget": {"epsilon": 0.3, "reports": 3, "delta": 1e-6},
-              "fields": {"age": {"localEpsilon": 2.0, "epsilon": 0.3, "reports": 3}}}
+    policy = {
+        "budget": {"epsilon": 0.3, "reports": 3, "delta": 1e-6},
+        "fields": {"age": {"localEpsilon": 2.0, "epsilon": 0.3, "reports": 3}},
+    }
     ledger = ledger_empty(1)
     accountant = BasicCompositionAccountant()
     accountant.charge(ledger, request(epsilon=0.1), np.array([True]))
@@ -116,8 +121,19 @@ def test_the_device_charges_a_deletion_model_mechanism_at_twice_its_epsilon0() -
     from devices.services import DeviceTask, _budget_request
 
     task = DeviceTask(
-        task_key="k", analysis="a", snapshot_digest="d", query="select age from KeyboardNGrams", cohorts=(),
-        encoded_field="age", boundaries=(20.0,), mechanism="symmetric_rappor", epsilon0=1.5, epsilon=1.0,
-        delta=1e-6, sampling_rate=1.0, min_cohort=2935, seed=1,
+        task_key="k",
+        analysis="a",
+        snapshot_digest="d",
+        query="select age from KeyboardNGrams",
+        cohorts=(),
+        encoded_field="age",
+        boundaries=(20.0,),
+        mechanism="symmetric_rappor",
+        epsilon0=1.5,
+        epsilon=1.0,
+        delta=1e-6,
+        sampling_rate=1.0,
+        min_cohort=2935,
+        seed=1,
     )
     assert _budget_request(task).epsilon0 == 3.0

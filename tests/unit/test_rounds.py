@@ -24,7 +24,9 @@ def run(analysis, recipe, user, capture) -> Round:
     return round_
 
 
-def test_a_round_releases_and_spends_each_device_budget_once(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+def test_a_round_releases_and_spends_each_device_budget_once(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks
+) -> None:
     round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     assert round_.status == Round.Status.RELEASED
     totals = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
@@ -50,13 +52,17 @@ def test_a_retried_shard_task_spends_nothing_twice_and_adds_no_report(analysis, 
     assert round_.release.content["reports"] == FLEET_SIZE
 
 
-def test_shares_are_deleted_once_their_batch_is_aggregated(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+def test_shares_are_deleted_once_their_batch_is_aggregated(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks
+) -> None:
     run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     assert LeaderShare.objects.count() == HelperShare.objects.count() == 0
     assert Collection.objects.count() == 1
 
 
-def test_devices_refuse_once_their_budget_is_spent(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+def test_devices_refuse_once_their_budget_is_spent(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks
+) -> None:
     first = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     recipe["recipeIdentifier"] = "ages-2"
     second = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
@@ -73,7 +79,9 @@ def test_devices_refuse_once_their_budget_is_spent(analysis, recipe, analyst, dj
     assert ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages") == before
 
 
-def test_a_cohort_below_the_minimum_is_suppressed_not_dropped(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+def test_a_cohort_below_the_minimum_is_suppressed_not_dropped(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks
+) -> None:
     recipe["cohorts"] = ["locale"]
     round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     batches = round_.release.content["batches"]
@@ -87,7 +95,9 @@ def test_a_cohort_below_the_minimum_is_suppressed_not_dropped(analysis, recipe, 
     assert round_.release.content["epsilon_spent"] == 1.0
 
 
-def test_sampling_rate_samples_devices_with_their_own_coins(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+def test_sampling_rate_samples_devices_with_their_own_coins(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks
+) -> None:
     recipe["privacy"]["samplingRate"] = 0.7  # expects 3,500 >= 2,935
     round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     progress = services.round_progress(round_)

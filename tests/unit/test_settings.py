@@ -36,7 +36,10 @@ def test_embedded_default_is_sqlite_with_in_process_tasks(monkeypatch) -> None:
 
 def test_redis_url_selects_a_celery_worker_and_database_url_postgres(monkeypatch) -> None:
     settings = load_settings(
-        monkeypatch, SECRET_KEY="s", REDIS_URL="redis://127.0.0.1:6379/3", DATABASE_URL="postgres://u@127.0.0.1:5432/pfs"
+        monkeypatch,
+        SECRET_KEY="s",
+        REDIS_URL="redis://127.0.0.1:6379/3",
+        DATABASE_URL="postgres://u@127.0.0.1:5432/pfs",
     )
     assert settings.PFS_TASK_MODE == "celery" and not settings.CELERY_TASK_ALWAYS_EAGER
     assert settings.CELERY_BROKER_URL == "redis://127.0.0.1:6379/3"

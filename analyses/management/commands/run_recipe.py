@@ -56,12 +56,16 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(release, indent=2))
             return
-        self.stdout.write(f"\nround {round_.pk}: {release['reports']:,} reports, min cohort {release['min_cohort']:,}, "
-                          f"epsilon spent {release['epsilon_spent']}")
+        self.stdout.write(
+            f"\nround {round_.pk}: {release['reports']:,} reports, min cohort {release['min_cohort']:,}, "
+            f"epsilon spent {release['epsilon_spent']}"
+        )
         for batch in release["batches"]:
             self.stdout.write(f"cohort {batch['cohort'] or 'all'}: {batch['reports']:,} reports")
             if batch["suppressed"]:
                 self.stdout.write(f"  suppressed: {batch['reason']}")
                 continue
             for bucket in batch["buckets"]:
-                self.stdout.write(f"  {bucket['label']:>12}  {bucket['estimate']:>10.1f} ± {1.96 * bucket['standard_error']:.1f}")
+                self.stdout.write(
+                    f"  {bucket['label']:>12}  {bucket['estimate']:>10.1f} ± {1.96 * bucket['standard_error']:.1f}"
+                )

@@ -59,7 +59,9 @@ class Command(BaseCommand):
         users = get_user_model().objects
         credentials = []
         for username, password, officer in DEMO_USERS:
-            user, created = users.get_or_create(username=username, defaults={"is_staff": officer, "is_superuser": officer})
+            user, created = users.get_or_create(
+                username=username, defaults={"is_staff": officer, "is_superuser": officer}
+            )
             if created:
                 user.set_password(password)
                 user.save()
@@ -81,7 +83,11 @@ class Command(BaseCommand):
             if options["reset_budgets"]:
                 self._reset(spec["identifier"])
 
-        self.stdout.write(self.style.SUCCESS(f"demo ready: fleet {fleet}, analyses {', '.join(s['identifier'] for s in DEMO_ANALYSES)}"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"demo ready: fleet {fleet}, analyses {', '.join(s['identifier'] for s in DEMO_ANALYSES)}"
+            )
+        )
         for username, password, officer_role in credentials:
             role = "privacy officer" if officer_role else "analyst"
             self.stdout.write(f"  {role:16} username: {username:8} password: {password}")
