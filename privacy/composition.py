@@ -139,7 +139,7 @@ def pure_dp_rdp(epsilon: float, orders: Sequence[float] = DEFAULT_ORDERS) -> Ren
 def poisson_sampling(event: ApproximateDP, sampling_rate: float) -> ApproximateDP:
     """Amplification by Poisson sampling at rate gamma: seed 003 Theorem 4 [Kasiviswanathan et al. 2008].
 
-        eps' = ln(1 + gamma (e^eps - 1)),   delta' = gamma delta.
+    eps' = ln(1 + gamma (e^eps - 1)),   delta' = gamma delta.
     """
     if not (0.0 <= sampling_rate <= 1.0):
         raise ValueError("sampling_rate must lie in [0, 1]")

@@ -72,16 +72,18 @@ def symmetric_rappor_rdp(epsilon0: float, n: int, alpha: float) -> float:
 
 
 def symmetric_rappor_epsilon(
-    epsilon0: float, n: int, delta: float, orders: Sequence[float] = DEFAULT_ORDERS
+    epsilon0: float, n: int, delta: float, orders: Sequence[float] = DEFAULT_ORDERS, *, refine: bool = True
 ) -> float:
     """Aggregate epsilon at ``delta`` of n summed symmetric-RAPPOR reports (seed 000 Appendix C.1.3).
 
         eps = min over alpha of  2 rho_2RR(n, alpha, eps0) + (ln(1/delta) + (alpha - 1) ln(1 - 1/alpha) - ln alpha) / (alpha - 1)
 
     (RDP to approximate DP by Canonne, Kamath, Steinke 2020, Prop. 12, as seed 001 Appendix B.5.1
-    prescribes). The minimum is taken over ``orders`` and then refined between the neighbours of
-    the best order; every alpha gives a valid bound. Seed 001 Table 1 lists these values rounded
-    up to three decimals.
+    prescribes). The minimum is taken over ``orders`` and, with ``refine``, over real orders
+    between the neighbours of the best one; every alpha > 1 gives a valid bound. Seed 001 Table 1
+    (0.317, 0.906, 1.528 for n = 100,000, eps0 = 5, 6.5, 7, delta = 1e-9) is reproduced by the
+    integer orders 2..256 without refinement, rounded up to three decimals. Refinement can be
+    markedly tighter when the Renyi curve is steep: 1.519 instead of 1.528 at eps0 = 7 (alpha 13.8).
     """
     _check(epsilon0=epsilon0, n=n)
     if not (0.0 < delta < 1.0):
@@ -98,7 +100,7 @@ def symmetric_rappor_epsilon(
     best = int(np.argmin(values))
     low = ordered[max(best - 1, 0)]
     high = ordered[min(best + 1, len(ordered) - 1)]
-    if high > low:
+    if refine and high > low:
         refined = optimize.minimize_scalar(epsilon_at, bounds=(low, high), method="bounded")
         return min(values[best], epsilon_at(float(refined.x)))
     return values[best]

@@ -11,10 +11,10 @@ against (C, Q_C)). The aggregate is (eps, delta)-DP whenever
     delta >= E_C[ D_{e^eps}(P_C || Q_C) ],  D_{e^eps}(P || Q) = sum_k max(0, P(k) - e^eps Q(k)),
 
 where the clone count is
-    C ~ Bin(n - 1, e^-eps0)             "Hiding among the clones" (FMT 2020, arXiv:2012.12803, Thm 3.2,
+    C ~ Bin(n - 1, e^-eps0)             "Hiding among the clones" (FMT 2020, arXiv:2012.12803, Sec. 3,
                                         the code at github.com/apple/ml-shuffling-amplification), and
     C ~ Bin(n - 1, 2 / (e^eps0 + 1))    "Stronger privacy amplification by shuffling" (FMT 2022,
-                                        arXiv:2208.04591, Thm 3.2; reference [31] of seed 000).
+                                        arXiv:2208.04591, Thms 3.1-3.2; reference [31] of seed 000).
 
 Caveat from the 2022 paper's errata: its general theorem holds for a restricted class of local
 randomizers (one that contains randomized response, RAPPOR-style bit flipping and k-ary RR); for
@@ -73,7 +73,7 @@ def stronger_2022_epsilon(epsilon0: float, n: int, delta: float) -> float:
         A ~ Bin(C, 1/2),  D ~ Bernoulli(e^eps0 / (e^eps0 + 1)),
 
     Feldman, McMillan, Talwar, "Stronger privacy amplification by shuffling for Renyi and
-    approximate differential privacy" (2022), Theorem 3.2; seed 000 Section 3 uses it. Never more
+    approximate differential privacy" (2022), Theorems 3.1-3.2; seed 000 Section 3 uses it. Never more
     than eps0 (the local guarantee survives post-processing). See the module docstring for how the
     expectation is bounded and the errata caveat on which randomizers it covers.
     """
@@ -85,7 +85,7 @@ def clones_2020_epsilon(epsilon0: float, n: int, delta: float) -> float:
 
     Smallest eps (rounded up) with E_C[ D_{e^eps}(A + 1 - D || A + D) ] <= delta for
     C ~ Bin(n - 1, e^-eps0), A ~ Bin(C, 1/2), D ~ Bernoulli(e^eps0 / (e^eps0 + 1)):
-    Feldman, McMillan, Talwar, "Hiding among the clones" (FOCS 2021, arXiv:2012.12803), Theorem 3.2
+    Feldman, McMillan, Talwar, "Hiding among the clones" (FOCS 2021, arXiv:2012.12803), Section 3
     and Appendix E. Computed exactly rather than on the paper code's grid; never more than eps0.
     """
     return _numerical_epsilon(epsilon0, n, delta, "clones-2020")
