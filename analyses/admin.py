@@ -32,6 +32,19 @@ class AnalysisAdmin(admin.ModelAdmin):
     inlines = [FieldPolicyInline]
     readonly_fields = ["status", "approved_by", "approved_at", "snapshot", "created_at"]
     actions = ["approve"]
+    # Devices enforce the snapshot taken at approval: edits take effect when approved again.
+    fieldsets = [
+        (None, {"fields": ["identifier", "title", "fleet", "owner", "query_class"]}),
+        ("Check 1: analysis budget", {"fields": ["epsilon_allowed", "reports_allowed", "delta"]}),
+        (
+            "Approval",
+            {
+                "fields": ["status", "approved_by", "approved_at", "snapshot", "created_at"],
+                "description": "Devices enforce the policy snapshot taken at approval. After editing "
+                "budgets or field policies, approve again to send devices a new snapshot.",
+            },
+        ),
+    ]
 
     @admin.action(description="Approve (devices receive a snapshot of the current policy)")
     def approve(self, request: HttpRequest, queryset: QuerySet[Analysis]) -> None:

@@ -7,6 +7,7 @@ import copy
 import pytest
 from rest_framework.test import APIClient
 
+from analyses.roles import make_privacy_officer
 from analyses.services import analysis_approve, analysis_create
 from devices.services import fleet_create_synthetic
 from pfs_web.celery import app as celery_app
@@ -52,7 +53,9 @@ def other_analyst(django_user_model):
 
 @pytest.fixture
 def officer(django_user_model):
-    return django_user_model.objects.create_user("olivia", password="olivia-password", is_staff=True)
+    user = django_user_model.objects.create_user("olivia", password="olivia-password")
+    make_privacy_officer(user)
+    return user
 
 
 @pytest.fixture

@@ -105,3 +105,13 @@ def test_the_documented_example_files_run_as_the_readme_shows(db, analyst, offic
     call_command("run_recipe", "docs/examples/recipe.json", "--analysis", "demo.ages", "--json")
     release = json.loads(capsys.readouterr().out.split("\n", 1)[1])
     assert release["analysis"] == "demo.ages" and release["reports"] == 3_000
+
+
+def test_the_demo_officer_can_approve_in_the_admin_and_the_analyst_cannot(client) -> None:
+    call_command("seed_demo", "--devices", "1000", "--shard-size", "1000")
+    assert client.login(username="officer", password="officer-demo-password")
+    assert client.get("/admin/analyses/analysis/").status_code == 200
+    assert client.get("/admin/auth/user/").status_code == 403  # a privacy officer, not a superuser
+    client.logout()
+    assert client.login(username="analyst", password="analyst-demo-password")
+    assert client.get("/admin/analyses/analysis/").status_code == 302

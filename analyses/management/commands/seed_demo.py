@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from analyses.models import Analysis
+from analyses.roles import make_privacy_officer
 from analyses.services import analysis_approve, analysis_create
 from devices.models import Fleet, ShardLedger, ShardRun
 from devices.services import fleet_create_synthetic
@@ -59,12 +60,12 @@ class Command(BaseCommand):
         users = get_user_model().objects
         credentials = []
         for username, password, officer in DEMO_USERS:
-            user, created = users.get_or_create(
-                username=username, defaults={"is_staff": officer, "is_superuser": officer}
-            )
+            user, created = users.get_or_create(username=username)
             if created:
                 user.set_password(password)
                 user.save()
+            if officer:
+                make_privacy_officer(user)
             credentials.append((username, password if created else "(unchanged)", officer))
 
         fleet = Fleet.objects.filter(name="demo").first()

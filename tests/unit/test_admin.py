@@ -1,0 +1,37 @@
+"""The privacy officer's admin: edit budgets, approve; devices enforce the snapshot taken at approval."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from analyses.models import Analysis, FieldPolicy
+from analyses.services import analysis_create
+from tests.conftest import SPEC
+
+pytestmark = pytest.mark.django_db
+
+
+def test_officer_approves_an_analysis_from_the_admin(client, fleet, analyst, officer) -> None:
+    draft = analysis_create(spec=copy.deepcopy(SPEC), owner=analyst)
+    client.force_login(officer)
+    assert client.get(f"/admin/analyses/analysis/{draft.pk}/change/").status_code == 200
+    response = client.post("/admin/analyses/analysis/", {"action": "approve", "_selected_action": [draft.pk]})
+    assert response.status_code == 302
+    draft.refresh_from_db()
+    assert draft.is_approved and draft.approved_by == officer
+    assert draft.snapshot.content["budget"] == {"epsilon": 2.0, "reports": 2, "delta": 1e-6}
+
+
+def test_an_analyst_cannot_use_the_admin(client, analysis, analyst) -> None:
+    client.force_login(analyst)
+    assert client.get("/admin/analyses/analysis/").status_code == 302
+
+
+def test_a_policy_edit_after_approval_does_not_change_what_devices_enforce(analysis) -> None:
+    FieldPolicy.objects.filter(analysis=analysis, field="age").update(epsilon=50.0)
+    Analysis.objects.filter(pk=analysis.pk).update(epsilon_allowed=50.0)
+    analysis.refresh_from_db()
+    assert analysis.snapshot.content["fields"]["age"]["epsilon"] == 2.0
+    assert analysis.snapshot.content["budget"]["epsilon"] == 2.0
