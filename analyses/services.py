@@ -20,7 +20,7 @@ from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
 from analyses.validation import Problems
 from devices.models import Fleet, FleetShard, ShardRun
 from devices.query import QueryRefused, verify_query
-from devices.services import DeviceTask, policy_snapshot_create, shard_answer
+from devices.services import DeviceTask, fleet_enroll, policy_snapshot_create, shard_answer
 from devices.streams import STREAMS, field_kind
 from pfs_web.task_queue import enqueue
 from privacy.amplification import UnreachableEpsilon, min_cohort_closed_form
@@ -112,6 +112,7 @@ def analysis_approve(*, analysis: Analysis, officer: AbstractBaseUser) -> Analys
         raise NotAllowed("Only a privacy officer can approve an analysis.")
     with transaction.atomic():
         analysis.snapshot = policy_snapshot_create(content=analysis_policy(analysis))
+        fleet_enroll(fleet=analysis.fleet, snapshot=analysis.snapshot)
         analysis.status = Analysis.Status.APPROVED
         analysis.approved_by = officer
         analysis.approved_at = timezone.now()
@@ -146,6 +147,9 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     named = content.get("AnalysisIdentifier")
     if named is not None and named != analysis.identifier:
         problems.add("AnalysisIdentifier", f"Must be {analysis.identifier!r} (the analysis run).")
+    named_snapshot = content.get("policySnapshot")
+    if named_snapshot is not None and (analysis.snapshot is None or named_snapshot != analysis.snapshot.digest):
+        problems.add("policySnapshot", "Names another policy snapshot than the one devices hold for this analysis.")
     identifier = problems.string(content, "recipeIdentifier", "recipeIdentifier", required=False)
     if identifier and Recipe.objects.filter(analysis=analysis, identifier=identifier).exists():
         problems.add("recipeIdentifier", f"A recipe {identifier!r} already exists in this analysis.")

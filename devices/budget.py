@@ -39,6 +39,7 @@ class Decision(IntEnum):
     ANALYSIS_BUDGET = 3  # check 1
     FIELD_BUDGET = 4  # check 2
     MIN_COHORT = 5  # check 3
+    POLICY_SNAPSHOT = 6  # the task names a snapshot other than the one the device holds
 
     @property
     def label(self) -> str:

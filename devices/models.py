@@ -58,6 +58,23 @@ class PolicySnapshot(models.Model):
         return f"{self.content.get('analysis', '?')} @ {self.digest[:12]}"
 
 
+class Enrollment(models.Model):
+    """The snapshot the devices of a fleet hold for an analysis: replaced on each approval."""
+
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="enrollments")
+    analysis_identifier = models.CharField(max_length=200)
+    snapshot = models.ForeignKey(PolicySnapshot, on_delete=models.PROTECT, related_name="+")
+    enrolled_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["fleet", "analysis_identifier"], name="unique_enrollment")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.fleet.name} enrolled in {self.analysis_identifier} @ {self.snapshot.digest[:12]}"
+
+
 class ShardLedger(models.Model):
     """Per-device budget used by one analysis on one shard: check 1 and 2 state as columns.
 
@@ -93,6 +110,10 @@ class ShardRun(models.Model):
     # Devices that did not answer, by reason: {"not_sampled": n, "analysis_budget": n, ...}.
     outcomes = models.JSONField(default=dict)
     epsilon_spent = models.FloatField(help_text="Aggregate epsilon charged to each answering device.")
+    # The devices' audit log: the task as the devices received it, and each device's decision
+    # (devices.budget.Decision, one int8 per device in shard order).
+    task = models.JSONField(default=dict)
+    decisions = models.BinaryField(default=b"")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -19,7 +19,7 @@ from django.db import transaction
 from aggregation.upload import share_pair_upload
 from devices.budget import BasicCompositionAccountant, BudgetRequest, Decision, ledger_empty
 from devices.columns import pack
-from devices.models import Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
+from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
 from devices.query import QueryRefused, verify_query
 from devices.streams import field_kind
 from devices.synthetic import LOCALES, TOKENS, generate_shard
@@ -61,6 +61,14 @@ def policy_snapshot_create(*, content: dict) -> PolicySnapshot:
     return snapshot
 
 
+def fleet_enroll(*, fleet: Fleet, snapshot: PolicySnapshot) -> Enrollment:
+    """Send the devices of ``fleet`` the snapshot of an approved analysis, replacing any earlier one."""
+    enrollment, _ = Enrollment.objects.update_or_create(
+        fleet=fleet, analysis_identifier=snapshot.content["analysis"], defaults={"snapshot": snapshot}
+    )
+    return enrollment
+
+
 # ---------------------------------------------------------------- answering a task
 
 
@@ -85,6 +93,10 @@ class DeviceTask:
 
     def as_json(self) -> dict:
         return asdict(self)
+
+    def audit_json(self) -> dict:
+        """What a device logs of the task: everything but the simulation's seed."""
+        return {k: v for k, v in self.as_json().items() if k != "seed"}
 
     @classmethod
     def from_json(cls, data: dict) -> DeviceTask:
@@ -127,6 +139,8 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
             answered=int(counts[Decision.ANSWERED]),
             outcomes=outcomes,
             epsilon_spent=task.epsilon,
+            task=task.audit_json(),
+            decisions=decision.astype(np.int8).tobytes(),
         )
     return ShardOutcome(created=True, answered=int(counts[Decision.ANSWERED]), outcomes=outcomes)
 
@@ -152,8 +166,16 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> np.ndarray:
     sampled = rng.random(shard.size) < task.sampling_rate
     decision[~sampled] = Decision.NOT_SAMPLED
 
-    snapshot = PolicySnapshot.objects.filter(digest=task.snapshot_digest).first()
-    policy = snapshot.content if snapshot else None
+    # Devices enforce only the snapshot they were enrolled with for this analysis.
+    enrollment = (
+        Enrollment.objects.filter(fleet_id=shard.fleet_id, analysis_identifier=task.analysis)
+        .select_related("snapshot")
+        .first()
+    )
+    if enrollment is None or enrollment.snapshot.digest != task.snapshot_digest:
+        decision[sampled] = Decision.POLICY_SNAPSHOT
+        return decision
+    policy = enrollment.snapshot.content
     if not _verified(policy, shard, task):
         decision[sampled] = Decision.QUERY_CLASS
         return decision
@@ -163,8 +185,8 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> np.ndarray:
     return decision
 
 
-def _verified(policy: dict | None, shard: FleetShard, task: DeviceTask) -> bool:
-    if policy is None or policy["analysis"] != task.analysis or policy["fleet"] != shard.fleet.name:
+def _verified(policy: dict, shard: FleetShard, task: DeviceTask) -> bool:
+    if policy["analysis"] != task.analysis or policy["fleet"] != shard.fleet.name:
         return False
     try:
         query = verify_query(task.query, task.cohorts, policy["queryClass"])

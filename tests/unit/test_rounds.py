@@ -115,5 +115,27 @@ def test_a_recipe_naming_an_unknown_policy_snapshot_is_refused_by_every_device(a
     shard = analysis.fleet.shards.first()
     outcome = shard_answer(shard_id=shard.pk, task=replace(task, snapshot_digest="0" * 64))
     assert outcome.answered == 0
-    assert outcome.outcomes == {"query_class": shard.size}
+    assert outcome.outcomes == {"policy_snapshot": shard.size}
     assert ShardRun.objects.get().answered == 0
+
+
+def test_after_re_approval_devices_refuse_tasks_under_the_old_snapshot(analysis, recipe, analyst, officer) -> None:
+    from analyses.models import FieldPolicy
+
+    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    round_ = Round.objects.create(recipe=recipe_obj, seed=1, created_by=analyst)
+    services.round_dispatch(round_id=round_.pk)
+    old_task = services.device_task(round_)
+    FieldPolicy.objects.filter(analysis=analysis, field="age").update(epsilon=1.5)
+    services.analysis_approve(analysis=analysis, officer=officer)  # devices now hold a new snapshot
+    assert analysis.snapshot.digest != old_task.snapshot_digest
+    shard = analysis.fleet.shards.first()
+    assert shard_answer(shard_id=shard.pk, task=old_task).outcomes == {"policy_snapshot": shard.size}
+
+
+def test_a_recipe_naming_another_snapshot_is_refused_by_the_server(api, analysis, recipe) -> None:
+    recipe["policySnapshot"] = "f" * 64
+    response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
+    assert response.status_code == 400 and "policySnapshot" in response.json()
+    recipe["policySnapshot"] = analysis.snapshot.digest
+    assert api.post("/api/analyses/test.ages/recipes/", recipe, format="json").status_code == 201

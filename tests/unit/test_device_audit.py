@@ -1,0 +1,58 @@
+"""The device audit log: recipe, decision (answered / refused and why), epsilon spent — CLI and admin."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from analyses import services
+from analyses.models import Round
+
+pytestmark = pytest.mark.django_db
+
+
+def run(analysis, recipe, analyst, capture, **privacy):
+    recipe["privacy"].update(privacy)
+    with capture(execute=True):
+        return services.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+
+
+def test_the_log_shows_each_task_with_the_device_decision_and_spend(analysis, recipe, analyst, django_capture_on_commit_callbacks, capsys) -> None:
+    run(analysis, recipe, analyst, django_capture_on_commit_callbacks, samplingRate=0.7)
+    call_command("device_audit", "d4321", "--fleet", "small", "--json")
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["query"] == "select age from KeyboardNGrams" and entry["mechanism"] == "asymmetric_ohe"
+    assert entry["decision"] in {"answered", "not_sampled"}
+    assert entry["epsilon_spent"] == (1.0 if entry["decision"] == "answered" else 0.0)
+    assert entry["task_key"] == Round.objects.get().task_key
+
+
+def test_decisions_in_the_log_add_up_to_the_round_counts(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+    from devices.audit import device_audit
+
+    round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks, samplingRate=0.7)
+    shard = analysis.fleet.shards.order_by("index").first()
+    decisions = [device_audit(fleet=analysis.fleet, device_id=f"d{i}")[0].decision for i in range(shard.size)]
+    run_record = shard.runs.get(task_key=round_.task_key)
+    assert decisions.count("answered") == run_record.answered
+    assert decisions.count("not_sampled") == run_record.outcomes.get("not_sampled", 0)
+
+
+def test_an_unknown_device_exits_2(analysis) -> None:
+    with pytest.raises(CommandError) as raised:
+        call_command("device_audit", "nobody", "--fleet", "small")
+    assert raised.value.returncode == 2
+
+
+def test_the_officer_reads_a_device_log_in_the_admin(client, analysis, recipe, analyst, officer, django_capture_on_commit_callbacks) -> None:
+    run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    client.force_login(officer)
+    page = client.get(f"/admin/devices/fleet/{analysis.fleet.pk}/audit/", {"device": "d7"}).content.decode()
+    assert "Device d7 of fleet small" in page and "answered" in page and "select age from KeyboardNGrams" in page
+
+
+def test_an_analyst_cannot_read_device_logs(client, analysis, analyst) -> None:
+    client.force_login(analyst)
+    assert client.get(f"/admin/devices/fleet/{analysis.fleet.pk}/audit/", {"device": "d7"}).status_code == 302
