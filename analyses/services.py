@@ -303,6 +303,10 @@ def recipe_encoding(recipe: Recipe) -> BucketedType:
 # ---------------------------------------------------------------- rounds
 
 
+class ShardsPending(RuntimeError):
+    """Aggregation was asked for before every shard answered (a redelivered task can fire a chord early)."""
+
+
 def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
     """Queue a round of ``recipe``; its tasks are sent when the transaction commits."""
     from analyses.tasks import dispatch_round  # tasks import services: import here, not at top
@@ -345,7 +349,9 @@ def device_task(round_: Round) -> DeviceTask:
 def round_dispatch(*, round_id: int) -> list[int]:
     """Mark the round running and return the shard ids to run; [] if it is no longer queued."""
     with transaction.atomic():
-        round_ = Round.objects.select_for_update().select_related("recipe__analysis").get(pk=round_id)
+        round_ = Round.objects.select_for_update().select_related("recipe__analysis").filter(pk=round_id).first()
+        if round_ is None:
+            return []
         shard_ids = list(
             FleetShard.objects.filter(fleet=round_.recipe.analysis.fleet).order_by("index").values_list("pk", flat=True)
         )
@@ -359,21 +365,21 @@ def round_dispatch(*, round_id: int) -> list[int]:
 
 
 def round_shard_run(*, round_id: int, shard_id: int) -> None:
-    round_ = Round.objects.select_related("recipe__analysis__snapshot").get(pk=round_id)
-    if round_.status != Round.Status.RUNNING:
-        return
+    round_ = Round.objects.select_related("recipe__analysis__snapshot").filter(pk=round_id).first()
+    if round_ is None or round_.status != Round.Status.RUNNING:
+        return  # deleted, finished or failed meanwhile: a late or redelivered task does nothing
     shard_answer(shard_id=shard_id, task=device_task(round_))
 
 
-def round_aggregate(*, round_id: int) -> Round:
+def round_aggregate(*, round_id: int) -> Round | None:
     """Aggregate every batch with both aggregators, debias, and store the release. Idempotent."""
     with transaction.atomic():
-        round_ = Round.objects.select_for_update().select_related("recipe__analysis").get(pk=round_id)
-        if round_.status != Round.Status.RUNNING:
+        round_ = Round.objects.select_for_update().select_related("recipe__analysis").filter(pk=round_id).first()
+        if round_ is None or round_.status != Round.Status.RUNNING:
             return round_
         progress = round_progress(round_)
         if progress["shards_done"] < round_.shards_total:
-            raise RuntimeError(f"{progress['shards_done']} of {round_.shards_total} shards answered")
+            raise ShardsPending(f"{progress['shards_done']} of {round_.shards_total} shards answered")
         recipe = round_.recipe
         encoding = recipe_encoding(recipe)
         batches = collection_release(

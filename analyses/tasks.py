@@ -39,12 +39,19 @@ def run_shard(round_id: int, shard_id: int) -> None:
     services.round_shard_run(round_id=round_id, shard_id=shard_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
-def aggregate_round(round_id: int) -> None:
+# How long the aggregation waits for shards still being redelivered before it fails the round.
+_PENDING_RETRIES, _PENDING_COUNTDOWN = 90, 2
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=_PENDING_RETRIES)
+def aggregate_round(self, round_id: int) -> None:
     try:
         services.round_aggregate(round_id=round_id)
-    except OperationalError:
-        raise
+    except (services.ShardsPending, OperationalError) as pending:
+        if self.request.retries >= _PENDING_RETRIES:
+            services.round_fail(round_id=round_id, error=f"aggregation gave up: {pending}")
+            return
+        raise self.retry(exc=pending, countdown=_PENDING_COUNTDOWN) from pending
     except Exception as error:
         logger.exception("aggregation of round %s failed", round_id)
         services.round_fail(round_id=round_id, error=f"aggregation failed: {error}")

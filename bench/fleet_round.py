@@ -36,11 +36,11 @@ def run_one(devices: int, buckets: int) -> dict:
 
     from analyses import services
     from analyses.models import Round
-    from devices.services import fleet_create_synthetic
+    from devices.fleet_io import fleet_create
 
     call_command("migrate", verbosity=0)
     officer = get_user_model().objects.create_user("officer", is_staff=True)
-    fleet = fleet_create_synthetic(
+    fleet = fleet_create(
         name="bench", size=devices, seed=1, shard_size=int(os.environ.get("PFS_SHARD_SIZE", 10_000))
     )
     spec = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -21,31 +22,10 @@ from devices.budget import BasicCompositionAccountant, BudgetRequest, Decision, 
 from devices.columns import pack
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
 from devices.query import QueryRefused, verify_query
-from devices.streams import field_kind
-from devices.synthetic import LOCALES, TOKENS, generate_shard
+from devices.streams import apply_retention, field_kind
 from privacy import field as prime_field
 from privacy.encoding import BucketedType
 from privacy.mechanisms import mechanism_get, replacement_epsilon0
-
-# ---------------------------------------------------------------- fleets
-
-
-def fleet_create_synthetic(*, name: str, size: int, seed: int, shard_size: int) -> Fleet:
-    """Create a seeded synthetic fleet stored as shards; shard i draws from rng([seed, i])."""
-    if size < 1 or shard_size < 1:
-        raise ValueError("size and shard_size must be at least 1")
-    with transaction.atomic():
-        fleet = Fleet.objects.create(
-            name=name, size=size, seed=seed, vocabularies={"locale": LOCALES, "tokens": TOKENS}
-        )
-        shards = []
-        for index, start in enumerate(range(0, size, shard_size)):
-            shard_devices = min(shard_size, size - start)
-            columns = generate_shard(shard_devices, np.random.default_rng([seed, index]))
-            shards.append(FleetShard(fleet=fleet, index=index, size=shard_devices, columns=pack(columns)))
-        FleetShard.objects.bulk_create(shards)
-    return fleet
-
 
 # ---------------------------------------------------------------- policy snapshots
 
@@ -119,12 +99,13 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
         if done is not None:
             return ShardOutcome(created=False, answered=done.answered, outcomes=done.outcomes)
 
+        columns = _columns_after_retention(shard)
         ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
         ledger = ledger_row.load_state() if ledger_row else ledger_empty(shard.size)
         decision = _decide(shard, task, ledger)
         answered = decision == Decision.ANSWERED
         if answered.any():
-            _answer(shard, task, answered)
+            _answer(shard, task, answered, columns)
             BasicCompositionAccountant().charge(ledger, _budget_request(task), answered)
             if ledger_row is None:
                 ledger_row = ShardLedger(shard=shard, analysis_identifier=task.analysis)
@@ -143,6 +124,15 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
             decisions=decision.astype(np.int8).tobytes(),
         )
     return ShardOutcome(created=True, answered=int(counts[Decision.ANSWERED]), outcomes=outcomes)
+
+
+def _columns_after_retention(shard: FleetShard) -> dict:
+    """Retention first: events older than their stream's policy are deleted before any query runs."""
+    columns, dropped = apply_retention(shard.load_columns(), now=time.time())
+    if dropped:
+        shard.columns = pack(columns)
+        shard.save(update_fields=["columns"])
+    return columns
 
 
 def _budget_request(task: DeviceTask) -> BudgetRequest:
@@ -195,9 +185,8 @@ def _verified(policy: dict, shard: FleetShard, task: DeviceTask) -> bool:
     return query.fields == (task.encoded_field,) and field_kind(query.stream, task.encoded_field) == "number"
 
 
-def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray) -> None:
+def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: dict) -> None:
     """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort."""
-    columns = shard.load_columns()
     encoding = BucketedType(task.boundaries)
     values = encoding.encode(columns[task.encoded_field])
     oracle = mechanism_get(task.mechanism, task.epsilon0)

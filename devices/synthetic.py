@@ -1,15 +1,19 @@
 """Seeded generators of simulated device data, vectorised over a whole shard.
 
-Columns of a shard (see FleetShard.columns):
+Columns of a shard (see FleetShard.columns, docs/fleets.md):
+  device_id     unicode (devices), the device's id, unique in the fleet ("d<global index>" here)
   age           float32, years, NaN when the profile has none
   locale        int16, index into fleet.vocabularies["locale"]
-  perplexity    float32, the keyboard model's perplexity on the device
+  perplexity    float32, the keyboard model's perplexity on the device, NaN when unknown
   phrase_start  int64 (devices + 1), CSR offsets of each device's phrases
+  phrase_time   int64 (phrases), unix seconds at which each phrase was typed
   token_start   int64 (phrases + 1), CSR offsets of each phrase's tokens
   tokens        int32, indices into fleet.vocabularies["tokens"]
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -61,9 +65,18 @@ _PLANTED_SHARE = 0.35  # of all phrases typed
 # Every planted word is in the vocabulary (appended if the common words lack it), each once.
 TOKENS = list(dict.fromkeys(TOKENS + [t for p in PLANTED_PHRASES for t in p.split()]))
 
+# Twice the KeyboardNGrams retention (devices.streams), so that retention visibly removes phrases.
+HISTORY_DAYS = 60
 
-def generate_shard(size: int, rng: np.random.Generator) -> Columns:
-    """Columns for ``size`` devices drawn from ``rng``."""
+
+def generate_shard(size: int, rng: np.random.Generator, *, first_index: int = 0, now: float | None = None) -> Columns:
+    """Columns for ``size`` devices drawn from ``rng``.
+
+    ``first_index`` is the fleet-wide index of the shard's first device, so that ids are unique
+    across shards. Phrase times are uniform over the ``HISTORY_DAYS`` before ``now`` (default: the
+    current time), in order within each device; they are drawn after every other column, so a seed
+    gives the same devices as before times existed, and ``now`` only shifts the times.
+    """
     token_index = {token: i for i, token in enumerate(TOKENS)}
 
     # Ages: a mixture of younger and older adults, some teenagers, 4% without a profile age.
@@ -96,11 +109,25 @@ def generate_shard(size: int, rng: np.random.Generator) -> Columns:
         starts = token_start[:-1][is_planted & (planted_choice == choice)]
         tokens[starts[:, None] + np.arange(phrase_tokens.size)] = phrase_tokens
 
+    # Drawn last: the draws above, and so the devices of a seed, do not depend on this.
+    seconds_ago = rng.integers(0, HISTORY_DAYS * 86_400, size=phrase_count)
+    device_of_phrase = np.repeat(np.arange(size), phrases_per_device)
+    # Oldest first within each device; the phrases are exchangeable, so sorting the times keeps the distribution.
+    chronological = np.lexsort((-seconds_ago, device_of_phrase))
+    reference = int(time.time() if now is None else now)
+    phrase_time = (reference - seconds_ago[chronological]).astype(np.int64)
+
+    # As narrow as the largest index needs: npz stores fixed-width unicode, 4 bytes per character.
+    digits = len(str(first_index + max(size, 1) - 1))
+    device_id = np.char.add("d", np.arange(first_index, first_index + size).astype(f"<U{digits}"))
+
     return {
+        "device_id": device_id,
         "age": age,
         "locale": locale,
         "perplexity": perplexity,
         "phrase_start": phrase_start,
+        "phrase_time": phrase_time,
         "token_start": token_start,
         "tokens": tokens,
     }

@@ -124,6 +124,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("PFS_TASK_TIME_LIMIT", 600, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A task taken by a worker that died unacknowledged goes back to the queue after this many seconds.
+# Tasks are idempotent, so a redelivery of a task still running elsewhere changes nothing.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("PFS_VISIBILITY_TIMEOUT", 3600, minimum=1)}
+CELERY_TASK_DEFAULT_QUEUE = env_str("PFS_TASK_QUEUE", "celery")
 
 # Devices per shard of a new fleet: one shard is one task, one lock and one transaction.
 # 10,000 devices with a 1,024-bucket encoding privatize in well under a second.

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from analyses.roles import make_privacy_officer
 from analyses.services import analysis_approve, analysis_create
-from devices.services import fleet_create_synthetic
+from devices.fleet_io import fleet_create
 from pfs_web.celery import app as celery_app
 from tests.services import Worker, redis_url_or_fail
 
@@ -60,7 +60,7 @@ def officer(django_user_model):
 
 @pytest.fixture
 def fleet(db):
-    return fleet_create_synthetic(name="small", size=FLEET_SIZE, seed=11, shard_size=SHARD_SIZE)
+    return fleet_create(name="small", size=FLEET_SIZE, seed=11, shard_size=SHARD_SIZE)
 
 
 @pytest.fixture

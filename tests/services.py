@@ -7,6 +7,7 @@ REDIS_URL and PFS_CHROMIUM; run by hand, export them yourself.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,9 +47,10 @@ def test_database_url() -> str:
 class Worker:
     """A `celery worker` process consuming from Redis against the test database."""
 
-    def __init__(self, redis_url: str, log_path: Path) -> None:
+    def __init__(self, redis_url: str, log_path: Path, *, queue: str = "celery", extra_env: dict | None = None) -> None:
         self.redis_url = redis_url
         self.log_path = log_path
+        self.hostname = f"pfs-test-{queue}-{os.getpid()}"
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "pfs_web.settings",
@@ -57,6 +59,8 @@ class Worker:
             "DATABASE_URL": test_database_url(),
             "REDIS_URL": redis_url,
             "PFS_TASK_MODE": "celery",
+            "PFS_TASK_QUEUE": queue,
+            **(extra_env or {}),
         }
         self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
@@ -70,14 +74,17 @@ class Worker:
                 "--loglevel=INFO",
                 "--concurrency=2",
                 "--hostname",
-                f"pfs-test-{os.getpid()}@%h",
+                f"{self.hostname}@%h",
                 "--without-gossip",
                 "--without-mingle",
+                "--queues",
+                queue,
             ],
             cwd=ROOT,
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so a test can kill it whole
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -87,11 +94,24 @@ class Worker:
                 pytest.fail(
                     f"the Celery worker exited with {self.process.returncode}:\n{self.log_path.read_text()[-3000:]}"
                 )
-            if celery_app.control.ping(destination=[f"pfs-test-{os.getpid()}@{os.uname().nodename}"], timeout=0.5):
+            if celery_app.control.ping(destination=[f"{self.hostname}@{os.uname().nodename}"], timeout=0.5):
                 return
         pytest.fail(f"the Celery worker did not answer within {timeout} s:\n{self.log_path.read_text()[-3000:]}")
 
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool processes at once: no cleanup, no acknowledgements."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.log.close()
+
+    def __del__(self) -> None:
+        # A test that failed before stopping its worker must not leave one consuming.
+        if getattr(self, "process", None) is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+
     def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
         self.process.terminate()
         try:
             self.process.wait(timeout=20)

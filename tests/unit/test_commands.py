@@ -96,9 +96,9 @@ def test_seed_demo_creates_table_1_policies_and_is_safe_to_rerun(capsys) -> None
 
 
 def test_the_documented_example_files_run_as_the_readme_shows(db, analyst, officer, capsys, django_user_model) -> None:
-    from devices.services import fleet_create_synthetic
+    from devices.fleet_io import fleet_create
 
-    fleet_create_synthetic(name="demo", size=3_000, seed=3, shard_size=1_000)
+    fleet_create(name="demo", size=3_000, seed=3, shard_size=1_000)
     django_user_model.objects.create_user("analyst")
     django_user_model.objects.create_user("officer", is_staff=True)
     call_command("create_analysis", "docs/examples/analysis.json", "--approve")

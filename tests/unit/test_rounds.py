@@ -139,3 +139,29 @@ def test_a_recipe_naming_another_snapshot_is_refused_by_the_server(api, analysis
     assert response.status_code == 400 and "policySnapshot" in response.json()
     recipe["policySnapshot"] = analysis.snapshot.digest
     assert api.post("/api/analyses/test.ages/recipes/", recipe, format="json").status_code == 201
+
+
+def test_tasks_of_a_deleted_round_do_nothing(analysis, recipe, analyst) -> None:
+    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    round_ = Round.objects.create(recipe=recipe_obj, seed=1, created_by=analyst)
+    round_id, shard_id = round_.pk, analysis.fleet.shards.first().pk
+    round_.delete()
+    tasks.dispatch_round.apply(args=(round_id,), throw=True)
+    tasks.run_shard.apply(args=(round_id, shard_id), throw=True)
+    tasks.aggregate_round.apply(args=(round_id,), throw=True)
+    assert not ShardRun.objects.exists()
+
+
+def test_phrases_past_retention_are_deleted_from_the_shard_before_the_query_runs(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+    import time as clock
+
+    from devices.streams import RETENTION_DAYS, SECONDS_PER_DAY
+
+    shard = analysis.fleet.shards.order_by("index").first()
+    cutoff = clock.time() - RETENTION_DAYS["KeyboardNGrams"] * SECONDS_PER_DAY
+    assert (shard.load_columns()["phrase_time"] < cutoff).any()  # the fleet has 60 days of history
+    run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    shard.refresh_from_db()
+    columns = shard.load_columns()
+    assert (columns["phrase_time"] >= cutoff - 60).all()  # a minute of slack for the test's own runtime
+    assert columns["phrase_start"][-1] == columns["phrase_time"].size

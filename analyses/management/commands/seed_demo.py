@@ -14,8 +14,8 @@ from django.db import transaction
 from analyses.models import Analysis
 from analyses.roles import make_privacy_officer
 from analyses.services import analysis_approve, analysis_create
+from devices.fleet_io import fleet_create
 from devices.models import Fleet, ShardLedger, ShardRun
-from devices.services import fleet_create_synthetic
 
 DEMO_USERS = [
     # (username, password, is privacy officer)
@@ -71,7 +71,7 @@ class Command(BaseCommand):
         fleet = Fleet.objects.filter(name="demo").first()
         if fleet is None:
             self.stdout.write(f"creating fleet demo: {options['devices']:,} devices ...")
-            fleet = fleet_create_synthetic(
+            fleet = fleet_create(
                 name="demo", size=options["devices"], seed=options["seed"], shard_size=options["shard_size"]
             )
 
