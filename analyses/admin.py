@@ -35,7 +35,7 @@ class AnalysisAdmin(admin.ModelAdmin):
     # Devices enforce the snapshot taken at approval: edits take effect when approved again.
     fieldsets = [
         (None, {"fields": ["identifier", "title", "fleet", "owner", "query_class"]}),
-        ("Check 1: analysis budget", {"fields": ["epsilon_allowed", "reports_allowed", "delta"]}),
+        ("Check 1: analysis budget", {"fields": ["epsilon_allowed", "reports_allowed", "delta", "accountant"]}),
         (
             "Approval",
             {

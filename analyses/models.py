@@ -26,6 +26,12 @@ class Analysis(models.Model):
     epsilon_allowed = models.FloatField()
     reports_allowed = models.PositiveIntegerField()
     delta = models.FloatField(help_text="Largest delta at which a query of this analysis may claim epsilon.")
+    accountant = models.CharField(
+        max_length=16,
+        choices=[("basic", "Basic composition"), ("advanced", "Advanced composition (or basic, if smaller)")],
+        default="basic",
+        help_text="How devices compose the aggregate epsilons of this analysis's queries.",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import numpy as np
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Count, Sum
@@ -18,12 +19,13 @@ from aggregation.services import collection_release
 from analyses.errors import NotAllowed, ValidationFailed
 from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
 from analyses.validation import Problems
+from devices.budget import COMPOSITIONS, NANO, Accountant, BasicComposition, BudgetRequest, Decision, ledger_empty
 from devices.models import Fleet, FleetShard, ShardRun
 from devices.query import QueryRefused, verify_query
 from devices.services import DeviceTask, fleet_enroll, policy_snapshot_create, shard_answer
 from devices.streams import STREAMS, field_kind
 from pfs_web.task_queue import enqueue
-from privacy.amplification import UnreachableEpsilon, min_cohort_closed_form
+from privacy.amplification import MAX_COHORT, UnreachableEpsilon, min_cohort_closed_form
 from privacy.encoding import BucketedType
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 
@@ -58,6 +60,9 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
     epsilon = problems.number(budget, "epsilon", "budget.epsilon", positive=True)
     reports = problems.integer(budget, "reports", "budget.reports", minimum=1)
     delta = problems.number(budget, "delta", "budget.delta", open_unit=True)
+    accountant = budget.get("accountant", BasicComposition.name)
+    if accountant not in COMPOSITIONS:
+        problems.add("budget.accountant", f"Unknown accountant; known: {', '.join(COMPOSITIONS)}.")
 
     field_specs = problems.obj(spec, "fields", "fields") or {}
     policies = []
@@ -85,6 +90,7 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
             epsilon_allowed=epsilon,
             reports_allowed=reports,
             delta=delta,
+            accountant=accountant,
         )
         FieldPolicy.objects.bulk_create(
             FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r) for n, le, e, r in policies
@@ -98,7 +104,12 @@ def analysis_policy(analysis: Analysis) -> dict:
         "analysis": analysis.identifier,
         "fleet": analysis.fleet.name,
         "queryClass": analysis.query_class,
-        "budget": {"epsilon": analysis.epsilon_allowed, "reports": analysis.reports_allowed, "delta": analysis.delta},
+        "budget": {
+            "epsilon": analysis.epsilon_allowed,
+            "reports": analysis.reports_allowed,
+            "delta": analysis.delta,
+            "accountant": analysis.accountant,
+        },
         "fields": {
             p.field: {"localEpsilon": p.local_epsilon, "epsilon": p.epsilon, "reports": p.reports}
             for p in analysis.field_policies.all()
@@ -248,34 +259,60 @@ def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[s
 def _check_budget(
     problems: Problems, analysis: Analysis, field: str | None, epsilon0: float, epsilon: float, delta: float
 ) -> None:
-    spent = analysis_spent(analysis)
+    """The device's own checks 1 and 2, run on the server's view: one device that answered every round started."""
+    policy = analysis_policy(analysis)
+    accountant = Accountant.for_policy(policy)
+    ledger = ledger_empty(1)
+    everyone = np.ones(1, dtype=bool)
+    for recipe in Recipe.objects.filter(rounds__isnull=False, analysis=analysis).distinct():
+        for _ in recipe.rounds.all():
+            spent = BudgetRequest(recipe.epsilon0, recipe.epsilon, recipe.delta, (recipe.encoded_field,), 0)
+            accountant.charge(ledger, spent, everyone)
+    fields = (field,) if field else ()
+    # Check 3 is the minimum cohort, computed and checked separately: claim a cohort large enough.
+    request = BudgetRequest(epsilon0, epsilon, delta, fields, min_cohort=MAX_COHORT)
+    decision = Decision(int(accountant.check(ledger, policy, request)[0]))
+    if decision == Decision.ANALYSIS_BUDGET:
+        _explain_analysis_refusal(problems, analysis, ledger, epsilon, delta)
+    elif decision == Decision.FIELD_BUDGET:
+        _explain_field_refusal(problems, analysis, ledger, field, epsilon0)
+
+
+def _explain_analysis_refusal(
+    problems: Problems, analysis: Analysis, ledger: dict, epsilon: float, delta: float
+) -> None:
     if delta > analysis.delta:
         problems.add("privacy.delta", f"Above the analysis's delta of {analysis.delta:g}.")
-    if spent["epsilon"] + epsilon > analysis.epsilon_allowed + 1e-12:
+    elif ledger["reports_used"][0] + 1 > analysis.reports_allowed:
+        problems.add("privacy.epsilon", f"The analysis has used all {analysis.reports_allowed} of its reports.")
+    else:
+        left = analysis.epsilon_allowed - ledger["epsilon_used"][0] / NANO
         problems.add(
             "privacy.epsilon",
-            f"The analysis has {analysis.epsilon_allowed - spent['epsilon']:g} of its epsilon "
-            f"{analysis.epsilon_allowed:g} left.",
+            f"Exceeds the analysis budget: {left:g} of its epsilon {analysis.epsilon_allowed:g} left "
+            f"under basic composition ({analysis.get_accountant_display().lower()}).",
         )
-    if spent["reports"] + 1 > analysis.reports_allowed:
-        problems.add("privacy.epsilon", f"The analysis has used all {analysis.reports_allowed} of its reports.")
-    if field is None:
-        return
+
+
+def _explain_field_refusal(
+    problems: Problems, analysis: Analysis, ledger: dict, field: str | None, epsilon0: float
+) -> None:
     policy = analysis.field_policies.filter(field=field).first()
     if policy is None:
         problems.add(f"dataTypeContent.{field}", "The field has no budget policy in this analysis.")
-        return
-    used = spent["fields"].get(field, {"epsilon": 0.0, "reports": 0})
-    if epsilon0 > policy.local_epsilon:
+    elif epsilon0 > policy.local_epsilon:
         problems.add(
             "privacy.epsilon0",
             f"Above the local epsilon cap of {policy.local_epsilon:g} for {field} "
             f"(replacement-model epsilon0 of this mechanism: {epsilon0:g}).",
         )
-    if used["epsilon"] + epsilon > policy.epsilon + 1e-12:
-        problems.add("privacy.epsilon", f"Field {field} has {policy.epsilon - used['epsilon']:g} of its epsilon left.")
-    if used["reports"] + 1 > policy.reports:
+    elif ledger.get(f"field:{field}:reports_used", np.zeros(1))[0] + 1 > policy.reports:
         problems.add("privacy.epsilon", f"Field {field} has used all {policy.reports} of its reports.")
+    else:
+        left = policy.epsilon - ledger.get(f"field:{field}:epsilon_used", np.zeros(1))[0] / NANO
+        problems.add(
+            "privacy.epsilon", f"Exceeds field {field}'s budget: {left:g} of its epsilon {policy.epsilon:g} left."
+        )
 
 
 def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Recipe:

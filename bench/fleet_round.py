@@ -40,9 +40,7 @@ def run_one(devices: int, buckets: int) -> dict:
 
     call_command("migrate", verbosity=0)
     officer = get_user_model().objects.create_user("officer", is_staff=True)
-    fleet = fleet_create(
-        name="bench", size=devices, seed=1, shard_size=int(os.environ.get("PFS_SHARD_SIZE", 10_000))
-    )
+    fleet = fleet_create(name="bench", size=devices, seed=1, shard_size=int(os.environ.get("PFS_SHARD_SIZE", 10_000)))
     spec = {
         "identifier": "bench",
         "fleet": "bench",

@@ -1,19 +1,24 @@
 """The device's budget accountant: checks 1-3 of seed 000 Section 4.3, vectorised over a shard.
 
-Each device holds, per analysis, the aggregate epsilon and number of reports it has spent on the
-analysis (check 1) and on every data field (check 2). A device answers only if every check
-passes, and then charges exactly what it answered with; a refusal spends nothing.
+Each device holds, per analysis, what it has spent on the analysis (check 1) and on every data
+field (check 2). A device answers only if every check passes, and then charges exactly what it
+answered with; a refusal spends nothing.
 
-Basic composition, as the paper states the checks: epsilon_used + epsilon <= epsilon_allowed and
-reports_used + 1 <= reports_allowed. Epsilons are stored as integer nano-epsilons (round to
-nearest: decimal inputs such as 0.3 map exactly), so sums never drift with float round-off.
+The composition rule is pluggable (the policy's ``budget.accountant``):
+- "basic" (the paper's checks): epsilon_used + epsilon <= epsilon_allowed, reports_used + 1 <=
+  reports_allowed, each query's delta <= the analysis delta. Epsilons are integer nano-epsilons
+  (round to nearest: decimal inputs such as 0.3 map exactly), so sums never drift.
+- "advanced": a query also fits when the advanced composition bound of every query so far plus
+  this one is within the allowance (privacy.composition.advanced_composition_epsilon, with
+  delta' = the analysis delta). Both bounds hold at once, so the device may use the smaller.
+  The guarantee is then (epsilon_allowed, sum of the queries' deltas + delta').
 
-The accountant is a class so that a different composition (advanced, Rényi) can replace it
-without touching the shard service; budget_charge is the only place that mutates a ledger.
+``Accountant.check`` only reads; ``Accountant.charge`` is the only place that mutates a ledger.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -62,32 +67,71 @@ def ledger_empty(size: int) -> Columns:
     }
 
 
-def _field_columns(ledger: Columns, field: str) -> tuple[str, str]:
-    epsilon_key, reports_key = f"field:{field}:epsilon_used", f"field:{field}:reports_used"
-    size = ledger["epsilon_used"].size
-    ledger.setdefault(epsilon_key, np.zeros(size, dtype=np.int64))
-    ledger.setdefault(reports_key, np.zeros(size, dtype=np.int32))
-    return epsilon_key, reports_key
+def _column(ledger: Columns, name: str, dtype: type) -> npt.NDArray:
+    return ledger.setdefault(name, np.zeros(ledger["epsilon_used"].size, dtype=dtype))
 
 
-class BasicCompositionAccountant:
-    """Checks 1-3 with basic composition (seed 000, Section 4.3)."""
+class BasicComposition:
+    """Epsilons add up (seed 000, Section 4.3)."""
 
     name = "basic"
+
+    def fits(
+        self, ledger: Columns, scope: str, epsilon: float, allowed: float, delta_allowed: float
+    ) -> npt.NDArray[np.bool_]:
+        return _column(ledger, f"{scope}epsilon_used", np.int64) + to_units(epsilon) <= to_units(allowed)
+
+    def spend(self, ledger: Columns, scope: str, epsilon: float, answered: npt.NDArray[np.bool_]) -> None:
+        _column(ledger, f"{scope}epsilon_used", np.int64)[answered] += to_units(epsilon)
+
+
+class AdvancedComposition(BasicComposition):
+    """Basic composition, or the advanced composition bound when it is smaller [DRV10]."""
+
+    name = "advanced"
+
+    def fits(
+        self, ledger: Columns, scope: str, epsilon: float, allowed: float, delta_allowed: float
+    ) -> npt.NDArray[np.bool_]:
+        squares = _column(ledger, f"{scope}epsilon_squares", np.float64) + epsilon**2
+        drift = _column(ledger, f"{scope}epsilon_drift", np.float64) + epsilon * math.expm1(epsilon)
+        # privacy.composition.advanced_composition_epsilon, vectorised over the devices.
+        bound = np.sqrt(2.0 * math.log(1.0 / delta_allowed) * squares) + drift
+        return super().fits(ledger, scope, epsilon, allowed, delta_allowed) | (bound <= allowed)
+
+    def spend(self, ledger: Columns, scope: str, epsilon: float, answered: npt.NDArray[np.bool_]) -> None:
+        super().spend(ledger, scope, epsilon, answered)
+        _column(ledger, f"{scope}epsilon_squares", np.float64)[answered] += epsilon**2
+        _column(ledger, f"{scope}epsilon_drift", np.float64)[answered] += epsilon * math.expm1(epsilon)
+
+
+COMPOSITIONS = {c.name: c for c in (BasicComposition, AdvancedComposition)}
+
+
+class Accountant:
+    """Checks 1-3 under one composition rule."""
+
+    def __init__(self, composition: BasicComposition) -> None:
+        self.composition = composition
+
+    @classmethod
+    def for_policy(cls, policy: dict) -> Accountant:
+        """The accountant a policy names; an unknown name is refused rather than guessed."""
+        name = policy["budget"].get("accountant", BasicComposition.name)
+        return cls(COMPOSITIONS[name]())
 
     def check(self, ledger: Columns, policy: dict, request: BudgetRequest) -> npt.NDArray[np.int8]:
         """Per device, Decision.ANSWERED or the first check that fails. Reads, never writes."""
         size = ledger["epsilon_used"].size
         decision = np.full(size, Decision.ANSWERED, dtype=np.int8)
-        charge = to_units(request.epsilon)
-
-        # Check 1: the analysis's aggregate epsilon and report count (Table 1a); its delta
-        # is the largest delta at which any of its queries may claim epsilon.
         budget = policy["budget"]
+        delta_allowed = budget["delta"]
+
+        # Check 1: the analysis's aggregate epsilon and report count (Table 1a).
         analysis_ok = (
-            (ledger["epsilon_used"] + charge <= to_units(budget["epsilon"]))
+            self.composition.fits(ledger, "", request.epsilon, budget["epsilon"], delta_allowed)
             & (ledger["reports_used"] + 1 <= budget["reports"])
-            & (request.delta <= budget["delta"])
+            & (request.delta <= delta_allowed)
         )
         decision[~analysis_ok] = Decision.ANALYSIS_BUDGET
 
@@ -97,11 +141,11 @@ class BasicCompositionAccountant:
             if field_policy is None:
                 field_ok = np.zeros(size, dtype=bool)
             else:
-                epsilon_key, reports_key = _field_columns(ledger, field)
+                scope = f"field:{field}:"
                 field_ok = (
                     (request.epsilon0 <= field_policy["localEpsilon"])
-                    & (ledger[epsilon_key] + charge <= to_units(field_policy["epsilon"]))
-                    & (ledger[reports_key] + 1 <= field_policy["reports"])
+                    & self.composition.fits(ledger, scope, request.epsilon, field_policy["epsilon"], delta_allowed)
+                    & (_column(ledger, f"{scope}reports_used", np.int32) + 1 <= field_policy["reports"])
                 )
             decision[(decision == Decision.ANSWERED) & ~field_ok] = Decision.FIELD_BUDGET
 
@@ -120,13 +164,9 @@ class BasicCompositionAccountant:
 
     def charge(self, ledger: Columns, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
         """Spend epsilon and one report, on the analysis and each field, for answering devices."""
-        charge = to_units(request.epsilon)
-        ledger["epsilon_used"][answered] += charge
+        self.composition.spend(ledger, "", request.epsilon, answered)
         ledger["reports_used"][answered] += 1
         for field in request.fields:
-            epsilon_key, reports_key = _field_columns(ledger, field)
-            ledger[epsilon_key][answered] += charge
-            ledger[reports_key][answered] += 1
-
-
-ACCOUNTANTS = {BasicCompositionAccountant.name: BasicCompositionAccountant}
+            scope = f"field:{field}:"
+            self.composition.spend(ledger, scope, request.epsilon, answered)
+            _column(ledger, f"{scope}reports_used", np.int32)[answered] += 1

@@ -67,9 +67,7 @@ class Enrollment(models.Model):
     enrolled_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["fleet", "analysis_identifier"], name="unique_enrollment")
-        ]
+        constraints = [models.UniqueConstraint(fields=["fleet", "analysis_identifier"], name="unique_enrollment")]
 
     def __str__(self) -> str:
         return f"{self.fleet.name} enrolled in {self.analysis_identifier} @ {self.snapshot.digest[:12]}"

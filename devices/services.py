@@ -18,7 +18,7 @@ import numpy as np
 from django.db import transaction
 
 from aggregation.upload import share_pair_upload
-from devices.budget import BasicCompositionAccountant, BudgetRequest, Decision, ledger_empty
+from devices.budget import Accountant, BudgetRequest, Decision, ledger_empty
 from devices.columns import pack
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
 from devices.query import QueryRefused, verify_query
@@ -102,11 +102,11 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
         columns = _columns_after_retention(shard)
         ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
         ledger = ledger_row.load_state() if ledger_row else ledger_empty(shard.size)
-        decision = _decide(shard, task, ledger)
+        decision, accountant = _decide(shard, task, ledger)
         answered = decision == Decision.ANSWERED
         if answered.any():
             _answer(shard, task, answered, columns)
-            BasicCompositionAccountant().charge(ledger, _budget_request(task), answered)
+            accountant.charge(ledger, _budget_request(task), answered)
             if ledger_row is None:
                 ledger_row = ShardLedger(shard=shard, analysis_identifier=task.analysis)
             ledger_row.state = pack(ledger)
@@ -149,8 +149,11 @@ def _budget_request(task: DeviceTask) -> BudgetRequest:
     )
 
 
-def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> np.ndarray:
-    """Per device: sample, verify, check the budget. Nothing here reads the devices' data."""
+def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarray, Accountant | None]:
+    """Per device: sample, verify, check the budget; and the policy's accountant, if it got that far.
+
+    Nothing here reads the devices' data.
+    """
     rng = np.random.default_rng([task.seed, shard.index, 0])
     decision = np.full(shard.size, Decision.ANSWERED, dtype=np.int8)
     sampled = rng.random(shard.size) < task.sampling_rate
@@ -164,15 +167,16 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> np.ndarray:
     )
     if enrollment is None or enrollment.snapshot.digest != task.snapshot_digest:
         decision[sampled] = Decision.POLICY_SNAPSHOT
-        return decision
+        return decision, None
     policy = enrollment.snapshot.content
     if not _verified(policy, shard, task):
         decision[sampled] = Decision.QUERY_CLASS
-        return decision
+        return decision, None
 
-    checks = BasicCompositionAccountant().check(ledger, policy, _budget_request(task))
+    accountant = Accountant.for_policy(policy)
+    checks = accountant.check(ledger, policy, _budget_request(task))
     decision[sampled] = checks[sampled]
-    return decision
+    return decision, accountant
 
 
 def _verified(policy: dict, shard: FleetShard, task: DeviceTask) -> bool:

@@ -78,6 +78,20 @@ def advanced_composition(event: ApproximateDP, steps: int, delta_prime: float) -
     return ApproximateDP(_up(total), min(1.0, _up(steps * event.delta + delta_prime)))
 
 
+def advanced_composition_epsilon(sum_of_squares: float, drift: float, delta_prime: float) -> float:
+    """Advanced composition of heterogeneous pure eps_i-DP steps, from running sums [DRV10]:
+
+        eps' = sqrt(2 ln(1/delta') * sum eps_i^2) + sum eps_i (e^eps_i - 1),  with delta' added to delta.
+
+    The privacy loss of step i has mean at most eps_i (e^eps_i - 1) and magnitude at most eps_i
+    (Dwork and Roth 2014, Lemma 3.18), so Azuma's inequality bounds the sum's deviation by the square
+    root term. With T equal steps this is ``advanced_composition``. ``drift`` is sum eps_i (e^eps_i - 1).
+    """
+    if not (0.0 < delta_prime < 1.0):
+        raise ValueError("delta_prime must lie strictly between 0 and 1")
+    return _up(math.sqrt(2.0 * math.log(1.0 / delta_prime) * sum_of_squares) + drift)
+
+
 def rdp_compose(curves: Sequence[RenyiDP]) -> RenyiDP:
     """RDP composition: rho(alpha) adds up over adaptive steps (seed 003 Theorem 2; Mironov 2017 Prop. 1)."""
     if not curves:

@@ -33,11 +33,14 @@ def fault_queue(transactional_db, settings):
     restore_inline_tasks()
 
 
-def test_killing_the_worker_mid_round_neither_loses_the_round_nor_double_spends(fault_queue, analyst, officer, api, tmp_path) -> None:
+def test_killing_the_worker_mid_round_neither_loses_the_round_nor_double_spends(
+    fault_queue, analyst, officer, api, tmp_path
+) -> None:
     redis_url = redis_url_or_fail()
     fleet_create(name="big", size=DEVICES, seed=5, shard_size=SHARD_SIZE)
     spec = {
-        "identifier": "faults", "fleet": "big",
+        "identifier": "faults",
+        "fleet": "big",
         "queryClass": {"stream": "ModelMetrics", "fields": ["perplexity"], "cohortFields": []},
         "budget": {"epsilon": 5.0, "reports": 5, "delta": 1e-6},
         "fields": {"perplexity": {"localEpsilon": 4.0, "epsilon": 5.0, "reports": 5}},

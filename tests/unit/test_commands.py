@@ -115,3 +115,16 @@ def test_the_demo_officer_can_approve_in_the_admin_and_the_analyst_cannot(client
     client.logout()
     assert client.login(username="analyst", password="analyst-demo-password")
     assert client.get("/admin/analyses/analysis/").status_code == 302
+
+
+def test_an_analysis_can_choose_the_advanced_accountant_and_devices_receive_it(spec_file) -> None:
+    spec = {**SPEC, "budget": {**SPEC["budget"], "accountant": "advanced"}}
+    call_command("create_analysis", spec_file(spec), "--approve", "--owner", "alice", "--officer", "olivia")
+    assert Analysis.objects.get().snapshot.content["budget"]["accountant"] == "advanced"
+
+
+def test_an_unknown_accountant_is_refused(spec_file) -> None:
+    spec = {**SPEC, "budget": {**SPEC["budget"], "accountant": "optimistic"}}
+    with pytest.raises(CommandError, match="budget.accountant"):
+        call_command("create_analysis", spec_file(spec), "--owner", "alice")
+    assert not Analysis.objects.exists()

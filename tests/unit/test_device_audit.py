@@ -19,7 +19,9 @@ def run(analysis, recipe, analyst, capture, **privacy):
         return services.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
 
 
-def test_the_log_shows_each_task_with_the_device_decision_and_spend(analysis, recipe, analyst, django_capture_on_commit_callbacks, capsys) -> None:
+def test_the_log_shows_each_task_with_the_device_decision_and_spend(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks, capsys
+) -> None:
     run(analysis, recipe, analyst, django_capture_on_commit_callbacks, samplingRate=0.7)
     call_command("device_audit", "d4321", "--fleet", "small", "--json")
     (entry,) = json.loads(capsys.readouterr().out)
@@ -29,7 +31,9 @@ def test_the_log_shows_each_task_with_the_device_decision_and_spend(analysis, re
     assert entry["task_key"] == Round.objects.get().task_key
 
 
-def test_decisions_in_the_log_add_up_to_the_round_counts(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+def test_decisions_in_the_log_add_up_to_the_round_counts(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks
+) -> None:
     from devices.audit import device_audit
 
     round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks, samplingRate=0.7)
@@ -46,7 +50,9 @@ def test_an_unknown_device_exits_2(analysis) -> None:
     assert raised.value.returncode == 2
 
 
-def test_the_officer_reads_a_device_log_in_the_admin(client, analysis, recipe, analyst, officer, django_capture_on_commit_callbacks) -> None:
+def test_the_officer_reads_a_device_log_in_the_admin(
+    client, analysis, recipe, analyst, officer, django_capture_on_commit_callbacks
+) -> None:
     run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     client.force_login(officer)
     page = client.get(f"/admin/devices/fleet/{analysis.fleet.pk}/audit/", {"device": "d7"}).content.decode()

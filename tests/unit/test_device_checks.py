@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from devices.budget import BasicCompositionAccountant, BudgetRequest, Decision, ledger_empty, to_units
+from devices.budget import (
+    Accountant,
+    AdvancedComposition,
+    BasicComposition,
+    BudgetRequest,
+    Decision,
+    ledger_empty,
+    to_units,
+)
 from devices.query import QueryRefused, parse_query, verify_query
 
 QUERY_CLASS = {"stream": "KeyboardNGrams", "fields": ["age", "ngrams"], "cohortFields": ["locale"]}
@@ -21,7 +29,7 @@ def request(**changes) -> BudgetRequest:
 
 
 def decide(ledger, req=None, policy=POLICY):
-    return BasicCompositionAccountant().check(ledger, policy, req or request())
+    return Accountant(BasicComposition()).check(ledger, policy, req or request())
 
 
 def test_figure_4_query_is_verified() -> None:
@@ -83,7 +91,7 @@ def test_check_2_refuses_when_the_field_epsilon_would_be_exceeded() -> None:
 
 def test_check_2_refuses_when_the_field_reports_are_used_up() -> None:
     ledger = ledger_empty(2)
-    BasicCompositionAccountant().charge(ledger, request(epsilon=0.1, min_cohort=10**9), np.array([True, False]))
+    Accountant(BasicComposition()).charge(ledger, request(epsilon=0.1, min_cohort=10**9), np.array([True, False]))
     assert decide(ledger, request(epsilon=0.1, min_cohort=10**9)).tolist() == [Decision.FIELD_BUDGET, Decision.ANSWERED]
 
 
@@ -104,14 +112,14 @@ def test_exact_allowance_is_spendable_without_float_drift() -> None:
         "fields": {"age": {"localEpsilon": 2.0, "epsilon": 0.3, "reports": 3}},
     }
     ledger = ledger_empty(1)
-    accountant = BasicCompositionAccountant()
+    accountant = Accountant(BasicComposition())
     accountant.charge(ledger, request(epsilon=0.1), np.array([True]))
     assert (decide(ledger, request(epsilon=0.2, min_cohort=10**9), policy) == Decision.ANSWERED).all()
 
 
 def test_charge_spends_only_for_answering_devices_on_analysis_and_field() -> None:
     ledger = ledger_empty(3)
-    BasicCompositionAccountant().charge(ledger, request(), np.array([True, False, True]))
+    Accountant(BasicComposition()).charge(ledger, request(), np.array([True, False, True]))
     assert ledger["epsilon_used"].tolist() == [to_units(0.3), 0, to_units(0.3)]
     assert ledger["reports_used"].tolist() == [1, 0, 1]
     assert ledger["field:age:reports_used"].tolist() == [1, 0, 1]
@@ -137,3 +145,48 @@ def test_the_device_charges_a_deletion_model_mechanism_at_twice_its_epsilon0() -
         seed=1,
     )
     assert _budget_request(task).epsilon0 == 3.0
+
+
+def count_answered(composition, epsilon: float, allowed: float = 1.0, delta: float = 1e-6, tries: int = 200) -> int:
+    """How many epsilon-queries one device answers before its analysis budget refuses."""
+    policy = {"budget": {"epsilon": allowed, "reports": 10_000, "delta": delta}, "fields": {}}
+    accountant = Accountant(composition)
+    ledger = ledger_empty(1)
+    req = BudgetRequest(epsilon0=1.0, epsilon=epsilon, delta=delta, fields=(), min_cohort=10**12)
+    for answered in range(tries):
+        if accountant.check(ledger, policy, req)[0] != Decision.ANSWERED:
+            return answered
+        accountant.charge(ledger, req, np.array([True]))
+    return tries
+
+
+def test_basic_composition_answers_exactly_allowed_over_epsilon_queries() -> None:
+    assert count_answered(BasicComposition(), 0.02) == 50
+
+
+def test_advanced_composition_answers_more_small_queries_but_never_beyond_its_bound() -> None:
+    import math
+
+    from privacy.composition import ApproximateDP, advanced_composition, advanced_composition_epsilon
+
+    k = count_answered(AdvancedComposition(), 0.02)
+    # The k-th query fit and the (k+1)-th did not, by the advanced bound with delta' = 1e-6.
+    assert advanced_composition(ApproximateDP(0.02, 0.0), k, 1e-6).epsilon <= 1.0
+    assert advanced_composition(ApproximateDP(0.02, 0.0), k + 1, 1e-6).epsilon > 1.0
+    assert k > 50
+    # The running sums the ledger keeps give the same number as the closed form for equal steps.
+    assert advanced_composition_epsilon(k * 0.02**2, k * 0.02 * math.expm1(0.02), 1e-6) == pytest.approx(
+        advanced_composition(ApproximateDP(0.02, 0.0), k, 1e-6).epsilon, rel=1e-12
+    )
+
+
+def test_advanced_composition_falls_back_to_basic_when_basic_is_smaller() -> None:
+    # Two queries of 0.5 fit basic composition exactly; the advanced bound alone would refuse the second.
+    assert count_answered(AdvancedComposition(), 0.5) == count_answered(BasicComposition(), 0.5) == 2
+
+
+def test_the_policy_names_the_accountant_and_an_unknown_one_is_refused() -> None:
+    assert isinstance(Accountant.for_policy({"budget": {"accountant": "advanced"}}).composition, AdvancedComposition)
+    assert isinstance(Accountant.for_policy({"budget": {}}).composition, BasicComposition)
+    with pytest.raises(KeyError):
+        Accountant.for_policy({"budget": {"accountant": "renyi-but-misspelt"}})

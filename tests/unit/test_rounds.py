@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from aggregation.models import Collection, HelperShare, LeaderShare
@@ -32,6 +33,9 @@ def test_a_round_releases_and_spends_each_device_budget_once(
     totals = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
     assert totals["max:epsilon_used"] == to_units(1.0)
     assert totals["sum:reports_used"] == FLEET_SIZE
+    # Devices without an age answered too (into OOV): sending nothing would itself be disclosive.
+    missing_age = sum(int(np.isnan(s.load_columns()["age"]).sum()) for s in analysis.fleet.shards.all())
+    assert missing_age > 0 and round_.release.content["reports"] == FLEET_SIZE
     assert totals["max:field:age:reports_used"] == 1
 
 
@@ -152,7 +156,9 @@ def test_tasks_of_a_deleted_round_do_nothing(analysis, recipe, analyst) -> None:
     assert not ShardRun.objects.exists()
 
 
-def test_phrases_past_retention_are_deleted_from_the_shard_before_the_query_runs(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+def test_phrases_past_retention_are_deleted_from_the_shard_before_the_query_runs(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks
+) -> None:
     import time as clock
 
     from devices.streams import RETENTION_DAYS, SECONDS_PER_DAY
