@@ -13,8 +13,6 @@ from aggregation.models import Collection
 from privacy.field import to_counts
 from privacy.mechanisms import mechanism_get
 
-Z_95 = 1.959963984540054  # the 97.5% quantile of the standard normal
-
 
 @dataclass(frozen=True)
 class BatchEstimate:
@@ -36,14 +34,8 @@ class BatchEstimate:
         if self.suppressed:
             result["reason"] = self.reason
             return result
-        estimates = np.asarray(self.estimates)
-        errors = np.asarray(self.standard_errors)
-        result.update(
-            estimates=self.estimates,
-            standard_errors=self.standard_errors,
-            ci_low=(estimates - Z_95 * errors).tolist(),
-            ci_high=(estimates + Z_95 * errors).tolist(),
-        )
+        # Intervals are derived when the release is shown (privacy.intervals), not stored.
+        result.update(estimates=self.estimates, standard_errors=self.standard_errors)
         return result
 
 

@@ -27,6 +27,7 @@ from devices.streams import STREAMS, field_kind
 from pfs_web.task_queue import enqueue
 from privacy.amplification import MAX_COHORT, UnreachableEpsilon, min_cohort_closed_form
 from privacy.encoding import BucketedType
+from privacy.intervals import INTERVALS, VIEWS, present, view_rule, z_value
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 
 # ---------------------------------------------------------------- analyses as policy
@@ -478,14 +479,62 @@ def _release_content(round_: Round, encoding: BucketedType, batches: list, progr
         "epsilon_spent": recipe.epsilon if progress["devices_answered"] else 0.0,
         "refusals": progress["devices_not_answering"],
         "batches": [b.as_json() for b in batches],
-        "interval": "95% per bucket, normal approximation: estimate ± 1.96 standard errors",
     }
 
 
-def release_table(release: Release) -> list[dict[str, Any]]:
+class ReleaseView:
+    """How a release is shown: its intervals and its view of the estimates (privacy.intervals)."""
+
+    LEVEL = 0.95
+
+    def __init__(self, *, intervals: str = "per-bucket", view: str = "raw") -> None:
+        problems = Problems()
+        if intervals not in INTERVALS:
+            problems.add("intervals", f"Must be one of {', '.join(INTERVALS)}.")
+        if view not in VIEWS:
+            problems.add("view", f"Must be one of {', '.join(VIEWS)}.")
+        if problems:
+            raise ValidationFailed(problems.errors)
+        self.intervals, self.view = intervals, view
+
+    def batches(self, release: Release) -> list[dict[str, Any]]:
+        """Each batch with presented estimates and interval bounds per bucket."""
+        batches = release.content["batches"]
+        cells = sum(len(b["estimates"]) for b in batches if not b["suppressed"])
+        z = z_value(level=self.LEVEL, cells=cells, intervals=self.intervals)
+        shown = []
+        for batch in batches:
+            if batch["suppressed"]:
+                shown.append(batch)
+                continue
+            presented = present(batch["estimates"], batch["standard_errors"], z=z, view=self.view)
+            shown.append(
+                {
+                    **batch,
+                    "estimates": presented.estimates.tolist(),
+                    "ci_low": presented.ci_low.tolist(),
+                    "ci_high": presented.ci_high.tolist(),
+                    "raw_estimates": batch["estimates"],
+                }
+            )
+        return shown
+
+    def describe(self) -> dict[str, Any]:
+        kind = (
+            "simultaneous (Bonferroni over every released bucket)" if self.intervals == "simultaneous" else "per bucket"
+        )
+        return {
+            "intervals": self.intervals,
+            "view": self.view,
+            "interval": f"{self.LEVEL:.0%} {kind}, normal approximation: estimate ± z standard errors",
+            "rule": view_rule(self.view),
+        }
+
+
+def release_table(release: Release, view: ReleaseView | None = None) -> list[dict[str, Any]]:
     """Rows of (cohort, bucket, estimate, error, interval) for tables, CSV and the CLI."""
     rows = []
-    for batch in release.content["batches"]:
+    for batch in (view or ReleaseView()).batches(release):
         if batch["suppressed"]:
             continue
         for i, label in enumerate(release.content["buckets"]):
@@ -502,15 +551,17 @@ def release_table(release: Release) -> list[dict[str, Any]]:
     return rows
 
 
-def release_as_json(release: Release) -> dict[str, Any]:
+def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[str, Any]:
     """The release in the CLI's and API's shape: per bucket of each batch, and the round's cost."""
+    view = view or ReleaseView()
     content = release.content
-    batches = []
-    for batch in content["batches"]:
+    batches, negative = [], 0
+    for batch in view.batches(release):
         entry = {k: batch[k] for k in ("cohort", "reports", "min_cohort", "suppressed")}
         if batch["suppressed"]:
             entry["reason"] = batch["reason"]
         else:
+            negative += sum(1 for x in batch["raw_estimates"] if x < 0)
             entry["buckets"] = [
                 {
                     "label": label,
@@ -537,11 +588,24 @@ def release_as_json(release: Release) -> dict[str, Any]:
             "reports",
             "epsilon_spent",
             "refusals",
-            "interval",
         )
     }
+    summary.update(view.describe())
+    summary["notes"] = _release_notes(negative, view)
     released = [b for b in batches if not b["suppressed"]]
     # With no cohorts there is one batch: its buckets stand at the top level too.
     if len(batches) == 1 and released:
         summary["buckets"] = released[0]["buckets"]
     return {**summary, "batches": batches}
+
+
+def _release_notes(negative: int, view: ReleaseView) -> list[str]:
+    if not negative:
+        return []
+    if view.view == "raw":
+        return [
+            f"{negative} bucket estimate(s) are negative: the true counts there are small and the local "
+            "noise is larger. The estimates are unbiased, so they are shown as they are; choose the "
+            "'clipped' or 'thresholded' view to hide them (a post-processing, it costs no privacy)."
+        ]
+    return [f"{negative} negative estimate(s) are shown under the '{view.view}' rule: {view_rule(view.view)}."]

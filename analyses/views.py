@@ -13,6 +13,7 @@ from analyses import selectors, services
 from analyses.errors import NotAllowed, ValidationFailed
 from analyses.forms import RecipeForm
 from analyses.models import Round
+from privacy.intervals import INTERVALS, VIEWS
 
 
 @login_required
@@ -52,17 +53,31 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     return render(request, "analyses/detail.html", context, status=400 if form.errors else 200)
 
 
+def _release_view(request: HttpRequest) -> services.ReleaseView:
+    """The intervals and view asked for in the query string; unknown values fall back to the defaults."""
+    try:
+        return services.ReleaseView(
+            intervals=request.GET.get("intervals", "per-bucket"), view=request.GET.get("view", "raw")
+        )
+    except ValidationFailed:
+        return services.ReleaseView()
+
+
 @login_required
 def round_detail(request: HttpRequest, pk: int) -> HttpResponse:
     round_ = selectors.round_get(user=request.user, pk=pk)
     release = getattr(round_, "release", None) if round_.status == Round.Status.RELEASED else None
+    view = _release_view(request)
     context = {
         "round": round_,
         "recipe": round_.recipe,
         "progress": services.round_progress(round_),
         "release": release,
-        "release_json": services.release_as_json(release) if release else None,
-        "table": services.release_table(release) if release else [],
+        "release_view": view,
+        "interval_choices": INTERVALS,
+        "view_choices": VIEWS,
+        "release_json": services.release_as_json(release, view) if release else None,
+        "table": services.release_table(release, view) if release else [],
     }
     return render(request, "analyses/round.html", context)
 
@@ -74,7 +89,7 @@ def release_csv(request: HttpRequest, pk: int) -> HttpResponse:
         return HttpResponse("No release yet.", status=404, content_type="text/plain")
     response = HttpResponse(content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.csv"'
-    rows = services.release_table(round_.release)
+    rows = services.release_table(round_.release, _release_view(request))
     writer = csv.DictWriter(
         response, fieldnames=["cohort", "bucket", "estimate", "standard_error", "ci_low", "ci_high"]
     )

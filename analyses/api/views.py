@@ -68,4 +68,11 @@ class ReleaseDetail(APIView):
         round_ = selectors.round_get(user=request.user, pk=pk)
         if round_.status != Round.Status.RELEASED:
             raise NotFound(f"No release: the round is {round_.get_status_display().lower()}.")
-        return Response(services.release_as_json(round_.release))
+        try:
+            view = services.ReleaseView(
+                intervals=request.query_params.get("intervals", "per-bucket"),
+                view=request.query_params.get("view", "raw"),
+            )
+        except ValidationFailed as invalid:
+            raise ValidationError(invalid.errors) from invalid
+        return Response(services.release_as_json(round_.release, view))

@@ -154,3 +154,28 @@ def test_every_histogram_mechanism_runs_end_to_end(
     assert release["reports"] == FLEET_SIZE and len(release["buckets"]) == 8
     total_se = sum(b["standard_error"] ** 2 for b in release["buckets"]) ** 0.5
     assert abs(sum(b["estimate"] for b in release["buckets"]) - FLEET_SIZE) < 4 * total_se
+
+
+def test_release_options_simultaneous_intervals_and_a_clipped_view(
+    api, analysis, recipe, django_capture_on_commit_callbacks
+) -> None:
+    round_id = start_round(api, recipe, django_capture_on_commit_callbacks)
+    raw = api.get(f"/api/rounds/{round_id}/release/").json()
+    joint = api.get(f"/api/rounds/{round_id}/release/?intervals=simultaneous").json()
+    clipped = api.get(f"/api/rounds/{round_id}/release/?view=clipped").json()
+    assert raw["intervals"] == "per-bucket" and "simultaneous" in joint["interval"]
+    for per_bucket, together in zip(raw["buckets"], joint["buckets"], strict=True):
+        assert together["ci95"][0] < per_bucket["ci95"][0] and together["ci95"][1] > per_bucket["ci95"][1]
+        assert together["estimate"] == per_bucket["estimate"]
+    assert all(b["estimate"] >= 0 and b["ci95"][0] >= 0 for b in clipped["buckets"])
+    assert "shown as 0" in clipped["rule"]
+    negative = [b for b in raw["buckets"] if b["estimate"] < 0]
+    assert bool(raw["notes"]) == bool(negative)
+
+
+def test_unknown_release_options_are_refused_per_field(
+    api, analysis, recipe, django_capture_on_commit_callbacks
+) -> None:
+    round_id = start_round(api, recipe, django_capture_on_commit_callbacks)
+    response = api.get(f"/api/rounds/{round_id}/release/?intervals=joint&view=pretty")
+    assert response.status_code == 400 and set(response.json()) == {"intervals", "view"}

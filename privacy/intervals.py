@@ -1,0 +1,66 @@
+"""Confidence intervals and views of a released histogram: how estimates are shown, with the rule stated.
+
+Intervals (normal approximation, the estimates being sums of many independent reports):
+- "per-bucket": each interval covers its bucket's true count with probability `level`;
+- "simultaneous": Bonferroni over every released cell, z = Phi^-1(1 - (1 - level) / (2 m)), so all m
+  intervals cover together with probability at least `level`, whatever the correlation between cells.
+
+Views (post-processing of released numbers: they cost no privacy):
+- "raw": the unbiased estimates, negative ones included: a small true count plus noise can be < 0;
+- "clipped": max(estimate, 0), intervals clipped at 0: no longer unbiased, never negative;
+- "thresholded": estimates whose interval includes 0 are shown as 0 (not distinguishable from zero).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.stats import norm
+
+INTERVALS = ("per-bucket", "simultaneous")
+VIEWS = ("raw", "clipped", "thresholded")
+
+_VIEW_RULES = {
+    "raw": "unbiased estimates as released; negative values are noise around a small true count",
+    "clipped": "estimates and interval bounds below 0 are shown as 0 (biased upwards for small counts)",
+    "thresholded": "estimates whose interval includes 0 are shown as 0",
+}
+
+
+def z_value(*, level: float, cells: int, intervals: str) -> float:
+    """The normal quantile for two-sided intervals at ``level``, Bonferroni-adjusted if simultaneous."""
+    if not 0 < level < 1:
+        raise ValueError("level must lie strictly between 0 and 1")
+    if intervals not in INTERVALS:
+        raise ValueError(f"intervals must be one of {', '.join(INTERVALS)}")
+    alpha = 1 - level
+    if intervals == "simultaneous":
+        alpha /= max(cells, 1)
+    return float(norm.ppf(1 - alpha / 2))
+
+
+@dataclass(frozen=True)
+class Presented:
+    estimates: npt.NDArray[np.float64]
+    ci_low: npt.NDArray[np.float64]
+    ci_high: npt.NDArray[np.float64]
+
+
+def present(estimates: npt.ArrayLike, standard_errors: npt.ArrayLike, *, z: float, view: str) -> Presented:
+    """Intervals estimate ± z·se, then the view's rule applied to estimates and bounds."""
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {', '.join(VIEWS)}")
+    estimates = np.asarray(estimates, dtype=np.float64)
+    errors = np.asarray(standard_errors, dtype=np.float64)
+    low, high = estimates - z * errors, estimates + z * errors
+    if view == "clipped":
+        estimates, low, high = np.maximum(estimates, 0), np.maximum(low, 0), np.maximum(high, 0)
+    elif view == "thresholded":
+        estimates = np.where(low <= 0, 0.0, estimates)
+    return Presented(estimates=estimates, ci_low=low, ci_high=high)
+
+
+def view_rule(view: str) -> str:
+    return _VIEW_RULES[view]
