@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,20 +70,16 @@ def collection_release(
             counts = to_counts(combine_aggregates(leader, helper), bound=leader.reports)
             estimates = oracle.debias(counts, leader.reports, domain_size)
             errors = np.sqrt(oracle.variance(estimates, leader.reports, domain_size))
+            if not (np.isfinite(estimates).all() and np.isfinite(errors).all()):
+                raise ValueError(f"an estimate of {collection} is not finite")
             results.append(
                 BatchEstimate(
                     batch_key=collection.batch_key,
                     reports=leader.reports,
                     min_cohort=leader.min_cohort,
                     suppressed=False,
-                    estimates=[_finite(x) for x in estimates],
-                    standard_errors=[_finite(x) for x in errors],
+                    estimates=estimates.tolist(),
+                    standard_errors=errors.tolist(),
                 )
             )
     return results
-
-
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise ValueError("an estimate is not finite")
-    return float(value)
