@@ -126,7 +126,12 @@ CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A task taken by a worker that died unacknowledged goes back to the queue after this many seconds.
 # Tasks are idempotent, so a redelivery of a task still running elsewhere changes nothing.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("PFS_VISIBILITY_TIMEOUT", 3600, minimum=1)}
+# A worker looks for such tasks every 10 x PFS_UNACKED_RESTORE_INTERVAL seconds (kombu's Redis
+# transport scans on every tenth tick).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("PFS_VISIBILITY_TIMEOUT", 3600, minimum=1),
+    "unacked_restore_interval": env_int("PFS_UNACKED_RESTORE_INTERVAL", 10, minimum=1),
+}
 CELERY_TASK_DEFAULT_QUEUE = env_str("PFS_TASK_QUEUE", "celery")
 
 # Devices per shard of a new fleet: one shard is one task, one lock and one transaction.

@@ -52,7 +52,7 @@ def test_killing_the_worker_mid_round_neither_loses_the_round_nor_double_spends(
         "dataTypeContent": {"perplexity": {"dataType": "BucketedType", "boundaries": boundaries}},
         "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 3.0, "epsilon": 1.0, "delta": 1e-6},
     }
-    extra = {"PFS_VISIBILITY_TIMEOUT": "3"}
+    extra = {"PFS_VISIBILITY_TIMEOUT": "3", "PFS_UNACKED_RESTORE_INTERVAL": "1"}
     first = Worker(redis_url, tmp_path / "first.log", queue=QUEUE, extra_env=extra)
     try:
         first.wait_ready()
