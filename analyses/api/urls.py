@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.authtoken.views import obtain_auth_token
 
-from analyses.api import views
+from analyses.api import calculators, views
 
 urlpatterns = [
     path("token/", obtain_auth_token, name="api-token"),
@@ -12,4 +12,7 @@ urlpatterns = [
     path("recipes/<int:pk>/rounds/", views.RoundStart.as_view(), name="api-round-start"),
     path("rounds/<int:pk>/", views.RoundDetail.as_view(), name="api-round-detail"),
     path("rounds/<int:pk>/release/", views.ReleaseDetail.as_view(), name="api-release"),
+    path("privacy/amplify/", calculators.PrivacyAmplify.as_view(), name="api-privacy-amplify"),
+    path("privacy/min-cohort/", calculators.PrivacyMinCohort.as_view(), name="api-privacy-min-cohort"),
+    path("privacy/gaussian/", calculators.PrivacyGaussian.as_view(), name="api-privacy-gaussian"),
 ]

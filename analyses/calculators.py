@@ -1,0 +1,175 @@
+"""Privacy calculators shared by `manage.py privacy` and /api/privacy/: validate, call privacy/, shape.
+
+Each service takes its parameters as the interfaces receive them (strings from a query string or a
+command line, or numbers from Python), validates all of them in one place, and raises
+ValidationFailed with one list of messages per parameter. The numerics live in privacy/.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from analyses.errors import ValidationFailed
+from privacy.amplification import MAX_COHORT, UnreachableEpsilon
+from privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
+from privacy.shuffling import DEFAULT_METHOD, METHODS, Method, amplified_epsilon, min_cohort
+
+Raw = str | float | int | bool | None
+
+# The calculators accept epsilons in [1e-6, 100]. Below about 1e-9 the analytic Gaussian's delta,
+# evaluated in double precision, cancels to noise when delta is tiny and sigma comes out too small;
+# above a few hundred the shuffling bounds overflow. No cohort of up to 1e12 reports amplifies an
+# epsilon0 above log(1e12) ~ 28, so the cap loses nothing.
+EPSILON_MIN: Final = 1e-6
+EPSILON_MAX: Final = 100.0
+# 1e-4 * delta must stay a normal double in the shuffling bounds' tail allowance.
+DELTA_MIN: Final = 1e-300
+SENSITIVITY_MIN: Final = 1e-100
+SENSITIVITY_MAX: Final = 1e100
+
+_TRUE: Final = frozenset({"true", "1", "yes", "on"})
+_FALSE: Final = frozenset({"false", "0", "no", "off", ""})
+
+
+def privacy_amplify(*, epsilon0: Raw, n: Raw, delta: Raw, method: Raw = None) -> dict[str, Any]:
+    """Aggregate epsilon of n epsilon0-DP reports at delta (privacy.shuffling.amplified_epsilon)."""
+    params = _Params()
+    epsilon0_ = params.epsilon("epsilon0", epsilon0)
+    n_ = params.cohort("n", n)
+    delta_ = params.delta("delta", delta)
+    method_ = params.method("method", method)
+    params.raise_if_invalid()
+    epsilon = amplified_epsilon(epsilon0_, n_, delta_, method=method_)
+    if math.isinf(epsilon):  # only the closed form returns infinity: outside its validity condition
+        raise ValidationFailed(
+            {
+                "n": [
+                    "The closed form (seed 000 Theorem 3.1) says nothing here: it needs "
+                    "epsilon0 <= log(n / (8 log(2 / delta)) - 1). Use a larger n or a numerical method."
+                ]
+            }
+        )
+    return {"epsilon0": epsilon0_, "n": n_, "delta": delta_, "method": method_, "epsilon": epsilon}
+
+
+def privacy_min_cohort(*, epsilon0: Raw, epsilon: Raw, delta: Raw, method: Raw = None) -> dict[str, Any]:
+    """Smallest cohort whose aggregate epsilon is at most epsilon (privacy.shuffling.min_cohort)."""
+    params = _Params()
+    epsilon0_ = params.epsilon("epsilon0", epsilon0)
+    epsilon_ = params.epsilon("epsilon", epsilon)
+    delta_ = params.delta("delta", delta)
+    method_ = params.method("method", method)
+    params.raise_if_invalid()
+    try:
+        cohort = min_cohort(epsilon0_, epsilon_, delta_, method=method_)
+    except UnreachableEpsilon as error:
+        message = f"No cohort of up to {MAX_COHORT:.0e} reports reaches this epsilon from this epsilon0 and delta ({method_})."
+        raise ValidationFailed({"epsilon": [message]}) from error
+    return {"epsilon0": epsilon0_, "epsilon": epsilon_, "delta": delta_, "method": method_, "min_cohort": cohort}
+
+
+def privacy_gaussian(*, epsilon: Raw, delta: Raw, sensitivity: Raw, classical: Raw = False) -> dict[str, Any]:
+    """Gaussian noise scale for (epsilon, delta)-DP at an L2 sensitivity: analytic, or classical on request."""
+    params = _Params()
+    epsilon_ = params.epsilon("epsilon", epsilon)
+    delta_ = params.delta("delta", delta)
+    sensitivity_ = params.number("sensitivity", sensitivity, low=SENSITIVITY_MIN, high=SENSITIVITY_MAX)
+    classical_ = params.flag("classical", classical)
+    if classical_ and epsilon_ >= 1:
+        params.add("epsilon", "Must be below 1 for the classical bound (Dwork and Roth, Theorem A.1); omit classical.")
+    params.raise_if_invalid()
+    calibrate = classical_gaussian_sigma if classical_ else analytic_gaussian_sigma
+    sigma = calibrate(epsilon_, delta_, sensitivity_)
+    return {"epsilon": epsilon_, "delta": delta_, "sensitivity": sensitivity_, "classical": classical_, "sigma": sigma}
+
+
+class _Params:
+    """Parses parameters one by one and collects every error before raising them together.
+
+    A parameter that fails gets a placeholder value; raise_if_invalid runs before any is used.
+    """
+
+    def __init__(self) -> None:
+        self.errors: dict[str, list[str]] = {}
+
+    def add(self, name: str, message: str) -> None:
+        self.errors.setdefault(name, []).append(message)
+
+    def raise_if_invalid(self) -> None:
+        if self.errors:
+            raise ValidationFailed(self.errors)
+
+    def number(self, name: str, raw: Raw, *, low: float, high: float) -> float:
+        value = self._float(name, raw)
+        if math.isnan(value):
+            return value
+        if value <= 0:
+            self.add(name, "Must be greater than 0.")
+        elif value < low:
+            self.add(name, f"Must be at least {low:g}.")
+        elif value > high:
+            self.add(name, f"Must be at most {high:g}.")
+        return value
+
+    def epsilon(self, name: str, raw: Raw) -> float:
+        return self.number(name, raw, low=EPSILON_MIN, high=EPSILON_MAX)
+
+    def delta(self, name: str, raw: Raw) -> float:
+        value = self._float(name, raw)
+        if math.isnan(value):
+            return value
+        if not 0 < value < 1:
+            self.add(name, "Must lie strictly between 0 and 1.")
+        elif value < DELTA_MIN:
+            self.add(name, f"Must be at least {DELTA_MIN:g}.")
+        return value
+
+    def cohort(self, name: str, raw: Raw) -> int:
+        value = self._float(name, raw)
+        if math.isnan(value):
+            return 0
+        if not value.is_integer():
+            self.add(name, "A whole number is required.")
+        elif value < 1:
+            self.add(name, "Must be at least 1.")
+        elif value > MAX_COHORT:
+            self.add(name, f"Must be at most {MAX_COHORT:.0e}.")
+        else:
+            return int(value)
+        return 0
+
+    def method(self, name: str, raw: Raw) -> Method:
+        if raw is None or raw == "":
+            return DEFAULT_METHOD
+        for method in METHODS:
+            if raw == method:
+                return method
+        self.add(name, f"Must be one of {', '.join(METHODS)}.")
+        return DEFAULT_METHOD
+
+    def flag(self, name: str, raw: Raw) -> bool:
+        if raw is None or isinstance(raw, bool):
+            return bool(raw)
+        text = str(raw).strip().lower()
+        if text not in _TRUE | _FALSE:
+            self.add(name, "Must be true or false.")
+        return text in _TRUE
+
+    def _float(self, name: str, raw: Raw) -> float:
+        """The number in ``raw``, or NaN after recording why there is none."""
+        if raw is None or raw == "":
+            self.add(name, "This parameter is required.")
+            return math.nan
+        if isinstance(raw, bool):
+            self.add(name, "A number is required.")
+            return math.nan
+        try:
+            value = float(raw)
+        except (TypeError, ValueError, OverflowError):
+            self.add(name, "A number is required.")
+            return math.nan
+        if not math.isfinite(value):
+            self.add(name, "A finite number is required.")
+            return math.nan
+        return value

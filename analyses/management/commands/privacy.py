@@ -1,0 +1,92 @@
+"""Privacy calculators on the command line: amplify, min-cohort, gaussian (the same services as /api/privacy/)."""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from analyses.calculators import privacy_amplify, privacy_gaussian, privacy_min_cohort
+from analyses.errors import ValidationFailed
+from privacy.shuffling import DEFAULT_METHOD, METHODS
+
+METHOD_HELP = f"amplification bound: {', '.join(METHODS)} (default {DEFAULT_METHOD})"
+
+
+class Command(BaseCommand):
+    help = "Privacy calculators: aggregate epsilon by shuffling, minimum cohort, Gaussian noise scale."
+    requires_system_checks: list[str] = []  # pure numerics: no database, no models
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        # Numbers stay strings here so that analyses.calculators validates them, as it does for the API.
+        calculators = parser.add_subparsers(dest="calculator", required=True, metavar="{amplify,min-cohort,gaussian}")
+        amplify = calculators.add_parser("amplify", help="aggregate epsilon of n epsilon0-DP reports")
+        amplify.add_argument("--epsilon0", required=True, help="local epsilon of each report")
+        amplify.add_argument("--n", required=True, help="number of reports aggregated")
+        amplify.add_argument("--delta", required=True, help="aggregate delta")
+        amplify.add_argument("--method", help=METHOD_HELP)
+
+        cohort = calculators.add_parser("min-cohort", help="smallest cohort reaching an aggregate epsilon")
+        cohort.add_argument("--epsilon0", required=True, help="local epsilon of each report")
+        cohort.add_argument("--epsilon", required=True, help="target aggregate epsilon")
+        cohort.add_argument("--delta", required=True, help="aggregate delta")
+        cohort.add_argument("--method", help=METHOD_HELP)
+
+        gaussian = calculators.add_parser("gaussian", help="Gaussian noise scale sigma for (epsilon, delta)-DP")
+        gaussian.add_argument("--epsilon", required=True, help="epsilon of the mechanism")
+        gaussian.add_argument("--delta", required=True, help="delta of the mechanism")
+        gaussian.add_argument("--sensitivity", required=True, help="L2 sensitivity of the query")
+        gaussian.add_argument("--classical", action="store_true", help="classical bound (epsilon < 1), not analytic")
+
+        for subparser in (amplify, cohort, gaussian):
+            subparser.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+    def handle(self, *args: object, **options: Any) -> None:
+        try:
+            answer, line = _calculate(options)
+        except ValidationFailed as error:
+            lines = [f"  --{name}: {' '.join(messages)}" for name, messages in error.errors.items()]
+            raise CommandError("invalid parameters:\n" + "\n".join(lines), returncode=2) from error
+        self.stdout.write(json.dumps(answer) if options["json"] else line)
+
+
+def _calculate(options: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    if options["calculator"] == "amplify":
+        answer = privacy_amplify(
+            epsilon0=options["epsilon0"], n=options["n"], delta=options["delta"], method=options["method"]
+        )
+        return answer, (
+            f"epsilon = {_up(answer['epsilon'])} for {answer['n']:,} reports of epsilon0 = {answer['epsilon0']:g} "
+            f"at delta = {answer['delta']:g} ({answer['method']})"
+        )
+    if options["calculator"] == "min-cohort":
+        answer = privacy_min_cohort(
+            epsilon0=options["epsilon0"], epsilon=options["epsilon"], delta=options["delta"], method=options["method"]
+        )
+        return answer, (
+            f"min cohort = {answer['min_cohort']:,} reports of epsilon0 = {answer['epsilon0']:g} "
+            f"for epsilon = {answer['epsilon']:g} at delta = {answer['delta']:g} ({answer['method']})"
+        )
+    answer = privacy_gaussian(
+        epsilon=options["epsilon"],
+        delta=options["delta"],
+        sensitivity=options["sensitivity"],
+        classical=options["classical"],
+    )
+    calibration = "classical" if answer["classical"] else "analytic"
+    return answer, (
+        f"sigma = {_up(answer['sigma'])} ({calibration}) for epsilon = {answer['epsilon']:g}, "
+        f"delta = {answer['delta']:g}, sensitivity = {answer['sensitivity']:g}"
+    )
+
+
+def _up(value: float) -> str:
+    """Six significant digits rounded up, so a shown epsilon or sigma is never below the computed one."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    exact = Decimal(value)
+    rounded = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 5), rounding=ROUND_CEILING)
+    return f"{float(rounded):.6g}"
