@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from privacy.randomizer_support import check_epsilon0, check_values, devices_per_block
+from privacy.randomizer_support import check_epsilon0, check_values, sum_in_blocks
 
 
 @dataclass(frozen=True)
@@ -93,12 +93,12 @@ class HadamardResponse:
         """The count of reports of each column (the sum of the one-hot reports), in bounded memory."""
         values = check_values(values, domain_size)
         order = self.report_length(domain_size)
-        total = np.zeros(order, dtype=np.int64)
-        block = devices_per_block(2)
-        for start in range(0, values.size, block):
-            column = self.randomize(values[start : start + block], domain_size, rng)
-            total += np.bincount(column, minlength=order)
-        return total
+        return sum_in_blocks(
+            values,
+            length=order,
+            coins_per_device=2,
+            block_sum=lambda block: np.bincount(self.randomize(block, domain_size, rng), minlength=order),
+        )
 
     def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """f~(d) = c (H S)[d + 1]."""

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from privacy.hadamard_response import HadamardResponse
 from privacy.randomized_response import BinaryRandomizedResponse, KaryRandomizedResponse, SymmetricRappor
-from privacy.randomizer_support import check_epsilon0, check_values, devices_per_block
+from privacy.randomizer_support import check_epsilon0, check_values, sum_in_blocks
 
 
 class FrequencyOracle(Protocol):
@@ -106,12 +106,12 @@ class AsymmetricOHE:
     ) -> npt.NDArray[np.int64]:
         """The sum of one report per device, each device drawing its own coins, in bounded memory."""
         values = check_values(values, domain_size)
-        total = np.zeros(domain_size, dtype=np.int64)
-        block = devices_per_block(domain_size)
-        for start in range(0, values.size, block):
-            reports = self.privatize(values[start : start + block], domain_size, rng)
-            total += reports.sum(axis=0, dtype=np.int64)
-        return total
+        return sum_in_blocks(
+            values,
+            length=domain_size,
+            coins_per_device=domain_size,
+            block_sum=lambda block: self.privatize(block, domain_size, rng).sum(axis=0, dtype=np.int64),
+        )
 
     def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Unbiased counts f~(d) from the per-bucket sums of n reports."""

@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from privacy.randomizer_support import check_epsilon0, check_values, devices_per_block
+from privacy.randomizer_support import check_epsilon0, check_values, sum_in_blocks
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,12 @@ class SymmetricRappor:
     ) -> npt.NDArray[np.int64]:
         """The sum of one report per device, each device drawing its own coins, in bounded memory."""
         values = check_values(values, domain_size)
-        total = np.zeros(domain_size, dtype=np.int64)
-        block = devices_per_block(domain_size)
-        for start in range(0, values.size, block):
-            reports = self.privatize(values[start : start + block], domain_size, rng)
-            total += reports.sum(axis=0, dtype=np.int64)
-        return total
+        return sum_in_blocks(
+            values,
+            length=domain_size,
+            coins_per_device=domain_size,
+            block_sum=lambda block: self.privatize(block, domain_size, rng).sum(axis=0, dtype=np.int64),
+        )
 
     def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """f~(d) = (S_d - n p)/(1 - 2p)."""
@@ -140,12 +140,12 @@ class BinaryRandomizedResponse:
         """The number of reports saying 1, as a length-1 vector, in bounded memory."""
         _check_binary(domain_size)
         values = check_values(values, domain_size)
-        total = np.zeros(1, dtype=np.int64)
-        block = devices_per_block(1)
-        for start in range(0, values.size, block):
-            reports = self.privatize(values[start : start + block], domain_size, rng)
-            total += reports.sum(axis=0, dtype=np.int64)
-        return total
+        return sum_in_blocks(
+            values,
+            length=1,
+            coins_per_device=1,
+            block_sum=lambda block: self.privatize(block, domain_size, rng).sum(axis=0, dtype=np.int64),
+        )
 
     def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """[n - f~(1), f~(1)] with f~(1) = (S - n p)/(1 - 2p)."""
@@ -225,12 +225,12 @@ class KaryRandomizedResponse:
     ) -> npt.NDArray[np.int64]:
         """The histogram of reported values (the sum of the one-hot reports), in bounded memory."""
         values = check_values(values, domain_size)
-        total = np.zeros(domain_size, dtype=np.int64)
-        block = devices_per_block(2)
-        for start in range(0, values.size, block):
-            reported = self.randomize(values[start : start + block], domain_size, rng)
-            total += np.bincount(reported, minlength=domain_size)
-        return total
+        return sum_in_blocks(
+            values,
+            length=domain_size,
+            coins_per_device=2,
+            block_sum=lambda block: np.bincount(self.randomize(block, domain_size, rng), minlength=domain_size),
+        )
 
     def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """f~(d) = (S_d - n q)/(p - q)."""

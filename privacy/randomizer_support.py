@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -29,3 +30,21 @@ def check_values(values: npt.NDArray[np.int64], domain_size: int) -> npt.NDArray
 def devices_per_block(coins_per_device: int) -> int:
     """How many devices one block privatizes when each draws ``coins_per_device`` coins."""
     return max(1, COINS_PER_BLOCK // max(1, coins_per_device))
+
+
+def sum_in_blocks(
+    values: npt.NDArray[np.int64],
+    *,
+    length: int,
+    coins_per_device: int,
+    block_sum: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]],
+) -> npt.NDArray[np.int64]:
+    """The sum of every device's report, privatizing a block of devices at a time (bounded memory).
+
+    ``block_sum`` privatizes one block of devices, each with its own coins, and sums their reports.
+    """
+    total = np.zeros(length, dtype=np.int64)
+    block = devices_per_block(coins_per_device)
+    for start in range(0, values.size, block):
+        total += block_sum(values[start : start + block])
+    return total
