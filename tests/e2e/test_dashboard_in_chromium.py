@@ -47,7 +47,7 @@ def test_analyst_signs_in_runs_the_demo_recipe_and_sees_the_chart(demo, live_ser
 
     # Simultaneous intervals are wider than per-bucket ones; the page states which it shows.
     per_bucket = rows.first.locator("td").nth(4).inner_text()
-    page.get_by_label("Intervals").select_option("simultaneous")
+    page.get_by_label("Intervals", exact=True).select_option("simultaneous")
     page.get_by_role("button", name="Show").click()
     expect(page.locator("#release-rule")).to_contain_text("simultaneous")
     assert page.locator("#release-table tbody tr").first.locator("td").nth(4).inner_text() != per_bucket
