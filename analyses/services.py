@@ -291,7 +291,7 @@ def _explain_analysis_refusal(
         problems.add(
             "privacy.epsilon",
             f"Exceeds the analysis budget: {left:g} of its epsilon {analysis.epsilon_allowed:g} left "
-            f"under basic composition ({analysis.get_accountant_display().lower()}).",
+            f"({analysis.get_accountant_display().lower()}).",
         )
 
 
