@@ -1,15 +1,32 @@
-"""The leader and helper aggregators: each sums only its own shares and enforces batch rules alone.
+"""The leader and helper aggregators: each holds its own key, its own shares, and enforces batch rules alone.
 
-Neither trusts the other: each refuses on its own to release the aggregate share of a batch
-smaller than the largest minimum cohort its uploads were routed with.
+Neither trusts the other. Each, on its own:
+- opens only the report share sealed to its own HPKE key (aggregation.hpke);
+- accepts an anonymous token once per collection (aggregation.tokens);
+- refuses to release the aggregate share of a batch smaller than the minimum cohort — the larger
+  of its collection rules' and the one the devices routed with;
+- refuses a batch of uploaded reports that arrived faster than twice the expected rate
+  (aggregation.batch_rules);
+- adds its own discrete Gaussian noise when the collection uses aggregator noise
+  (privacy.aggregator_noise), so either one alone being honest suffices.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
-from aggregation.models import Collection, HelperShare, LeaderShare, StoredShare
+import numpy as np
+from django.db import transaction
+
+from aggregation import hpke
+from aggregation.batch_rules import rate_exceeded
+from aggregation.models import AggregatorKey, Collection, CollectionRules, HelperShare, LeaderShare, StoredShare
+from privacy import field as prime_field
+from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, add, field_sum
+
+REPORT_SOURCE = "report:"  # source prefix of individually uploaded reports
 
 
 @dataclass(frozen=True)
@@ -26,29 +43,102 @@ class BatchRefused:
     reason: str
 
 
+def noise_rng() -> np.random.Generator:
+    """Fresh operating-system entropy for each noise draw (tests replace this to fix a seed)."""
+    return np.random.default_rng(secrets.randbits(128))
+
+
 class Aggregator:
     def __init__(self, role: str, model: type[StoredShare]) -> None:
         self.role = role
         self.model = model
 
-    def aggregate(self, collection: Collection) -> AggregateShare | BatchRefused:
-        """Sum this aggregator's shares of one batch, then delete them (released or not)."""
-        shares = list(self.model.objects.filter(collection=collection).order_by("pk"))
-        reports = sum(share.reports for share in shares)
-        min_cohort = max((share.min_cohort for share in shares), default=0)
-        self.model.objects.filter(collection=collection).delete()
-        if not shares or reports < min_cohort:
-            return BatchRefused(
-                reports=reports,
-                min_cohort=min_cohort,
-                reason=f"{self.role}: {reports:,} reports is below the minimum cohort of {min_cohort:,}",
+    # ------------------------------------------------------------ keys and report shares
+
+    def public_key(self) -> bytes:
+        return bytes(self._key().public_key)
+
+    def _key(self) -> AggregatorKey:
+        key = AggregatorKey.objects.filter(role=self.role).first()
+        if key is None:
+            private, public = hpke.key_pair_generate()
+            with transaction.atomic():
+                key, _ = AggregatorKey.objects.get_or_create(
+                    role=self.role, defaults={"public_key": public, "private_key": private}
+                )
+        return key
+
+    def open_share(self, rules: CollectionRules, enc: bytes, ciphertext: bytes) -> FieldVector:
+        """This aggregator's share of one report: opened, and checked to be ``rules.length`` residues mod p.
+
+        Raises hpke.OpenFailed for a share not sealed to this aggregator for this collection, and
+        ValueError for one of the wrong length or with a residue >= p.
+        """
+        plaintext = hpke.open_sealed(
+            bytes(self._key().private_key), enc, ciphertext, hpke.share_info(rules.key, self.role)
+        )
+        if len(plaintext) != 8 * rules.length:
+            raise ValueError(f"share of {len(plaintext)} bytes, expected {8 * rules.length}")
+        vector = np.frombuffer(plaintext, dtype="<u8").astype(np.uint64)
+        if vector.size and int(vector.max()) >= prime_field.MODULUS:
+            raise ValueError("share holds a residue >= p")
+        return vector
+
+    # ------------------------------------------------------------ aggregation
+
+    def aggregate(self, collections: list[Collection]) -> dict[str, AggregateShare | BatchRefused]:
+        """Sum this aggregator's shares of each batch of one collection, then delete them (released or not).
+
+        The batches come keyed by batch key. Rate validation looks at the whole collection at
+        once — a flood into one cohort is a flood — so it is decided before any share is deleted.
+        """
+        if not collections:
+            return {}
+        key = collections[0].key
+        rules = CollectionRules.objects.filter(key=key).first()
+        flooded = rules is not None and rules.expected_rate is not None and self._flooded(key, rules)
+        results: dict[str, AggregateShare | BatchRefused] = {}
+        for collection in collections:
+            shares = list(self.model.objects.filter(collection=collection).order_by("pk"))
+            reports = sum(share.reports for share in shares)
+            min_cohort = max([share.min_cohort for share in shares] + [rules.min_cohort if rules else 0])
+            self.model.objects.filter(collection=collection).delete()
+            if not shares or reports < min_cohort:
+                reason = f"{reports:,} reports is below the minimum cohort of {min_cohort:,}"
+            elif flooded:
+                reason = (
+                    f"reports arrived faster than twice the expected {rules.expected_rate:g} per second "
+                    f"in a {rules.rate_window:g}-second window (rate validation)"
+                )
+            else:
+                results[collection.batch_key] = AggregateShare(
+                    vector=self._noised_sum(shares, collection.length, rules), reports=reports, min_cohort=min_cohort
+                )
+                continue
+            results[collection.batch_key] = BatchRefused(
+                reports=reports, min_cohort=min_cohort, reason=f"{self.role}: {reason}"
             )
-        vector = field_sum([share.load_vector() for share in shares], collection.length)
-        return AggregateShare(vector=vector, reports=reports, min_cohort=min_cohort)
+        return results
+
+    def _flooded(self, key: str, rules: CollectionRules) -> bool:
+        arrivals = self.model.objects.filter(collection__key=key, source__startswith=REPORT_SOURCE).values_list(
+            "created_at", flat=True
+        )
+        return rate_exceeded(
+            [at.timestamp() for at in arrivals], expected_rate=rules.expected_rate, window=rules.rate_window
+        )
+
+    def _noised_sum(self, shares: list[StoredShare], length: int, rules: CollectionRules | None) -> FieldVector:
+        vector = field_sum([share.load_vector() for share in shares], length)
+        if rules is not None and rules.noise_epsilon is not None:
+            noise = AggregatorGaussian(rules.noise_epsilon, rules.noise_delta)
+            vector = add(vector, prime_field.from_signed(noise.noise(length, noise_rng())))
+        return vector
 
 
 LEADER = Aggregator("leader", LeaderShare)
 HELPER = Aggregator("helper", HelperShare)
+AGGREGATORS = (LEADER, HELPER)
 
 
 def combine_aggregates(leader: AggregateShare, helper: AggregateShare) -> FieldVector:

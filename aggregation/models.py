@@ -52,3 +52,109 @@ class LeaderShare(StoredShare):
 class HelperShare(StoredShare):
     def __str__(self) -> str:
         return f"helper share of {self.collection} from {self.source}"
+
+
+class CollectionRules(models.Model):
+    """The batch rules of one collection, as each aggregator is configured with them.
+
+    Set from the public recipe when the round starts (a transparency log would publish them);
+    the leader and the helper each enforce them on their own shares.
+    """
+
+    key = models.CharField(max_length=200, unique=True)
+    length = models.PositiveIntegerField(help_text="Length of every report vector.")
+    min_cohort = models.PositiveIntegerField(help_text="No batch with fewer reports is released.")
+    weight_bound = models.PositiveIntegerField(help_text="Most ones an honest report carries (seed 001 6.1.1).")
+    noise_epsilon = models.FloatField(
+        null=True, blank=True, help_text="Aggregator noise: (epsilon, delta) per release."
+    )
+    noise_delta = models.FloatField(null=True, blank=True)
+    expected_rate = models.FloatField(
+        null=True, blank=True, help_text="Expected uploaded reports per second; None turns rate validation off."
+    )
+    rate_window = models.FloatField(default=60.0, help_text="Seconds per window of rate validation.")
+    closed = models.BooleanField(default=False, help_text="Aggregated: later reports are rejected.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "collection rules"
+
+    def __str__(self) -> str:
+        return f"rules of {self.key}"
+
+
+class AggregatorKey(models.Model):
+    """An aggregator's HPKE key pair (X25519): reports are sealed to its public key.
+
+    Both rows live in one database in this deployment; in production each aggregator keeps its
+    own private key in its own storage.
+    """
+
+    role = models.CharField(max_length=16, unique=True)
+    public_key = models.BinaryField()
+    private_key = models.BinaryField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.role} HPKE key"
+
+
+class SpentToken(models.Model):
+    """Tokens an aggregator has accepted in a collection: each is good for one report."""
+
+    role = models.CharField(max_length=16)
+    collection_key = models.CharField(max_length=200)
+    token_digest = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["role", "collection_key", "token_digest"], name="unique_spent_token")
+        ]
+
+    def __str__(self) -> str:
+        return f"token {self.token_digest[:12]} spent at the {self.role} in {self.collection_key}"
+
+
+class ReportRejection(models.Model):
+    """How many uploaded reports an aggregator rejected in a collection, by reason."""
+
+    role = models.CharField(max_length=16)
+    collection_key = models.CharField(max_length=200)
+    reason = models.CharField(max_length=40)
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["role", "collection_key", "reason"], name="unique_report_rejection")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} rejected {self.count} in {self.collection_key}: {self.reason}"
+
+
+class TokenIssuerKey(models.Model):
+    """The token issuer's RSA key (blind signatures); one row, created on first use."""
+
+    # Decimal integers: the modulus n = p q, the public exponent, and the two primes.
+    modulus = models.TextField()
+    public_exponent = models.TextField()
+    prime_p = models.TextField()
+    prime_q = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"token issuer key of {int(self.modulus).bit_length()} bits"
+
+
+class IssuedToken(models.Model):
+    """The issuer's rate limit: one token per device per collection. It never sees the token itself."""
+
+    collection_key = models.CharField(max_length=200)
+    device_digest = models.CharField(max_length=64)
+    issued_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["collection_key", "device_digest"], name="unique_issued_token")]
+
+    def __str__(self) -> str:
+        return f"token issued in {self.collection_key}"

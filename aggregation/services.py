@@ -1,15 +1,17 @@
-"""The collector: aggregate every batch of a collection with both aggregators, then debias."""
+"""The collector: aggregate every batch of a collection with both aggregators, then estimate."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from django.db import transaction
 
 from aggregation.aggregators import HELPER, LEADER, AggregateShare, combine_aggregates
-from aggregation.models import Collection
-from privacy.field import to_counts
+from aggregation.models import Collection, CollectionRules
+from privacy.aggregator_noise import AggregatorGaussian
+from privacy.field import FieldVector, to_counts, to_signed
 from privacy.mechanisms import mechanism_get
 
 
@@ -38,21 +40,81 @@ class BatchEstimate:
         return result
 
 
-def collection_release(
-    *, collection_key: str, mechanism: str, epsilon0: float, domain_size: int
-) -> list[BatchEstimate]:
-    """Aggregate, combine and debias each batch of a collection; batches below the cohort are suppressed.
+class ClientNoiseEstimator:
+    """Reports were randomized on the devices: debias the sum with the mechanism's estimator."""
+
+    def __init__(self, *, mechanism: str, epsilon0: float, domain_size: int) -> None:
+        self.oracle = mechanism_get(mechanism, epsilon0)
+        self.domain_size = domain_size
+
+    def estimate(self, total: FieldVector, reports: int) -> tuple[np.ndarray, np.ndarray]:
+        counts = to_counts(total, bound=reports)
+        estimates = self.oracle.debias(counts, reports, self.domain_size)
+        return estimates, np.sqrt(self.oracle.variance(estimates, reports, self.domain_size))
+
+
+class AggregatorNoiseEstimator:
+    """Each aggregator added discrete Gaussian noise: the noisy sum is the (unbiased) estimate."""
+
+    # Beyond 40 standard deviations the noise has probability below 1e-300: a value there means
+    # mixed-up shares, not noise.
+    TAIL = 40
+
+    def __init__(self, *, epsilon: float, delta: float, domain_size: int) -> None:
+        self.noise = AggregatorGaussian(epsilon, delta)
+        self.domain_size = domain_size
+
+    def estimate(self, total: FieldVector, reports: int) -> tuple[np.ndarray, np.ndarray]:
+        error = self.noise.standard_error()
+        slack = math.ceil(self.TAIL * error)
+        estimates = to_signed(total, low=-slack, high=reports + slack).astype(np.float64)
+        return estimates, np.full(estimates.size, error)
+
+
+Estimator = ClientNoiseEstimator | AggregatorNoiseEstimator
+
+
+def collection_rules_open(
+    *,
+    key: str,
+    length: int,
+    min_cohort: int,
+    weight_bound: int,
+    noise: AggregatorGaussian | None = None,
+    expected_rate: float | None = None,
+    rate_window: float = 60.0,
+) -> CollectionRules:
+    """Configure both aggregators for a collection (idempotent: a second call returns the first rules)."""
+    rules, _ = CollectionRules.objects.get_or_create(
+        key=key,
+        defaults={
+            "length": length,
+            "min_cohort": min_cohort,
+            "weight_bound": weight_bound,
+            "noise_epsilon": noise.epsilon if noise else None,
+            "noise_delta": noise.delta if noise else None,
+            "expected_rate": expected_rate,
+            "rate_window": rate_window,
+        },
+    )
+    return rules
+
+
+def collection_release(*, collection_key: str, estimator: Estimator) -> list[BatchEstimate]:
+    """Aggregate, combine and estimate each batch of a collection; batches below the cohort are suppressed.
 
     Runs in one transaction with the deletion of the shares, so that a failure releases nothing
     and loses nothing, and a caller that stores the release in the same transaction makes a
     retried aggregation a no-op.
     """
-    oracle = mechanism_get(mechanism, epsilon0)
     results: list[BatchEstimate] = []
     with transaction.atomic():
-        collections = Collection.objects.select_for_update().filter(key=collection_key).order_by("batch_key")
+        collections = list(Collection.objects.select_for_update().filter(key=collection_key).order_by("batch_key"))
+        # From here on late reports are rejected: their shares would never be aggregated.
+        CollectionRules.objects.filter(key=collection_key).update(closed=True)
+        leaders, helpers = LEADER.aggregate(collections), HELPER.aggregate(collections)
         for collection in collections:
-            leader, helper = LEADER.aggregate(collection), HELPER.aggregate(collection)
+            leader, helper = leaders[collection.batch_key], helpers[collection.batch_key]
             if not isinstance(leader, AggregateShare) or not isinstance(helper, AggregateShare):
                 refusal = leader if not isinstance(leader, AggregateShare) else helper
                 results.append(
@@ -67,9 +129,7 @@ def collection_release(
                 continue
             if leader.reports != helper.reports:
                 raise RuntimeError(f"aggregators disagree on the report count of {collection}")
-            counts = to_counts(combine_aggregates(leader, helper), bound=leader.reports)
-            estimates = oracle.debias(counts, leader.reports, domain_size)
-            errors = np.sqrt(oracle.variance(estimates, leader.reports, domain_size))
+            estimates, errors = estimator.estimate(combine_aggregates(leader, helper), leader.reports)
             if not (np.isfinite(estimates).all() and np.isfinite(errors).all()):
                 raise ValueError(f"an estimate of {collection} is not finite")
             results.append(

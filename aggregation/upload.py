@@ -1,14 +1,19 @@
 """The aggregators' upload interface: what a device (or a simulated shard) hands over.
 
-This is the only aggregation module that devices/ imports. The leader's share goes to the
+A simulated shard hands over one pre-summed pair of shares (share_pair_upload); a real device
+uploads a Report of two HPKE-sealed shares and a token (aggregation.reports checks it).
+With the crypto of aggregation.hpke and aggregation.tokens, this is all of aggregation that devices/ imports. The leader's share goes to the
 leader's storage and the helper's to the helper's; nothing else about the report is kept.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db import transaction
 
 from aggregation.models import Collection, HelperShare, LeaderShare
+from aggregation.tokens import Token
 from privacy.field import FieldVector
 
 
@@ -39,3 +44,21 @@ def share_pair_upload(
                 reports=reports,
                 min_cohort=min_cohort,
             )
+
+
+@dataclass(frozen=True)
+class SealedShare:
+    enc: bytes
+    ciphertext: bytes
+
+
+@dataclass(frozen=True)
+class Report:
+    collection_key: str
+    batch_key: str
+    token: Token
+    leader: SealedShare
+    helper: SealedShare
+
+    def share_for(self, role: str) -> SealedShare:
+        return self.leader if role == "leader" else self.helper

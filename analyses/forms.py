@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from analyses.models import Analysis
+from analyses.models import Analysis, Recipe
 from devices.streams import field_kind
 from privacy.mechanisms import MECHANISMS
 
@@ -17,6 +17,8 @@ _FIELD_FOR_PATH = {
     "privacy.delta": "delta",
     "privacy.samplingRate": "sampling_rate",
     "privacy.mechanism": "mechanism",
+    "privacy.noise": "noise",
+    "privacy.minCohort": "min_cohort",
     "cohorts": "cohorts",
     "query": "field",
 }
@@ -35,11 +37,27 @@ class RecipeForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="Non-sensitive fields: one release per value, each meeting the minimum cohort.",
     )
-    mechanism = forms.ChoiceField(label="Local randomizer", choices=[(m, m) for m in sorted(MECHANISMS)])
-    epsilon0 = forms.FloatField(label="Local epsilon (ε₀)", initial=2.0)
+    noise = forms.ChoiceField(
+        label="Noise",
+        choices=Recipe.Noise.choices,
+        initial=Recipe.Noise.CLIENT,
+        required=False,  # an API-style post without it means client noise, as in the recipe format
+        help_text="Aggregator noise needs the field's policy to allow it; devices then use no local randomizer.",
+    )
+    mechanism = forms.ChoiceField(
+        label="Local randomizer", choices=[(m, m) for m in sorted(MECHANISMS)], help_text="Client noise only."
+    )
+    epsilon0 = forms.FloatField(label="Local epsilon (ε₀)", initial=2.0, required=False, help_text="Client noise only.")
     epsilon = forms.FloatField(label="Aggregate epsilon (ε)", initial=0.3)
     delta = forms.FloatField(label="Delta (δ)", initial=1e-6)
     sampling_rate = forms.FloatField(label="Sampling rate (q)", initial=1.0)
+    min_cohort = forms.IntegerField(
+        label="Minimum cohort",
+        required=False,
+        min_value=1,
+        help_text="Optional. Client noise: raises the computed minimum, never lowers it. "
+        "Aggregator noise: defaults to 1,000.",
+    )
 
     def __init__(self, *args: Any, analysis: Analysis, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -48,6 +66,9 @@ class RecipeForm(forms.Form):
         numeric = [f for f in analysis.query_class["fields"] if field_kind(stream, f) == "number"]
         self.fields["field"].choices = [(f, f) for f in numeric]
         self.fields["cohorts"].choices = [(c, c) for c in analysis.query_class.get("cohortFields", [])]
+
+    def clean_noise(self) -> str:
+        return self.cleaned_data["noise"] or Recipe.Noise.CLIENT
 
     def clean_boundaries(self) -> list[float]:
         text = self.cleaned_data["boundaries"]
@@ -67,14 +88,18 @@ class RecipeForm(forms.Form):
             "query": f"select {field} from {self.analysis.query_class['stream']}",  # noqa: S608
             "cohorts": data["cohorts"],
             "dataTypeContent": {field: {"dataType": "BucketedType", "boundaries": data["boundaries"]}},
-            "privacy": {
-                "mechanism": data["mechanism"],
-                "epsilon0": data["epsilon0"],
-                "epsilon": data["epsilon"],
-                "delta": data["delta"],
-                "samplingRate": data["sampling_rate"],
-            },
+            "privacy": self._privacy(data),
         }
+
+    @staticmethod
+    def _privacy(data: dict[str, Any]) -> dict[str, Any]:
+        privacy: dict[str, Any] = {"noise": data["noise"]}
+        if data["noise"] == Recipe.Noise.CLIENT:
+            privacy.update(mechanism=data["mechanism"], epsilon0=data["epsilon0"])
+        privacy.update(epsilon=data["epsilon"], delta=data["delta"], samplingRate=data["sampling_rate"])
+        if data.get("min_cohort") is not None:
+            privacy["minCohort"] = data["min_cohort"]
+        return privacy
 
     def add_recipe_errors(self, errors: dict[str, list[str]]) -> None:
         for path, messages in errors.items():

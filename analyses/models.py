@@ -71,6 +71,11 @@ class FieldPolicy(models.Model):
     local_epsilon = models.FloatField(help_text="Largest epsilon0 a query reading this field may use.")
     epsilon = models.FloatField(help_text="Cohort-aggregate epsilon allowed on this field.")
     reports = models.PositiveIntegerField(help_text="Reports allowed on this field.")
+    aggregator_noise = models.BooleanField(
+        default=False,
+        help_text="Allow recipes with aggregator noise: devices then send this field with no local noise, "
+        "protected by secret sharing and by the noise each aggregator adds (one honest aggregator suffices).",
+    )
 
     class Meta:
         ordering = ["field"]
@@ -92,13 +97,24 @@ class Recipe(models.Model):
     analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="recipes")
     identifier = models.CharField(max_length=100)
     content = models.JSONField(help_text="The recipe as submitted, in Figure 4's format.")
+
+    class Noise(models.TextChoices):
+        CLIENT = "client", "Client noise (local randomizer, amplified by aggregation)"
+        AGGREGATOR = "aggregator", "Aggregator noise (discrete Gaussian added by each aggregator)"
+
     encoded_field = models.CharField(max_length=100)
-    mechanism = models.CharField(max_length=50)
-    epsilon0 = models.FloatField()
+    noise = models.CharField(max_length=16, choices=Noise.choices, default=Noise.CLIENT)
+    mechanism = models.CharField(
+        max_length=50, blank=True, help_text="The local randomizer; blank with aggregator noise."
+    )
+    epsilon0 = models.FloatField(null=True, blank=True, help_text="Local epsilon; none with aggregator noise.")
     epsilon = models.FloatField()
     delta = models.FloatField()
     sampling_rate = models.FloatField()
-    min_cohort = models.PositiveIntegerField(help_text="Computed from epsilon0, epsilon and delta.")
+    min_cohort = models.PositiveIntegerField(
+        help_text="Client noise: computed from epsilon0, epsilon and delta (or the recipe's larger one). "
+        "Aggregator noise: the recipe's, a hardening the guarantee does not depend on."
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -108,6 +124,17 @@ class Recipe(models.Model):
 
     def __str__(self) -> str:
         return f"{self.analysis}/{self.identifier}"
+
+    @property
+    def aggregator_noise(self) -> bool:
+        return self.noise == self.Noise.AGGREGATOR
+
+    @property
+    def noise_label(self) -> str:
+        """How the recipe's noise reads in a page: the randomizer and its epsilon0, or aggregator noise."""
+        if self.aggregator_noise:
+            return "aggregator noise (discrete Gaussian)"
+        return f"{self.mechanism}, ε₀ = {self.epsilon0:g}"
 
 
 class Round(models.Model):

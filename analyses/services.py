@@ -6,6 +6,7 @@ is sent; the devices still decide for themselves (devices.services.shard_answer)
 
 from __future__ import annotations
 
+import math
 import secrets
 from typing import Any
 
@@ -15,7 +16,14 @@ from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from aggregation.services import collection_release
+from aggregation.reports import rejections
+from aggregation.services import (
+    AggregatorNoiseEstimator,
+    ClientNoiseEstimator,
+    Estimator,
+    collection_release,
+    collection_rules_open,
+)
 from analyses.errors import NotAllowed, ValidationFailed
 from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
 from analyses.validation import Problems
@@ -25,10 +33,11 @@ from devices.query import QueryRefused, verify_query
 from devices.services import DeviceTask, fleet_enroll, policy_snapshot_create, shard_answer
 from devices.streams import STREAMS, field_kind
 from pfs_web.task_queue import enqueue
+from privacy.aggregator_noise import AggregatorGaussian
 from privacy.amplification import MAX_COHORT, UnreachableEpsilon, min_cohort_closed_form
 from privacy.encoding import BucketedType
 from privacy.intervals import INTERVALS, VIEWS, present, view_rule, z_value
-from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
+from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0, report_weight_bound
 
 # ---------------------------------------------------------------- analyses as policy
 
@@ -77,7 +86,10 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
         local = problems.number(field_spec, "localEpsilon", f"{path}.localEpsilon", positive=True)
         field_epsilon = problems.number(field_spec, "epsilon", f"{path}.epsilon", positive=True)
         field_reports = problems.integer(field_spec, "reports", f"{path}.reports", minimum=1)
-        policies.append((name, local, field_epsilon, field_reports))
+        aggregator_noise = field_spec.get("aggregatorNoise", False)
+        if not isinstance(aggregator_noise, bool):
+            problems.add(f"{path}.aggregatorNoise", "Must be true or false.")
+        policies.append((name, local, field_epsilon, field_reports, aggregator_noise is True))
     if problems:
         raise ValidationFailed(problems.errors)
 
@@ -94,7 +106,8 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
             accountant=accountant,
         )
         FieldPolicy.objects.bulk_create(
-            FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r) for n, le, e, r in policies
+            FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r, aggregator_noise=a)
+            for n, le, e, r, a in policies
         )
     return analysis
 
@@ -112,7 +125,12 @@ def analysis_policy(analysis: Analysis) -> dict:
             "accountant": analysis.accountant,
         },
         "fields": {
-            p.field: {"localEpsilon": p.local_epsilon, "epsilon": p.epsilon, "reports": p.reports}
+            p.field: {
+                "localEpsilon": p.local_epsilon,
+                "epsilon": p.epsilon,
+                "reports": p.reports,
+                "aggregatorNoise": p.aggregator_noise,
+            }
             for p in analysis.field_policies.all()
         },
     }
@@ -180,33 +198,26 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
 
     field, encoding = _data_type_content(problems, content, query)
     privacy = problems.obj(content, "privacy", "privacy") or {}
-    mechanism = problems.string(privacy, "mechanism", "privacy.mechanism")
-    if mechanism and mechanism not in MECHANISMS:
-        problems.add("privacy.mechanism", f"Unknown mechanism; known: {', '.join(sorted(MECHANISMS))}.")
-    epsilon0 = problems.number(privacy, "epsilon0", "privacy.epsilon0", positive=True)
+    noise = privacy.get("noise", Recipe.Noise.CLIENT)
+    if noise not in Recipe.Noise.values:
+        problems.add("privacy.noise", f"Must be one of {', '.join(Recipe.Noise.values)}.")
     epsilon = problems.number(privacy, "epsilon", "privacy.epsilon", positive=True)
     delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True)
     sampling_rate = problems.number(privacy, "samplingRate", "privacy.samplingRate", default=1.0, unit=True)
-
-    min_cohort = None
-    local_epsilon = None
-    if mechanism in MECHANISMS and epsilon0 is not None:
-        oracle = mechanism_get(mechanism, epsilon0)
-        local_epsilon = replacement_epsilon0(oracle)
-        if encoding is not None:
-            try:
-                oracle.report_length(encoding.size)
-            except ValueError as error:
-                problems.add("privacy.mechanism", f"Cannot encode {encoding.size} buckets: {error}.")
-    if None not in (local_epsilon, epsilon, delta):
-        _check_budget(problems, analysis, field, local_epsilon, epsilon, delta)
-        try:
-            min_cohort = min_cohort_closed_form(local_epsilon, epsilon, delta)
-        except UnreachableEpsilon as unreachable:
-            problems.add("privacy.epsilon", f"{unreachable}.")
+    stated_cohort = problems.integer(privacy, "minCohort", "privacy.minCohort", minimum=1, required=False)
+    if noise == Recipe.Noise.AGGREGATOR:
+        mechanism, epsilon0 = "", None
+        local_epsilon, min_cohort = _aggregator_noise_content(problems, privacy, epsilon, delta, stated_cohort)
+    else:
+        mechanism, epsilon0, local_epsilon = _client_noise_content(problems, privacy, encoding)
+        min_cohort = None
+    if None not in (local_epsilon, epsilon, delta) and noise in Recipe.Noise.values:
+        _check_budget(problems, analysis, field, local_epsilon, epsilon, delta, noise)
+        if noise == Recipe.Noise.CLIENT:
+            min_cohort = _client_min_cohort(problems, local_epsilon, epsilon, delta, stated_cohort)
         if min_cohort and sampling_rate and min_cohort > analysis.fleet.size * sampling_rate:
             problems.add(
-                "privacy.epsilon",
+                "privacy.epsilon" if noise == Recipe.Noise.CLIENT else "privacy.minCohort",
                 f"Needs a minimum cohort of {min_cohort:,} reports, but the fleet of "
                 f"{analysis.fleet.size:,} devices at sampling rate {sampling_rate} expects "
                 f"{analysis.fleet.size * sampling_rate:,.0f}.",
@@ -218,6 +229,7 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
         "field": field,
         "encoding": encoding,
         "cohorts": cohorts,
+        "noise": noise,
         "mechanism": mechanism,
         "epsilon0": epsilon0,
         "epsilon": epsilon,
@@ -225,6 +237,69 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
         "sampling_rate": sampling_rate,
         "min_cohort": min_cohort,
     }
+
+
+# With aggregator noise the guarantee does not depend on the cohort; a minimum cohort still keeps
+# batches large enough that a few sybil devices cannot single one device out (seed 003, 4.8).
+AGGREGATOR_NOISE_MIN_COHORT = 1000
+# Probability that an honest device's report is rejected for its weight (seed 001, 6.1.1).
+WEIGHT_FALSE_REJECTION = 1e-9
+
+
+def _client_noise_content(
+    problems: Problems, privacy: dict, encoding: BucketedType | None
+) -> tuple[str | None, float | None, float | None]:
+    """(mechanism, epsilon0, its replacement-model epsilon0) of a client-noise recipe."""
+    mechanism = problems.string(privacy, "mechanism", "privacy.mechanism")
+    if mechanism and mechanism not in MECHANISMS:
+        problems.add("privacy.mechanism", f"Unknown mechanism; known: {', '.join(sorted(MECHANISMS))}.")
+    epsilon0 = problems.number(privacy, "epsilon0", "privacy.epsilon0", positive=True)
+    if mechanism not in MECHANISMS or epsilon0 is None:
+        return mechanism, epsilon0, None
+    oracle = mechanism_get(mechanism, epsilon0)
+    if encoding is not None:
+        try:
+            oracle.report_length(encoding.size)
+        except ValueError as error:
+            problems.add("privacy.mechanism", f"Cannot encode {encoding.size} buckets: {error}.")
+    return mechanism, epsilon0, replacement_epsilon0(oracle)
+
+
+def _client_min_cohort(
+    problems: Problems, epsilon0: float, epsilon: float, delta: float, stated: int | None
+) -> int | None:
+    """The cohort Theorem 3.1 needs, or the recipe's own if larger; never smaller."""
+    try:
+        needed = min_cohort_closed_form(epsilon0, epsilon, delta)
+    except UnreachableEpsilon as unreachable:
+        problems.add("privacy.epsilon", f"{unreachable}.")
+        return None
+    if stated is not None and stated < needed:
+        problems.add(
+            "privacy.minCohort",
+            f"Below the {needed:,} reports that epsilon0 {epsilon0:g}, epsilon {epsilon:g} and delta {delta:g} "
+            "need: a recipe can raise the minimum cohort, never lower it.",
+        )
+        return None
+    return max(needed, stated or 0)
+
+
+def _aggregator_noise_content(
+    problems: Problems, privacy: dict, epsilon: float | None, delta: float | None, stated: int | None
+) -> tuple[float | None, int]:
+    """(local epsilon, minimum cohort) of an aggregator-noise recipe: no local randomizer at all."""
+    for name in ("mechanism", "epsilon0"):
+        if name in privacy:
+            problems.add(
+                f"privacy.{name}",
+                "With aggregator noise devices use no local randomizer: leave out mechanism and epsilon0.",
+            )
+    if epsilon is not None and delta is not None:
+        try:
+            AggregatorGaussian(epsilon, delta).check()
+        except ValueError as error:
+            problems.add("privacy.epsilon", f"{str(error).capitalize()}.")
+    return math.inf, stated if stated is not None else AGGREGATOR_NOISE_MIN_COHORT
 
 
 def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[str | None, BucketedType | None]:
@@ -258,7 +333,13 @@ def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[s
 
 
 def _check_budget(
-    problems: Problems, analysis: Analysis, field: str | None, epsilon0: float, epsilon: float, delta: float
+    problems: Problems,
+    analysis: Analysis,
+    field: str | None,
+    epsilon0: float,
+    epsilon: float,
+    delta: float,
+    noise: str,
 ) -> None:
     """The device's own checks 1 and 2, run on the server's view: one device that answered every round started."""
     policy = analysis_policy(analysis)
@@ -267,16 +348,27 @@ def _check_budget(
     everyone = np.ones(1, dtype=bool)
     for recipe in Recipe.objects.filter(rounds__isnull=False, analysis=analysis).distinct():
         for _ in recipe.rounds.all():
-            spent = BudgetRequest(recipe.epsilon0, recipe.epsilon, recipe.delta, (recipe.encoded_field,), 0)
-            accountant.charge(ledger, spent, everyone)
+            accountant.charge(ledger, recipe_budget_request(recipe), everyone)
     fields = (field,) if field else ()
     # Check 3 is the minimum cohort, computed and checked separately: claim a cohort large enough.
-    request = BudgetRequest(epsilon0, epsilon, delta, fields, min_cohort=MAX_COHORT)
+    request = BudgetRequest(
+        epsilon0, epsilon, delta, fields, min_cohort=MAX_COHORT, aggregator_noise=noise == Recipe.Noise.AGGREGATOR
+    )
     decision = Decision(int(accountant.check(ledger, policy, request)[0]))
     if decision == Decision.ANALYSIS_BUDGET:
         _explain_analysis_refusal(problems, analysis, ledger, epsilon, delta)
     elif decision == Decision.FIELD_BUDGET:
-        _explain_field_refusal(problems, analysis, ledger, field, epsilon0)
+        _explain_field_refusal(problems, analysis, ledger, field, request)
+
+
+def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
+    """What one device answering ``recipe`` is charged (the server's view, for its pre-checks)."""
+    epsilon0 = (
+        math.inf if recipe.aggregator_noise else replacement_epsilon0(mechanism_get(recipe.mechanism, recipe.epsilon0))
+    )
+    return BudgetRequest(
+        epsilon0, recipe.epsilon, recipe.delta, (recipe.encoded_field,), 0, aggregator_noise=recipe.aggregator_noise
+    )
 
 
 def _explain_analysis_refusal(
@@ -296,11 +388,18 @@ def _explain_analysis_refusal(
 
 
 def _explain_field_refusal(
-    problems: Problems, analysis: Analysis, ledger: dict, field: str | None, epsilon0: float
+    problems: Problems, analysis: Analysis, ledger: dict, field: str | None, request: BudgetRequest
 ) -> None:
     policy = analysis.field_policies.filter(field=field).first()
+    epsilon0 = request.epsilon0
     if policy is None:
         problems.add(f"dataTypeContent.{field}", "The field has no budget policy in this analysis.")
+    elif request.aggregator_noise and not policy.aggregator_noise:
+        problems.add(
+            "privacy.noise",
+            f"Field {field}'s policy does not allow aggregator noise (devices would send it with no local "
+            "noise); a privacy officer can allow it.",
+        )
     elif epsilon0 > policy.local_epsilon:
         problems.add(
             "privacy.epsilon0",
@@ -323,6 +422,7 @@ def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -
         identifier=parsed["identifier"],
         content=content,
         encoded_field=parsed["field"],
+        noise=parsed["noise"],
         mechanism=parsed["mechanism"],
         epsilon0=parsed["epsilon0"],
         epsilon=parsed["epsilon"],
@@ -353,8 +453,32 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
         raise NotAllowed("The analysis is not approved.")
     with transaction.atomic():
         round_ = Round.objects.create(recipe=recipe, seed=secrets.randbits(63), created_by=user)
+        _collection_rules_open(round_)
         enqueue(dispatch_round, round_.pk)
     return round_
+
+
+def _collection_rules_open(round_: Round) -> None:
+    """Configure both aggregators with the round's public batch rules."""
+    recipe = round_.recipe
+    size = recipe_encoding(recipe).size
+    if recipe.aggregator_noise:
+        length, weight_bound = size, 1
+        noise = AggregatorGaussian(recipe.epsilon, recipe.delta)
+    else:
+        oracle = mechanism_get(recipe.mechanism, recipe.epsilon0)
+        length, noise = oracle.report_length(size), None
+        weight_bound = report_weight_bound(oracle, size, WEIGHT_FALSE_REJECTION)
+    collection_rules_open(
+        key=round_.task_key, length=length, min_cohort=recipe.min_cohort, weight_bound=weight_bound, noise=noise
+    )
+
+
+def recipe_estimator(recipe: Recipe) -> Estimator:
+    size = recipe_encoding(recipe).size
+    if recipe.aggregator_noise:
+        return AggregatorNoiseEstimator(epsilon=recipe.epsilon, delta=recipe.delta, domain_size=size)
+    return ClientNoiseEstimator(mechanism=recipe.mechanism, epsilon0=recipe.epsilon0, domain_size=size)
 
 
 def round_create_and_start(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Round:
@@ -374,6 +498,7 @@ def device_task(round_: Round) -> DeviceTask:
         cohorts=tuple(recipe.content.get("cohorts", [])),
         encoded_field=recipe.encoded_field,
         boundaries=recipe_encoding(recipe).boundaries,
+        noise=recipe.noise,
         mechanism=recipe.mechanism,
         epsilon0=recipe.epsilon0,
         epsilon=recipe.epsilon,
@@ -420,12 +545,7 @@ def round_aggregate(*, round_id: int) -> Round | None:
             raise ShardsPending(f"{progress['shards_done']} of {round_.shards_total} shards answered")
         recipe = round_.recipe
         encoding = recipe_encoding(recipe)
-        batches = collection_release(
-            collection_key=round_.task_key,
-            mechanism=recipe.mechanism,
-            epsilon0=recipe.epsilon0,
-            domain_size=encoding.size,
-        )
+        batches = collection_release(collection_key=round_.task_key, estimator=recipe_estimator(recipe))
         Release.objects.create(round=round_, content=_release_content(round_, encoding, batches, progress))
         round_.status = Round.Status.RELEASED
         round_.finished_at = timezone.now()
@@ -467,6 +587,8 @@ def _release_content(round_: Round, encoding: BucketedType, batches: list, progr
         "round": round_.pk,
         "field": recipe.encoded_field,
         "buckets": encoding.labels,
+        "noise": recipe.noise,
+        "aggregator_sigma": AggregatorGaussian(recipe.epsilon, recipe.delta).sigma if recipe.aggregator_noise else None,
         "mechanism": recipe.mechanism,
         "epsilon0": recipe.epsilon0,
         "epsilon": recipe.epsilon,
@@ -478,6 +600,7 @@ def _release_content(round_: Round, encoding: BucketedType, batches: list, progr
         # but the devices were charged all the same.
         "epsilon_spent": recipe.epsilon if progress["devices_answered"] else 0.0,
         "refusals": progress["devices_not_answering"],
+        "rejected_reports": rejections(round_.task_key),
         "batches": [b.as_json() for b in batches],
     }
 
@@ -579,6 +702,8 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
             "recipe",
             "round",
             "field",
+            "noise",
+            "aggregator_sigma",
             "mechanism",
             "epsilon0",
             "epsilon",
@@ -588,10 +713,12 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
             "reports",
             "epsilon_spent",
             "refusals",
+            "rejected_reports",
         )
+        if k in content  # releases stored before a key existed lack it
     }
     summary.update(view.describe())
-    summary["notes"] = _release_notes(negative, view)
+    summary["notes"] = _release_notes(negative, view, content)
     released = [b for b in batches if not b["suppressed"]]
     # With no cohorts there is one batch: its buckets stand at the top level too.
     if len(batches) == 1 and released:
@@ -599,13 +726,25 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
     return {**summary, "batches": batches}
 
 
-def _release_notes(negative: int, view: ReleaseView) -> list[str]:
+def _release_notes(negative: int, view: ReleaseView, content: dict) -> list[str]:
+    notes = []
+    if content.get("noise") == Recipe.Noise.AGGREGATOR:
+        sigma = content["aggregator_sigma"]
+        notes.append(
+            f"Aggregator noise: devices sent their values with no local noise, secret-shared; the leader and "
+            f"the helper each added discrete Gaussian noise with sigma {sigma:.4f} (analytic calibration for "
+            f"epsilon {content['epsilon']:g}, delta {content['delta']:g}, L2 sensitivity sqrt 2). The guarantee "
+            f"holds if at least one aggregator is honest; the standard error sigma * sqrt 2 = "
+            f"{sigma * math.sqrt(2):.4f} counts both noises."
+        )
     if not negative:
-        return []
+        return notes
     if view.view == "raw":
-        return [
-            f"{negative} bucket estimate(s) are negative: the true counts there are small and the local "
+        notes.append(
+            f"{negative} bucket estimate(s) are negative: the true counts there are small and the "
             "noise is larger. The estimates are unbiased, so they are shown as they are; choose the "
             "'clipped' or 'thresholded' view to hide them (a post-processing, it costs no privacy)."
-        ]
-    return [f"{negative} negative estimate(s) are shown under the '{view.view}' rule: {view_rule(view.view)}."]
+        )
+    else:
+        notes.append(f"{negative} negative estimate(s) are shown under the '{view.view}' rule: {view_rule(view.view)}.")
+    return notes

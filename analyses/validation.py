@@ -46,8 +46,10 @@ class Problems:
             return None
         return float(value)
 
-    def integer(self, data: dict, key: str, path: str, *, minimum: int = 0) -> int | None:
+    def integer(self, data: dict, key: str, path: str, *, minimum: int = 0, required: bool = True) -> int | None:
         value = data.get(key)
+        if value is None and not required:
+            return None
         if isinstance(value, bool) or not isinstance(value, int):
             self.add(path, "Must be a whole number." if value is not None else "This field is required.")
             return None

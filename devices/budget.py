@@ -58,6 +58,9 @@ class BudgetRequest:
     delta: float
     fields: tuple[str, ...]
     min_cohort: int
+    # No local randomizer (epsilon0 is infinite): the aggregators add the noise. A field allows
+    # it only when its policy says so; check 3 then has no amplification to verify.
+    aggregator_noise: bool = False
 
 
 def ledger_empty(size: int) -> Columns:
@@ -142,8 +145,13 @@ class Accountant:
                 field_ok = np.zeros(size, dtype=bool)
             else:
                 scope = f"field:{field}:"
+                local_ok = (
+                    field_policy.get("aggregatorNoise", False)
+                    if request.aggregator_noise
+                    else request.epsilon0 <= field_policy["localEpsilon"]
+                )
                 field_ok = (
-                    (request.epsilon0 <= field_policy["localEpsilon"])
+                    local_ok
                     & self.composition.fits(ledger, scope, request.epsilon, field_policy["epsilon"], delta_allowed)
                     & (_column(ledger, f"{scope}reports_used", np.int32) + 1 <= field_policy["reports"])
                 )
@@ -156,6 +164,8 @@ class Accountant:
         return decision
 
     def min_cohort_suffices(self, request: BudgetRequest) -> bool:
+        if request.aggregator_noise:
+            return True  # the aggregators' noise gives epsilon whatever the cohort size
         try:
             needed = min_cohort_closed_form(request.epsilon0, request.epsilon, request.delta)
         except (UnreachableEpsilon, ValueError):

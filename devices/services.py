@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -63,13 +64,18 @@ class DeviceTask:
     cohorts: tuple[str, ...]
     encoded_field: str
     boundaries: tuple[float, ...]
-    mechanism: str
-    epsilon0: float
+    mechanism: str  # "" with aggregator noise
+    epsilon0: float | None  # None with aggregator noise
     epsilon: float
     delta: float
     sampling_rate: float
     min_cohort: int
     seed: int
+    noise: str = "client"  # or "aggregator": no local randomizer, each aggregator adds noise
+
+    @property
+    def aggregator_noise(self) -> bool:
+        return self.noise == "aggregator"
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -139,13 +145,19 @@ def _budget_request(task: DeviceTask) -> BudgetRequest:
     # Cohort fields are approved as non-sensitive (Appendix B of seed 000): they route the report
     # to a batch but are not charged to a field budget.
     # The device converts the mechanism's epsilon0 to the replacement model itself: a deletion-model
-    # randomizer costs twice its nominal epsilon0 against the caps and in Theorem 3.1.
+    # randomizer costs twice its nominal epsilon0 against the caps and in Theorem 3.1. With
+    # aggregator noise there is no local randomizer: its local epsilon is infinite.
+    if task.aggregator_noise:
+        epsilon0 = math.inf
+    else:
+        epsilon0 = replacement_epsilon0(mechanism_get(task.mechanism, task.epsilon0))
     return BudgetRequest(
-        epsilon0=replacement_epsilon0(mechanism_get(task.mechanism, task.epsilon0)),
+        epsilon0=epsilon0,
         epsilon=task.epsilon,
         delta=task.delta,
         fields=(task.encoded_field,),
         min_cohort=task.min_cohort,
+        aggregator_noise=task.aggregator_noise,
     )
 
 
@@ -193,14 +205,17 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
     """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort."""
     encoding = BucketedType(task.boundaries)
     values = encoding.encode(columns[task.encoded_field])
-    oracle = mechanism_get(task.mechanism, task.epsilon0)
+    oracle = None if task.aggregator_noise else mechanism_get(task.mechanism, task.epsilon0)
     privatize_rng = np.random.default_rng([task.seed, shard.index, 1])
     share_rng = np.random.default_rng([task.seed, shard.index, 2])
 
     batch_keys = _cohort_keys(shard, task, columns)
     for batch_key in sorted(set(batch_keys[answered].tolist())):
         members = answered & (batch_keys == batch_key)
-        report_sum = oracle.privatize_sum(values[members], encoding.size, privatize_rng)
+        if oracle is None:  # aggregator noise: the one-hot values themselves, noise comes later
+            report_sum = np.bincount(values[members], minlength=encoding.size)
+        else:
+            report_sum = oracle.privatize_sum(values[members], encoding.size, privatize_rng)
         # The devices of a simulated shard hand over their shares pre-summed. A sum of independent
         # uniform leader shares is itself uniform, so one uniform mask has the same distribution.
         leader, helper = prime_field.split(prime_field.to_field(report_sum), share_rng)

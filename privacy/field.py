@@ -7,6 +7,8 @@ share learns nothing about ``x``; only the sum of the two aggregate shares revea
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import numpy.typing as npt
 
@@ -26,6 +28,13 @@ def to_field(values: npt.ArrayLike) -> FieldVector:
     return array.astype(np.uint64)
 
 
+def from_signed(values: npt.NDArray[np.int64]) -> FieldVector:
+    """Embed signed integers (e.g. noise) in the field: -v is stored as p - v."""
+    values = np.asarray(values, dtype=np.int64)
+    magnitude = np.abs(values).astype(np.uint64)
+    return np.where(values < 0, _P - magnitude, magnitude)
+
+
 def add(a: FieldVector, b: FieldVector) -> FieldVector:
     """(a + b) mod p, element-wise, for residues a, b in [0, p)."""
     gap = _P - b  # in [1, p]: a + b >= p exactly when a >= p - b
@@ -42,9 +51,27 @@ def random_vector(length: int, rng: np.random.Generator) -> FieldVector:
     return rng.integers(0, MODULUS, size=length, dtype=np.uint64)
 
 
-def split(values: FieldVector, rng: np.random.Generator) -> tuple[FieldVector, FieldVector]:
-    """Split ``values`` into (leader, helper) additive shares modulo p."""
-    leader = random_vector(values.shape[-1] if values.ndim else 1, rng).reshape(values.shape)
+def random_vector_secure(length: int) -> FieldVector:
+    """A uniform element of Z_p^length from the operating system's CSPRNG, for real devices' shares.
+
+    64 random bits are uniform on [0, 2^64); the 2^32 - 1 values >= p are redrawn (probability
+    2^-32 each), which leaves the rest uniform on [0, p).
+    """
+    vector = np.frombuffer(os.urandom(8 * length), dtype="<u8").astype(np.uint64)
+    while (redraw := vector >= _P).any():
+        vector[redraw] = np.frombuffer(os.urandom(8 * int(redraw.sum())), dtype="<u8")
+    return vector
+
+
+def split(values: FieldVector, rng: np.random.Generator | None = None) -> tuple[FieldVector, FieldVector]:
+    """Split ``values`` into (leader, helper) additive shares modulo p.
+
+    A real device passes no ``rng``: its mask then comes from the OS CSPRNG. The simulator passes
+    its seeded generator so a round can be replayed.
+    """
+    length = values.shape[-1] if values.ndim else 1
+    mask = random_vector_secure(length) if rng is None else random_vector(length, rng)
+    leader = mask.reshape(values.shape)
     return leader, subtract(values, leader)
 
 
@@ -61,6 +88,13 @@ def field_sum(vectors: list[FieldVector], length: int) -> FieldVector:
     return total
 
 
+def total(values: FieldVector) -> int:
+    """The sum of the residues of a vector, mod p, without overflow (halves of 32 bits summed apart)."""
+    low = int((values & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64))
+    high = int((values >> np.uint64(32)).sum(dtype=np.uint64))
+    return ((high << 32) + low) % MODULUS
+
+
 def to_counts(values: FieldVector, *, bound: int) -> npt.NDArray[np.int64]:
     """Read reconstructed field elements back as integer counts in [0, bound].
 
@@ -70,3 +104,15 @@ def to_counts(values: FieldVector, *, bound: int) -> npt.NDArray[np.int64]:
     if values.size and int(values.max()) > bound:
         raise ValueError(f"reconstructed count exceeds the number of reports ({bound})")
     return values.astype(np.int64)
+
+
+def to_signed(values: FieldVector, *, low: int, high: int) -> npt.NDArray[np.int64]:
+    """Read reconstructed field elements as signed integers in [low, high] (low < 0 < high << p).
+
+    Residues above p/2 stand for negative numbers: aggregator noise can push a count below zero.
+    A value outside the range means the shares were not honest or were mixed up: an error.
+    """
+    signed = np.where(values > _P // 2, -(_P - values).astype(np.int64), values.astype(np.int64))
+    if signed.size and (int(signed.min()) < low or int(signed.max()) > high):
+        raise ValueError(f"a reconstructed value lies outside [{low}, {high}]")
+    return signed

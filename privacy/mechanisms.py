@@ -160,3 +160,31 @@ def replacement_epsilon0(oracle: FrequencyOracle) -> float:
     if oracle.privacy_model == "deletion":
         return 2.0 * oracle.epsilon0
     raise ValueError(f"unknown privacy model {oracle.privacy_model!r}")
+
+
+def report_weight_bound(oracle: FrequencyOracle, domain_size: int, false_rejection: float) -> int:
+    """Most ones an honest report may carry, failing an honest device with probability <= false_rejection.
+
+    Seed 001, Section 6.1.1: a randomized one-hot report holds at most its own bit plus
+    C ~ Binomial(d - 1, p0) other ones, p0 the probability a 0 is reported as 1. The bound m is the
+    smallest with P(1 + C > m) = P(C >= m) <= false_rejection (counting the own bit as always set
+    only makes m larger). k-ary RR, Hadamard response and binary RR reports hold exactly one 1 or
+    at most one, so their bound is 1. The binomial tail comes from scipy's regularized incomplete
+    beta (accurate far into the tail), and m is found by bisection.
+    """
+    if not 0 < false_rejection < 1:
+        raise ValueError("false_rejection must lie in (0, 1)")
+    p_zero_to_one = {AsymmetricOHE: "p_other", SymmetricRappor: "p_flip"}.get(type(oracle))
+    if p_zero_to_one is None:
+        return 1
+    from scipy.stats import binom  # scipy is slow to import; only aggregators need it
+
+    others, p0 = oracle.report_length(domain_size) - 1, getattr(oracle, p_zero_to_one)
+    low, high = 0, others  # P(C >= others + 1) = 0, so m = others + 1 always passes
+    while low < high:  # smallest c in [0, others] with P(C > c) <= false_rejection
+        middle = (low + high) // 2
+        if binom.sf(middle, others, p0) <= false_rejection:
+            high = middle
+        else:
+            low = middle + 1
+    return low + 1

@@ -28,7 +28,12 @@ def test_create_analysis_from_a_spec_and_approve_it(spec_file, capsys) -> None:
     call_command("create_analysis", spec_file(SPEC), "--approve", "--owner", "alice", "--officer", "olivia")
     analysis = Analysis.objects.get(identifier="test.ages")
     assert analysis.is_approved
-    assert analysis.snapshot.content["fields"]["age"] == {"localEpsilon": 4.0, "epsilon": 2.0, "reports": 2}
+    assert analysis.snapshot.content["fields"]["age"] == {
+        "localEpsilon": 4.0,
+        "epsilon": 2.0,
+        "reports": 2,
+        "aggregatorNoise": False,
+    }
     assert "created analysis test.ages" in capsys.readouterr().out
 
 

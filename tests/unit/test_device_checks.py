@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -190,3 +192,17 @@ def test_the_policy_names_the_accountant_and_an_unknown_one_is_refused() -> None
     assert isinstance(Accountant.for_policy({"budget": {}}).composition, BasicComposition)
     with pytest.raises(KeyError):
         Accountant.for_policy({"budget": {"accountant": "renyi-but-misspelt"}})
+
+
+def test_aggregator_noise_is_refused_unless_the_field_policy_allows_it() -> None:
+    plain = request(epsilon0=float("inf"), aggregator_noise=True, min_cohort=1)
+    assert (decide(ledger_empty(1), plain) == Decision.FIELD_BUDGET).all()
+    allowing = {**POLICY, "fields": {"age": {**POLICY["fields"]["age"], "aggregatorNoise": True}}}
+    # Allowed, it still spends the field's epsilon; check 3 has no amplification to ask for.
+    assert (decide(ledger_empty(1), plain, allowing) == Decision.ANSWERED).all()
+    assert (decide(ledger_empty(1), replace(plain, epsilon=0.31), allowing) == Decision.FIELD_BUDGET).all()
+
+
+def test_an_infinite_epsilon0_without_aggregator_noise_fails_every_cap() -> None:
+    allowing = {**POLICY, "fields": {"age": {**POLICY["fields"]["age"], "aggregatorNoise": True}}}
+    assert (decide(ledger_empty(1), request(epsilon0=float("inf")), allowing) == Decision.FIELD_BUDGET).all()

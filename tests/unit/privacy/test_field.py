@@ -47,3 +47,27 @@ def test_to_counts_refuses_a_value_above_the_report_count() -> None:
 def test_to_field_refuses_negative_values() -> None:
     with pytest.raises(ValueError):
         field.to_field(np.array([-1]))
+
+
+def test_signed_values_round_trip_through_shares() -> None:
+    values = np.array([-5, 0, 7, -1_234_567, 2**40], dtype=np.int64)
+    leader, helper = field.split(field.from_signed(values), np.random.default_rng(3))
+    np.testing.assert_array_equal(field.to_signed(field.combine(leader, helper), low=-(2**41), high=2**41), values)
+
+
+def test_to_signed_refuses_a_value_outside_its_range() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        field.to_signed(field.from_signed(np.array([-11])), low=-10, high=10)
+
+
+def test_total_is_the_sum_mod_p_without_overflow() -> None:
+    values = np.array([field.MODULUS - 1, field.MODULUS - 1, 5, 2**63], dtype=np.uint64)
+    assert field.total(values) == sum(int(v) for v in values) % field.MODULUS
+
+
+def test_secure_split_masks_are_uniform_residues_below_p() -> None:
+    leader, helper = field.split(field.to_field(np.arange(10_000)))
+    assert int(leader.max()) < field.MODULUS and int(helper.max()) < field.MODULUS
+    np.testing.assert_array_equal(field.combine(leader, helper), np.arange(10_000))
+    # The top bit of a uniform residue is 1 with probability (p - 2^63)/p, about 1/2: 4 standard errors.
+    assert abs((leader >> np.uint64(63)).mean() - 0.5) < 4 * 0.5 / np.sqrt(10_000)

@@ -1,0 +1,140 @@
+"""Individually uploaded reports: the protocol the leader and the helper run on each one.
+
+A report carries the device's batch (its non-sensitive cohort), an anonymous single-use token,
+and its two shares, each sealed with HPKE to one aggregator. The leader receives the upload and
+passes the helper its sealed share; each aggregator then, on its own:
+
+1. checks the token: the issuer's signature over this collection, not used before here;
+2. opens its own share and checks its form (length, residues below p);
+3. computes its share of the report's weight (the sum of the vector, a linear function) and the
+   two exchange these weight shares: each learns the weight and nothing else. For an honest
+   report the weight depends only on the randomizer's coins, never on the value, so revealing
+   it reveals nothing about the device (seed 001, Section 6.1.1); a report over the weight bound
+   is rejected. (One-hot mechanisms always weigh 1; binary RR's one bit is never exchanged.)
+
+A report is stored only if both accept, in one transaction with both spent tokens; a rejection
+changes nothing but the rejecting aggregators' counters. What is not checked: that every entry is
+0 or 1. That needs a zero-knowledge validity proof (Prio3's FLP), which is not built; the weight
+bound limits what a malicious device can do through a report of small non-binary entries only
+partly, and the docs say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from aggregation import hpke
+from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE, Aggregator
+from aggregation.issuer import issuer_public_key
+from aggregation.models import Collection, CollectionRules, ReportRejection, SpentToken
+from aggregation.tokens import token_message, verify
+from aggregation.upload import Report
+from privacy import field as prime_field
+
+# Why a report is rejected; each aggregator counts its own.
+UNKNOWN_COLLECTION = "unknown_collection"
+COLLECTION_CLOSED = "collection_closed"
+TOKEN_INVALID = "token_invalid"  # noqa: S105 (a reason, not a secret)
+TOKEN_REUSED = "token_reused"  # noqa: S105
+SHARE_UNOPENED = "share_unopened"
+SHARE_MALFORMED = "share_malformed"
+OVER_WEIGHT = "over_weight"
+REJECTION_REASONS = (
+    UNKNOWN_COLLECTION,
+    COLLECTION_CLOSED,
+    TOKEN_INVALID,
+    TOKEN_REUSED,
+    SHARE_UNOPENED,
+    SHARE_MALFORMED,
+    OVER_WEIGHT,
+)
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    accepted: bool
+    reason: str = ""  # the first aggregator's reason when rejected
+
+
+def report_submit(report: Report) -> ReportOutcome:
+    """Run both aggregators' checks on one report and store its shares if both accept."""
+    rules = CollectionRules.objects.filter(key=report.collection_key).first()
+    if rules is None:
+        return _rejected(report.collection_key, {a.role: UNKNOWN_COLLECTION for a in AGGREGATORS})
+    if rules.closed:
+        return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
+    message = token_message(report.collection_key, report.token.nonce)
+    issuer = issuer_public_key()
+
+    shares: dict[str, np.ndarray] = {}
+    reasons: dict[str, str] = {}
+    for aggregator in AGGREGATORS:
+        if not verify(issuer, message, report.token.signature):
+            reasons[aggregator.role] = TOKEN_INVALID
+        elif _spent(aggregator, report):
+            reasons[aggregator.role] = TOKEN_REUSED
+        else:
+            sealed = report.share_for(aggregator.role)
+            try:
+                shares[aggregator.role] = aggregator.open_share(rules, sealed.enc, sealed.ciphertext)
+            except hpke.OpenFailed:
+                reasons[aggregator.role] = SHARE_UNOPENED
+            except ValueError:
+                reasons[aggregator.role] = SHARE_MALFORMED
+    if reasons:
+        return _rejected(report.collection_key, reasons)
+
+    # The weight-share exchange: each aggregator sums its own share; the two sums add to the weight.
+    # Skipped when no 0/1 vector can exceed the bound (binary RR's single bit: its weight would be
+    # the report itself).
+    weight_checked = rules.weight_bound < rules.length
+    weight = sum(prime_field.total(shares[a.role]) for a in AGGREGATORS) % prime_field.MODULUS
+    if weight_checked and weight > rules.weight_bound:
+        return _rejected(report.collection_key, {a.role: OVER_WEIGHT for a in AGGREGATORS})
+
+    try:
+        with transaction.atomic():
+            collection, _ = Collection.objects.get_or_create(
+                key=report.collection_key, batch_key=report.batch_key, defaults={"length": rules.length}
+            )
+            source = f"{REPORT_SOURCE}{report.token.digest}"
+            for aggregator in AGGREGATORS:
+                SpentToken.objects.create(
+                    role=aggregator.role, collection_key=report.collection_key, token_digest=report.token.digest
+                )
+                aggregator.model.objects.create(
+                    collection=collection,
+                    source=source,
+                    vector=shares[aggregator.role].astype("<u8").tobytes(),
+                    reports=1,
+                    min_cohort=rules.min_cohort,
+                )
+    except IntegrityError:  # the same token raced in concurrently: it was spent meanwhile
+        return _rejected(report.collection_key, {a.role: TOKEN_REUSED for a in AGGREGATORS})
+    return ReportOutcome(accepted=True)
+
+
+def _spent(aggregator: Aggregator, report: Report) -> bool:
+    return SpentToken.objects.filter(
+        role=aggregator.role, collection_key=report.collection_key, token_digest=report.token.digest
+    ).exists()
+
+
+def _rejected(collection_key: str, reasons: dict[str, str]) -> ReportOutcome:
+    with transaction.atomic():
+        for role, reason in reasons.items():
+            counter, _ = ReportRejection.objects.get_or_create(role=role, collection_key=collection_key, reason=reason)
+            ReportRejection.objects.filter(pk=counter.pk).update(count=F("count") + 1)
+    return ReportOutcome(accepted=False, reason=next(iter(reasons.values())))
+
+
+def rejections(collection_key: str) -> dict[str, dict[str, int]]:
+    """Per aggregator, how many reports it rejected in the collection and why."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in ReportRejection.objects.filter(collection_key=collection_key).order_by("role", "reason"):
+        counts.setdefault(row.role, {})[row.reason] = row.count
+    return counts

@@ -1,0 +1,107 @@
+"""Recipes with aggregator noise (seed 001, Section 6.1.2), from validation to release."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import numpy as np
+import pytest
+
+from aggregation import aggregators
+from analyses import services
+from analyses.errors import ValidationFailed
+from analyses.models import Recipe, Round
+from analyses.services import analysis_approve, analysis_create
+from devices.budget import to_units
+from devices.services import ledger_totals
+from privacy.aggregator_noise import AggregatorGaussian
+from privacy.encoding import BucketedType
+from tests.conftest import RECIPE, SPEC
+
+pytestmark = pytest.mark.django_db
+
+CENTRAL_RECIPE = {
+    **RECIPE,
+    "recipeIdentifier": "central-ages",
+    "AnalysisIdentifier": "test.central",
+    "privacy": {"noise": "aggregator", "epsilon": 1.0, "delta": 1e-6, "minCohort": 1000},
+}
+
+
+@pytest.fixture
+def central(fleet, analyst, officer):
+    spec = copy.deepcopy(SPEC)
+    spec["identifier"] = "test.central"
+    spec["fields"]["age"]["aggregatorNoise"] = True
+    return analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
+
+
+@pytest.fixture
+def seeded_noise(monkeypatch):
+    seeds = itertools.count(100)
+    monkeypatch.setattr(aggregators, "noise_rng", lambda: np.random.default_rng(next(seeds)))
+
+
+def test_aggregator_noise_is_refused_where_the_field_policy_does_not_allow_it(analysis, analyst) -> None:
+    content = {**CENTRAL_RECIPE, "AnalysisIdentifier": "test.ages"}
+    with pytest.raises(ValidationFailed) as refused:
+        services.recipe_create(analysis=analysis, content=content, user=analyst)
+    assert "does not allow aggregator noise" in refused.value.errors["privacy.noise"][0]
+    assert not Recipe.objects.exists()
+
+
+def test_an_aggregator_noise_recipe_names_no_local_randomizer(central, analyst) -> None:
+    content = copy.deepcopy(CENTRAL_RECIPE)
+    content["privacy"].update(mechanism="asymmetric_ohe", epsilon0=3.0)
+    with pytest.raises(ValidationFailed) as refused:
+        services.recipe_create(analysis=central, content=content, user=analyst)
+    assert set(refused.value.errors) == {"privacy.mechanism", "privacy.epsilon0"}
+
+
+def test_an_unknown_noise_and_a_weak_calibration_are_refused(central, analyst) -> None:
+    content = copy.deepcopy(CENTRAL_RECIPE)
+    content["privacy"]["noise"] = "both"
+    with pytest.raises(ValidationFailed) as refused:
+        services.recipe_create(analysis=central, content=content, user=analyst)
+    assert "privacy.noise" in refused.value.errors
+    content["privacy"].update(noise="aggregator", epsilon=40.0, delta=0.1)
+    with pytest.raises(ValidationFailed) as refused:
+        services.recipe_validate(analysis=central, content=content)
+    assert "below 1" in refused.value.errors["privacy.epsilon"][0]
+
+
+def test_a_recipe_can_raise_the_minimum_cohort_but_never_lower_it(analysis, recipe) -> None:
+    recipe["privacy"]["minCohort"] = 2934  # Theorem 3.1 needs 2,935 for these parameters
+    with pytest.raises(ValidationFailed) as refused:
+        services.recipe_validate(analysis=analysis, content=recipe)
+    assert "never lower" in refused.value.errors["privacy.minCohort"][0]
+    recipe["privacy"]["minCohort"] = 4000
+    assert services.recipe_validate(analysis=analysis, content=recipe)["min_cohort"] == 4000
+
+
+def test_a_round_with_aggregator_noise_releases_counts_within_their_error(
+    central, analyst, seeded_noise, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        round_ = services.round_create_and_start(analysis=central, content=CENTRAL_RECIPE, user=analyst)
+    round_.refresh_from_db()
+    assert round_.status == Round.Status.RELEASED, round_.error
+    content = round_.release.content
+    noise = AggregatorGaussian(1.0, 1e-6)
+    assert content["noise"] == "aggregator" and content["aggregator_sigma"] == noise.sigma
+    (batch,) = content["batches"]
+    encoding = BucketedType((20, 30, 40, 50, 60, 70, 80))
+    truth = sum(
+        np.bincount(encoding.encode(shard.load_columns()["age"]), minlength=encoding.size)
+        for shard in central.fleet.shards.all()
+    )
+    assert batch["standard_errors"] == [noise.standard_error()] * encoding.size
+    # Seeded noise; each count is off by the two aggregators' noise only: 4 standard errors.
+    assert np.abs(np.array(batch["estimates"]) - truth).max() < 4 * noise.standard_error()
+    # Not the exact counts: both aggregators did add noise.
+    assert not np.array_equal(np.array(batch["estimates"]), truth)
+    totals = ledger_totals(fleet=central.fleet, analysis_identifier="test.central")
+    assert totals["max:epsilon_used"] == to_units(1.0)
+    released = services.release_as_json(round_.release)
+    assert released["noise"] == "aggregator" and "one aggregator is honest" in released["notes"][0]

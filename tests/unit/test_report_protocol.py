@@ -1,0 +1,179 @@
+"""Individually uploaded reports: HPKE shares, anonymous single-use tokens, weight and rate rules.
+
+Real crypto throughout (pyhpke, RSA blind signatures); the devices are devices.report_client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from aggregation import hpke
+from aggregation.aggregators import HELPER, LEADER
+from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
+from aggregation.models import HelperShare, LeaderShare, SpentToken
+from aggregation.reports import rejections, report_submit
+from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
+from aggregation.tokens import Token
+from aggregation.upload import SealedShare
+from devices.report_client import AggregatorKeys, report_seal, report_vector, token_obtain
+from privacy.mechanisms import mechanism_get, report_weight_bound
+
+pytestmark = pytest.mark.django_db
+
+KEY = "test-collection"
+DOMAIN = 8
+ORACLE = mechanism_get("asymmetric_ohe", 3.0)
+
+
+@pytest.fixture
+def rules():
+    return collection_rules_open(
+        key=KEY, length=DOMAIN, min_cohort=3, weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9)
+    )
+
+
+def keys() -> AggregatorKeys:
+    return AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
+
+
+def token(device: str, key: str = KEY) -> Token:
+    return token_obtain(
+        collection_key=key,
+        issuer=issuer_public_key(),
+        issue=lambda blinded: token_issue(collection_key=key, device_identity=device, blinded=blinded),
+    )
+
+
+def report(device: str, vector, key: str = KEY, tok: Token | None = None):
+    return report_seal(
+        collection_key=key, batch_key="", vector=np.asarray(vector), keys=keys(), token=tok or token(device, key)
+    )
+
+
+def one_hot(value: int) -> np.ndarray:
+    return np.eye(DOMAIN, dtype=np.int64)[value]
+
+
+def test_a_report_is_accepted_and_each_aggregator_stores_only_its_own_share(rules) -> None:
+    assert report_submit(report("d1", one_hot(2))).accepted
+    leader, helper = LeaderShare.objects.get(), HelperShare.objects.get()
+    assert leader.reports == helper.reports == 1
+    # Neither share alone is the report; their sum is.
+    total = (leader.load_vector().astype(object) + helper.load_vector().astype(object)) % (2**64 - 2**32 + 1)
+    assert total.tolist() == one_hot(2).tolist()
+    assert leader.load_vector().tolist() != one_hot(2).tolist()
+
+
+def test_each_aggregator_opens_only_the_share_sealed_to_it(rules) -> None:
+    sealed = report("d1", one_hot(1))
+    # The helper's share handed to the leader does not open: another key and another info.
+    with pytest.raises(hpke.OpenFailed):
+        LEADER.open_share(rules, sealed.helper.enc, sealed.helper.ciphertext)
+    assert LEADER.open_share(rules, sealed.leader.enc, sealed.leader.ciphertext).size == DOMAIN
+
+
+def test_the_issuer_signs_one_token_per_device_per_collection() -> None:
+    token("d1")
+    with pytest.raises(TokenRefused, match="already"):
+        token("d1")
+    token("d1", key="another-collection")  # another collection is another allowance
+    token("d2")
+
+
+def test_a_replayed_token_is_rejected_by_both_aggregators_and_counted(rules) -> None:
+    tok = token("d1")
+    assert report_submit(report("d1", one_hot(0), tok=tok)).accepted
+    outcome = report_submit(report("d1", one_hot(5), tok=tok))
+    assert (outcome.accepted, outcome.reason) == (False, "token_reused")
+    assert LeaderShare.objects.count() == HelperShare.objects.count() == 1
+    assert rejections(KEY) == {"helper": {"token_reused": 1}, "leader": {"token_reused": 1}}
+
+
+def test_a_forged_token_or_one_for_another_round_is_rejected(rules) -> None:
+    forged = Token(nonce=b"\x00" * 32, signature=b"\x01" * issuer_public_key().size)
+    assert report_submit(report("d1", one_hot(0), tok=forged)).reason == "token_invalid"
+    other_round = token("d2", key="another-collection")
+    assert report_submit(report("d2", one_hot(0), tok=other_round)).reason == "token_invalid"
+    assert not LeaderShare.objects.exists() and not SpentToken.objects.exists()
+
+
+def test_a_report_sealed_for_another_round_does_not_open(rules) -> None:
+    collection_rules_open(key="other", length=DOMAIN, min_cohort=1, weight_bound=DOMAIN)
+    sealed_for_other = report("d1", one_hot(0), key="other")
+    moved = replace(sealed_for_other, collection_key=KEY, token=token("d1"))
+    assert report_submit(moved).reason == "share_unopened"
+    assert rejections(KEY) == {"helper": {"share_unopened": 1}, "leader": {"share_unopened": 1}}
+
+
+def test_a_malformed_share_is_rejected_and_nothing_is_stored(rules) -> None:
+    good = report("d1", one_hot(0))
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (DOMAIN - 1), hpke.share_info(KEY, "helper"))
+    outcome = report_submit(replace(good, helper=SealedShare(*short)))
+    assert outcome.reason == "share_malformed"
+    assert rejections(KEY) == {"helper": {"share_malformed": 1}}
+    assert not LeaderShare.objects.exists() and not SpentToken.objects.exists()
+    # The token was not spent by the rejection: the device's honest retry goes through.
+    assert report_submit(replace(good, collection_key=KEY)).accepted
+
+
+def test_a_report_with_too_many_ones_is_rejected_by_the_weight_bound(rules) -> None:
+    assert rules.weight_bound < DOMAIN
+    outcome = report_submit(report("d1", np.ones(DOMAIN, dtype=np.int64)))
+    assert outcome.reason == "over_weight"
+    assert rejections(KEY) == {"helper": {"over_weight": 1}, "leader": {"over_weight": 1}}
+
+
+def test_a_report_for_an_unknown_or_closed_collection_is_rejected(rules) -> None:
+    assert report_submit(report("d1", one_hot(0), key="nowhere")).reason == "unknown_collection"
+    for device in ("a", "b", "c"):
+        assert report_submit(report(device, one_hot(1))).accepted
+    collection_release(
+        collection_key=KEY, estimator=ClientNoiseEstimator(mechanism="kary_rr", epsilon0=3.0, domain_size=DOMAIN)
+    )
+    assert report_submit(report("late", one_hot(1))).reason == "collection_closed"
+
+
+def test_uploaded_reports_release_an_unbiased_histogram(rules) -> None:
+    rng = np.random.default_rng(21)
+    values = rng.choice(DOMAIN, size=400, p=[0.4, 0.2, 0.1, 0.1, 0.1, 0.05, 0.03, 0.02])
+    for i, value in enumerate(values):
+        vector = report_vector(ORACLE, int(value), DOMAIN, rng)
+        assert report_submit(report(f"device-{i}", vector)).accepted
+    (batch,) = collection_release(
+        collection_key=KEY, estimator=ClientNoiseEstimator(mechanism="asymmetric_ohe", epsilon0=3.0, domain_size=DOMAIN)
+    )
+    truth = np.bincount(values, minlength=DOMAIN)
+    errors = np.abs(np.array(batch.estimates) - truth) / np.array(batch.standard_errors)
+    # 4 standard errors per bucket (seeded devices' coins).
+    assert batch.reports == 400 and errors.max() < 4
+    assert not LeaderShare.objects.exists() and not HelperShare.objects.exists()
+
+
+def test_a_batch_that_arrived_faster_than_twice_the_expected_rate_is_refused() -> None:
+    collection_rules_open(key=KEY, length=DOMAIN, min_cohort=3, weight_bound=DOMAIN, expected_rate=0.1, rate_window=60)
+    for device in range(14):
+        assert report_submit(report(f"d{device}", one_hot(device % DOMAIN))).accepted
+    # 14 reports within a minute against 0.1/s expected: 14 > 2 * 6. Each aggregator refuses alone.
+    (batch,) = collection_release(
+        collection_key=KEY, estimator=ClientNoiseEstimator(mechanism="kary_rr", epsilon0=3.0, domain_size=DOMAIN)
+    )
+    assert batch.suppressed and "rate validation" in batch.reason and batch.reason.startswith("leader:")
+
+
+def test_the_same_reports_spread_over_time_pass_rate_validation() -> None:
+    collection_rules_open(key=KEY, length=DOMAIN, min_cohort=3, weight_bound=DOMAIN, expected_rate=0.1, rate_window=60)
+    for device in range(14):
+        assert report_submit(report(f"d{device}", one_hot(device % DOMAIN))).accepted
+    start = timezone.now()
+    for model in (LeaderShare, HelperShare):
+        for i, share in enumerate(model.objects.order_by("pk")):
+            model.objects.filter(pk=share.pk).update(created_at=start + timedelta(seconds=10 * i))
+    (batch,) = collection_release(
+        collection_key=KEY, estimator=ClientNoiseEstimator(mechanism="kary_rr", epsilon0=3.0, domain_size=DOMAIN)
+    )
+    assert not batch.suppressed and batch.reports == 14
