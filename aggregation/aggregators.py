@@ -97,12 +97,16 @@ class Aggregator:
         key = collections[0].key
         rules = CollectionRules.objects.filter(key=key).first()
         flooded = rules is not None and rules.expected_rate is not None and self._flooded(key, rules)
+        # One read and one delete for the whole collection, not one per batch.
+        by_batch: dict[int, list[StoredShare]] = {collection.pk: [] for collection in collections}
+        for share in self.model.objects.filter(collection__in=collections).order_by("pk"):
+            by_batch[share.collection_id].append(share)
+        self.model.objects.filter(collection__in=collections).delete()
         results: dict[str, AggregateShare | BatchRefused] = {}
         for collection in collections:
-            shares = list(self.model.objects.filter(collection=collection).order_by("pk"))
+            shares = by_batch[collection.pk]
             reports = sum(share.reports for share in shares)
             min_cohort = max([share.min_cohort for share in shares] + [rules.min_cohort if rules else 0])
-            self.model.objects.filter(collection=collection).delete()
             if not shares or reports < min_cohort:
                 reason = f"{reports:,} reports is below the minimum cohort of {min_cohort:,}"
             elif flooded:

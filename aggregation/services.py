@@ -22,8 +22,8 @@ class BatchEstimate:
     min_cohort: int
     suppressed: bool
     reason: str = ""
-    estimates: list[float] | None = None
-    standard_errors: list[float] | None = None
+    estimates: np.ndarray | None = None  # float64 per bucket
+    standard_errors: np.ndarray | None = None
 
     def as_json(self) -> dict:
         result = {
@@ -36,7 +36,7 @@ class BatchEstimate:
             result["reason"] = self.reason
             return result
         # Intervals are derived when the release is shown (privacy.intervals), not stored.
-        result.update(estimates=self.estimates, standard_errors=self.standard_errors)
+        result.update(estimates=self.estimates.tolist(), standard_errors=self.standard_errors.tolist())
         return result
 
 
@@ -138,8 +138,8 @@ def collection_release(*, collection_key: str, estimator: Estimator) -> list[Bat
                     reports=leader.reports,
                     min_cohort=leader.min_cohort,
                     suppressed=False,
-                    estimates=estimates.tolist(),
-                    standard_errors=errors.tolist(),
+                    estimates=estimates,
+                    standard_errors=errors,
                 )
             )
     return results

@@ -35,7 +35,7 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from aggregation.services import collection_release
+    from aggregation.services import ClientNoiseEstimator, collection_release
     from aggregation.upload import share_pair_upload
     from privacy import field
     from privacy.intervals import present, z_value
@@ -66,7 +66,8 @@ def main() -> None:
                     min_cohort=1_000,
                 )
         start = time.perf_counter()
-        batches = collection_release(collection_key=key, mechanism="asymmetric_ohe", epsilon0=4.0, domain_size=BUCKETS)
+        estimator = ClientNoiseEstimator(mechanism="asymmetric_ohe", epsilon0=4.0, domain_size=BUCKETS)
+        batches = collection_release(collection_key=key, estimator=estimator)
         z = z_value(level=0.95, cells=BUCKETS * COHORTS, intervals="simultaneous")
         for batch in batches:
             present(batch.estimates, batch.standard_errors, z=z, view="raw")

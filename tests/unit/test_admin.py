@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from aggregation.models import CollectionRules, ReportRejection
 from analyses.models import Analysis, FieldPolicy
 from analyses.services import analysis_create
 from tests.conftest import SPEC
@@ -35,3 +36,13 @@ def test_a_policy_edit_after_approval_does_not_change_what_devices_enforce(analy
     analysis.refresh_from_db()
     assert analysis.snapshot.content["fields"]["age"]["epsilon"] == 2.0
     assert analysis.snapshot.content["budget"]["epsilon"] == 2.0
+
+
+def test_operators_read_the_aggregators_rules_and_rejections(client, django_user_model) -> None:
+    CollectionRules.objects.create(key="k", length=8, min_cohort=3, weight_bound=4)
+    ReportRejection.objects.create(role="leader", collection_key="k", reason="token_reused", count=2)
+    admin_user = django_user_model.objects.create_superuser("root", password="root-password")
+    client.force_login(admin_user)
+    assert b"token_reused" in client.get("/admin/aggregation/reportrejection/").content
+    assert client.get("/admin/aggregation/collectionrules/").status_code == 200
+    assert client.get("/admin/aggregation/collectionrules/add/").status_code == 403
