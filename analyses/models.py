@@ -28,7 +28,11 @@ class Analysis(models.Model):
     delta = models.FloatField(help_text="Largest delta at which a query of this analysis may claim epsilon.")
     accountant = models.CharField(
         max_length=16,
-        choices=[("basic", "Basic composition"), ("advanced", "Advanced composition (or basic, if smaller)")],
+        choices=[
+            ("basic", "Basic composition"),
+            ("advanced", "Advanced composition (or basic, if smaller)"),
+            ("renyi", "Rényi DP composition (or basic, if smaller)"),
+        ],
         default="basic",
         help_text="How devices compose the aggregate epsilons of this analysis's queries.",
     )

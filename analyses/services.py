@@ -212,9 +212,20 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
         mechanism, epsilon0, local_epsilon = _client_noise_content(problems, privacy, encoding)
         min_cohort = None
     if None not in (local_epsilon, epsilon, delta) and noise in Recipe.Noise.values:
-        _check_budget(problems, analysis, field, local_epsilon, epsilon, delta, noise)
         if noise == Recipe.Noise.CLIENT:
             min_cohort = _client_min_cohort(problems, local_epsilon, epsilon, delta, stated_cohort)
+        request = BudgetRequest(
+            local_epsilon,
+            epsilon,
+            delta,
+            (field,) if field else (),
+            # Check 3 is the minimum cohort, computed just above: an unreachable one is already refused.
+            min_cohort=min_cohort or MAX_COHORT,
+            aggregator_noise=noise == Recipe.Noise.AGGREGATOR,
+            mechanism=mechanism or "",
+            mechanism_epsilon0=epsilon0,
+        )
+        _check_budget(problems, analysis, field, request)
         if min_cohort and sampling_rate and min_cohort > analysis.fleet.size * sampling_rate:
             problems.add(
                 "privacy.epsilon" if noise == Recipe.Noise.CLIENT else "privacy.minCohort",
@@ -332,15 +343,7 @@ def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[s
         return field, None
 
 
-def _check_budget(
-    problems: Problems,
-    analysis: Analysis,
-    field: str | None,
-    epsilon0: float,
-    epsilon: float,
-    delta: float,
-    noise: str,
-) -> None:
+def _check_budget(problems: Problems, analysis: Analysis, field: str | None, request: BudgetRequest) -> None:
     """The device's own checks 1 and 2, run on the server's view: one device that answered every round started."""
     policy = analysis_policy(analysis)
     accountant = Accountant.for_policy(policy)
@@ -349,14 +352,9 @@ def _check_budget(
     for recipe in Recipe.objects.filter(rounds__isnull=False, analysis=analysis).distinct():
         for _ in recipe.rounds.all():
             accountant.charge(ledger, recipe_budget_request(recipe), everyone)
-    fields = (field,) if field else ()
-    # Check 3 is the minimum cohort, computed and checked separately: claim a cohort large enough.
-    request = BudgetRequest(
-        epsilon0, epsilon, delta, fields, min_cohort=MAX_COHORT, aggregator_noise=noise == Recipe.Noise.AGGREGATOR
-    )
     decision = Decision(int(accountant.check(ledger, policy, request)[0]))
     if decision == Decision.ANALYSIS_BUDGET:
-        _explain_analysis_refusal(problems, analysis, ledger, epsilon, delta)
+        _explain_analysis_refusal(problems, analysis, ledger, request.epsilon, request.delta)
     elif decision == Decision.FIELD_BUDGET:
         _explain_field_refusal(problems, analysis, ledger, field, request)
 
@@ -367,7 +365,14 @@ def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
         math.inf if recipe.aggregator_noise else replacement_epsilon0(mechanism_get(recipe.mechanism, recipe.epsilon0))
     )
     return BudgetRequest(
-        epsilon0, recipe.epsilon, recipe.delta, (recipe.encoded_field,), 0, aggregator_noise=recipe.aggregator_noise
+        epsilon0,
+        recipe.epsilon,
+        recipe.delta,
+        (recipe.encoded_field,),
+        recipe.min_cohort,
+        aggregator_noise=recipe.aggregator_noise,
+        mechanism=recipe.mechanism,
+        mechanism_epsilon0=recipe.epsilon0,
     )
 
 

@@ -12,12 +12,16 @@ The composition rule is pluggable (the policy's ``budget.accountant``):
   this one is within the allowance (privacy.composition.advanced_composition_epsilon, with
   delta' = the analysis delta). Both bounds hold at once, so the device may use the smaller.
   The guarantee is then (epsilon_allowed, sum of the queries' deltas + delta').
+- "renyi": a query also fits when the Renyi DP composition of every query's RDP curve so far plus
+  this one, converted at delta' = the analysis delta, is within the allowance (RenyiComposition).
+  Same guarantee form as "advanced".
 
 ``Accountant.check`` only reads; ``Accountant.charge`` is the only place that mutates a ledger.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import IntEnum
@@ -26,7 +30,10 @@ import numpy as np
 import numpy.typing as npt
 
 from devices.columns import Columns
+from privacy.aggregator_noise import HISTOGRAM_L2_SENSITIVITY, AggregatorGaussian
 from privacy.amplification import UnreachableEpsilon, min_cohort_closed_form
+from privacy.composition import gaussian_rdp, pure_dp_rdp, rdp_to_dp
+from privacy.rappor_rdp import symmetric_rappor_rdp
 
 NANO = 1_000_000_000
 
@@ -61,6 +68,9 @@ class BudgetRequest:
     # No local randomizer (epsilon0 is infinite): the aggregators add the noise. A field allows
     # it only when its policy says so; check 3 then has no amplification to verify.
     aggregator_noise: bool = False
+    # The randomizer and its nominal epsilon0, for the Renyi accountant's curve.
+    mechanism: str = ""
+    mechanism_epsilon0: float | None = None
 
 
 def ledger_empty(size: int) -> Columns:
@@ -80,12 +90,12 @@ class BasicComposition:
     name = "basic"
 
     def fits(
-        self, ledger: Columns, scope: str, epsilon: float, allowed: float, delta_allowed: float
+        self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
     ) -> npt.NDArray[np.bool_]:
-        return _column(ledger, f"{scope}epsilon_used", np.int64) + to_units(epsilon) <= to_units(allowed)
+        return _column(ledger, f"{scope}epsilon_used", np.int64) + to_units(request.epsilon) <= to_units(allowed)
 
-    def spend(self, ledger: Columns, scope: str, epsilon: float, answered: npt.NDArray[np.bool_]) -> None:
-        _column(ledger, f"{scope}epsilon_used", np.int64)[answered] += to_units(epsilon)
+    def spend(self, ledger: Columns, scope: str, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
+        _column(ledger, f"{scope}epsilon_used", np.int64)[answered] += to_units(request.epsilon)
 
 
 class AdvancedComposition(BasicComposition):
@@ -94,21 +104,92 @@ class AdvancedComposition(BasicComposition):
     name = "advanced"
 
     def fits(
-        self, ledger: Columns, scope: str, epsilon: float, allowed: float, delta_allowed: float
+        self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
     ) -> npt.NDArray[np.bool_]:
+        epsilon = request.epsilon
         squares = _column(ledger, f"{scope}epsilon_squares", np.float64) + epsilon**2
         drift = _column(ledger, f"{scope}epsilon_drift", np.float64) + epsilon * math.expm1(epsilon)
         # privacy.composition.advanced_composition_epsilon, vectorised over the devices.
         bound = np.sqrt(2.0 * math.log(1.0 / delta_allowed) * squares) + drift
-        return super().fits(ledger, scope, epsilon, allowed, delta_allowed) | (bound <= allowed)
+        return super().fits(ledger, scope, request, allowed, delta_allowed) | (bound <= allowed)
 
-    def spend(self, ledger: Columns, scope: str, epsilon: float, answered: npt.NDArray[np.bool_]) -> None:
-        super().spend(ledger, scope, epsilon, answered)
+    def spend(self, ledger: Columns, scope: str, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
+        super().spend(ledger, scope, request, answered)
+        epsilon = request.epsilon
         _column(ledger, f"{scope}epsilon_squares", np.float64)[answered] += epsilon**2
         _column(ledger, f"{scope}epsilon_drift", np.float64)[answered] += epsilon * math.expm1(epsilon)
 
 
-COMPOSITIONS = {c.name: c for c in (BasicComposition, AdvancedComposition)}
+class RenyiComposition(BasicComposition):
+    """Basic composition, or Renyi DP composition converted at the analysis delta when it is smaller.
+
+    Each query's release has an RDP curve over RENYI_ORDERS (query_rdp); the ledger keeps the
+    per-order sums, which compose exactly (Mironov 2017, Prop. 1), and the bound is
+    min over alpha of rdp_to_dp(sum rho(alpha), alpha, delta') with delta' = the analysis delta
+    (privacy.composition.rdp_epsilon, vectorised). Both bounds hold at once.
+    """
+
+    name = "renyi"
+
+    def fits(
+        self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
+    ) -> npt.NDArray[np.bool_]:
+        rhos = np.stack([_column(ledger, f"{scope}rdp_{i}", np.float64) for i in range(len(RENYI_ORDERS))], axis=1)
+        rhos = rhos + np.asarray(query_rdp(request))
+        slack = np.array([rdp_to_dp(0.0, alpha, delta_allowed) for alpha in RENYI_ORDERS])
+        # rdp_to_dp(0, alpha, delta) = max(0, slack): rho plus it bounds rdp_to_dp(rho, alpha, delta) from above.
+        bound = (rhos + slack).min(axis=1)
+        return super().fits(ledger, scope, request, allowed, delta_allowed) | (bound <= allowed)
+
+    def spend(self, ledger: Columns, scope: str, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
+        super().spend(ledger, scope, request, answered)
+        for i, rho in enumerate(query_rdp(request)):
+            _column(ledger, f"{scope}rdp_{i}", np.float64)[answered] += rho
+
+
+# Orders of the device's Renyi ledger: few, so the ledger stays small, spread where conversions at
+# deltas of 1e-6..1e-12 find their minimum.
+RENYI_ORDERS: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0)
+
+
+def query_rdp(request: BudgetRequest) -> tuple[float, ...]:
+    """The tightest RDP curve this code can prove for one query's release, over RENYI_ORDERS.
+
+    - aggregator noise: the Gaussian mechanism's alpha Delta^2 / (2 sigma^2), sigma the analytic
+      calibration the aggregators use, Delta = sqrt 2;
+    - symmetric RAPPOR: 2 rho_2RR(n, alpha, eps0) at n = the minimum cohort (seed 000 C.1.3; a
+      larger batch only adds independent reports, which cannot raise a divergence);
+    - any other local randomizer: its pure replacement epsilon0 as RDP (no amplification credit).
+    """
+    return _query_rdp(
+        request.aggregator_noise, request.mechanism, request.mechanism_epsilon0, request.epsilon0,
+        request.epsilon, request.delta, request.min_cohort,
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _query_rdp(
+    aggregator_noise: bool,
+    mechanism: str,
+    mechanism_epsilon0: float | None,
+    epsilon0: float,
+    epsilon: float,
+    delta: float,
+    cohort: int,
+) -> tuple[float, ...]:
+    if aggregator_noise:
+        sigma = AggregatorGaussian(epsilon, delta).sigma
+        return gaussian_rdp(sigma, HISTOGRAM_L2_SENSITIVITY, RENYI_ORDERS).rhos
+    pure = pure_dp_rdp(epsilon0, RENYI_ORDERS).rhos if math.isfinite(epsilon0) else (math.inf,) * len(RENYI_ORDERS)
+    if mechanism == "symmetric_rappor" and mechanism_epsilon0 is not None and cohort >= 1:
+        return tuple(
+            min(p, symmetric_rappor_rdp(mechanism_epsilon0, cohort, alpha))
+            for p, alpha in zip(pure, RENYI_ORDERS, strict=True)
+        )
+    return pure
+
+
+COMPOSITIONS = {c.name: c for c in (BasicComposition, AdvancedComposition, RenyiComposition)}
 
 
 class Accountant:
@@ -132,7 +213,7 @@ class Accountant:
 
         # Check 1: the analysis's aggregate epsilon and report count (Table 1a).
         analysis_ok = (
-            self.composition.fits(ledger, "", request.epsilon, budget["epsilon"], delta_allowed)
+            self.composition.fits(ledger, "", request, budget["epsilon"], delta_allowed)
             & (ledger["reports_used"] + 1 <= budget["reports"])
             & (request.delta <= delta_allowed)
         )
@@ -152,7 +233,7 @@ class Accountant:
                 )
                 field_ok = (
                     local_ok
-                    & self.composition.fits(ledger, scope, request.epsilon, field_policy["epsilon"], delta_allowed)
+                    & self.composition.fits(ledger, scope, request, field_policy["epsilon"], delta_allowed)
                     & (_column(ledger, f"{scope}reports_used", np.int32) + 1 <= field_policy["reports"])
                 )
             decision[(decision == Decision.ANSWERED) & ~field_ok] = Decision.FIELD_BUDGET
@@ -174,9 +255,9 @@ class Accountant:
 
     def charge(self, ledger: Columns, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
         """Spend epsilon and one report, on the analysis and each field, for answering devices."""
-        self.composition.spend(ledger, "", request.epsilon, answered)
+        self.composition.spend(ledger, "", request, answered)
         ledger["reports_used"][answered] += 1
         for field in request.fields:
             scope = f"field:{field}:"
-            self.composition.spend(ledger, scope, request.epsilon, answered)
+            self.composition.spend(ledger, scope, request, answered)
             _column(ledger, f"{scope}reports_used", np.int32)[answered] += 1

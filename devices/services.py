@@ -158,6 +158,8 @@ def _budget_request(task: DeviceTask) -> BudgetRequest:
         fields=(task.encoded_field,),
         min_cohort=task.min_cohort,
         aggregator_noise=task.aggregator_noise,
+        mechanism=task.mechanism,
+        mechanism_epsilon0=task.epsilon0,
     )
 
 

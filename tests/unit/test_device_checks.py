@@ -8,12 +8,15 @@ import numpy as np
 import pytest
 
 from devices.budget import (
+    RENYI_ORDERS,
     Accountant,
     AdvancedComposition,
     BasicComposition,
     BudgetRequest,
     Decision,
+    RenyiComposition,
     ledger_empty,
+    query_rdp,
     to_units,
 )
 from devices.query import QueryRefused, parse_query, verify_query
@@ -206,3 +209,50 @@ def test_aggregator_noise_is_refused_unless_the_field_policy_allows_it() -> None
 def test_an_infinite_epsilon0_without_aggregator_noise_fails_every_cap() -> None:
     allowing = {**POLICY, "fields": {"age": {**POLICY["fields"]["age"], "aggregatorNoise": True}}}
     assert (decide(ledger_empty(1), request(epsilon0=float("inf")), allowing) == Decision.FIELD_BUDGET).all()
+
+
+def count_answered_requests(composition, req: BudgetRequest, allowed: float = 1.0, tries: int = 400) -> int:
+    policy = {"budget": {"epsilon": allowed, "reports": 10_000, "delta": req.delta}, "fields": {}}
+    accountant, ledger = Accountant(composition), ledger_empty(1)
+    for answered in range(tries):
+        if accountant.check(ledger, policy, req)[0] != Decision.ANSWERED:
+            return answered
+        accountant.charge(ledger, req, np.array([True]))
+    return tries
+
+
+def test_renyi_composition_of_aggregator_noise_queries_stops_exactly_at_its_bound() -> None:
+    from privacy.aggregator_noise import HISTOGRAM_L2_SENSITIVITY, AggregatorGaussian
+    from privacy.composition import gaussian_rdp, rdp_compose, rdp_epsilon
+
+    req = BudgetRequest(
+        epsilon0=float("inf"), epsilon=0.1, delta=1e-6, fields=(), min_cohort=1000, aggregator_noise=True
+    )
+    k = count_answered_requests(RenyiComposition(), req)
+    curve = gaussian_rdp(AggregatorGaussian(0.1, 1e-6).sigma, HISTOGRAM_L2_SENSITIVITY, RENYI_ORDERS)
+    # The k-th query fit and the (k+1)-th did not, by RDP composition converted at delta = 1e-6.
+    assert rdp_epsilon(rdp_compose([curve] * k), 1e-6) <= 1.0 < rdp_epsilon(rdp_compose([curve] * (k + 1)), 1e-6)
+    assert k > count_answered_requests(BasicComposition(), req) == 10
+
+
+def test_renyi_composition_charges_symmetric_rappor_by_its_shuffled_rdp_curve() -> None:
+    from privacy.rappor_rdp import symmetric_rappor_rdp
+
+    # 514,700 reports is the closed form's minimum cohort for epsilon0 4 (replacement), 0.2, 1e-6.
+    req = BudgetRequest(
+        epsilon0=4.0, epsilon=0.2, delta=1e-6, fields=(), min_cohort=514_700,
+        mechanism="symmetric_rappor", mechanism_epsilon0=2.0,
+    )  # fmt: skip
+    curve = query_rdp(req)
+    assert curve[3] == symmetric_rappor_rdp(2.0, 514_700, RENYI_ORDERS[3])
+    # Every point is below the pure bound of the replacement epsilon0 (4) it is capped by.
+    assert all(rho <= 4.0 for rho in curve)
+    # The RDP analysis of the shuffled reports is far tighter than Theorem 3.1's 0.2 per query.
+    assert count_answered_requests(RenyiComposition(), req, tries=50) == 50
+    assert count_answered_requests(BasicComposition(), req) == 5
+
+
+def test_renyi_composition_falls_back_to_basic_for_randomizers_without_a_shuffled_curve() -> None:
+    # asymmetric OHE is credited only its pure epsilon0 = 3 as RDP, far above 0.5: basic decides.
+    req = BudgetRequest(epsilon0=3.0, epsilon=0.5, delta=1e-6, fields=(), min_cohort=10**6, mechanism="asymmetric_ohe")
+    assert count_answered_requests(RenyiComposition(), req) == count_answered_requests(BasicComposition(), req) == 2
