@@ -103,8 +103,8 @@ class Recipe(models.Model):
     content = models.JSONField(help_text="The recipe as submitted, in Figure 4's format.")
 
     class Noise(models.TextChoices):
-        CLIENT = "client", "Client noise (local randomizer, amplified by aggregation)"
-        AGGREGATOR = "aggregator", "Aggregator noise (discrete Gaussian added by each aggregator)"
+        CLIENT = "client", "Client (local randomizer)"
+        AGGREGATOR = "aggregator", "Aggregator (discrete Gaussian)"
 
     encoded_field = models.CharField(max_length=100)
     noise = models.CharField(max_length=16, choices=Noise.choices, default=Noise.CLIENT)

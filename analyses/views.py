@@ -14,6 +14,7 @@ from analyses.errors import NotAllowed, ValidationFailed
 from analyses.forms import RecipeForm
 from analyses.models import Round
 from privacy.intervals import INTERVALS, VIEWS
+from privacy.mechanisms import MECHANISMS
 
 
 @login_required
@@ -49,6 +50,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         "spent": spent,
         "form": form,
         "rounds": rounds,
+        "deletion_model_mechanisms": [name for name, cls in MECHANISMS.items() if cls.privacy_model == "deletion"],
     }
     return render(request, "analyses/detail.html", context, status=400 if form.errors else 200)
 

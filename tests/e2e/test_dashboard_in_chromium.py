@@ -30,6 +30,13 @@ def test_analyst_signs_in_runs_the_demo_recipe_and_sees_the_chart(demo, live_ser
     expect(page.get_by_role("heading", name="demo.keyboard")).to_be_visible()
     # The form's defaults are the demo recipe: age in [20, 30, ..., 80], epsilon0 2, epsilon 0.3, delta 1e-6.
     expect(page.get_by_label("Bucket boundaries")).to_have_value("20, 30, 40, 50, 60, 70, 80")
+    # The editor asks the calculators API what devices will enforce, before anything runs.
+    preview = page.locator("#privacy-preview")
+    expect(preview).to_contain_text("Minimum cohort: 19,485 reports (Theorem 3.1")
+    page.get_by_label("Noise").select_option("aggregator")
+    expect(preview).to_contain_text("each aggregator adds discrete Gaussian noise with σ =")
+    page.get_by_label("Noise").select_option("client")
+    expect(preview).to_contain_text("Minimum cohort: 19,485")
     shot(page, "analysis")
     page.get_by_role("button", name="Run").click()
 
