@@ -18,9 +18,10 @@ setup: $(VENV)/.runtime static/vendor/plotly.min.js ## install, migrate and seed
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 
-worker: $(VENV)/.runtime ## a Celery worker (needs REDIS_URL)
+worker: $(VENV)/.runtime ## a Celery worker (needs REDIS_URL), with beat for the stuck-round reaper
 	@test -n "$$REDIS_URL" || { echo "worker: set REDIS_URL, e.g. redis://127.0.0.1:6379/0" >&2; exit 2; }
-	$(VENV)/bin/celery -A pfs_web worker --loglevel=INFO
+	@mkdir -p var
+	$(VENV)/bin/celery -A pfs_web worker --beat --schedule var/celerybeat-schedule --loglevel=INFO
 
 test: $(VENV)/.dev static/vendor/plotly.min.js ## the whole suite: unit, stats, integration (Redis + worker), browser
 	scripts/with-test-services.sh $(PY) -m pytest $(PYTEST_ARGS)

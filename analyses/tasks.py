@@ -60,3 +60,19 @@ def aggregate_round(self, round_id: int) -> None:
 @shared_task
 def fail_round(round_id: int) -> None:
     services.round_fail(round_id=round_id, error="a shard task failed; see the worker log")
+
+
+@shared_task
+def reap_rounds() -> dict[str, list[int]]:
+    """Celery beat's entry to the reaper (settings.CELERY_BEAT_SCHEDULE)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    from analyses.reaper import rounds_reap
+
+    reaped = rounds_reap(
+        stuck_after=timedelta(seconds=settings.PFS_ROUND_STUCK_AFTER),
+        fail_after=timedelta(seconds=settings.PFS_ROUND_FAIL_AFTER),
+    )
+    return {"resumed": reaped.resumed, "failed": reaped.failed}

@@ -138,6 +138,13 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("PFS_TASK_QUEUE", "celery")
 # 10,000 devices with a 1,024-bucket encoding privatize in well under a second.
 PFS_SHARD_SIZE = env_int("PFS_SHARD_SIZE", 10_000, minimum=1)
 
+# The reaper (analyses.reaper): a round with no progress for PFS_ROUND_STUCK_AFTER seconds is
+# resumed; one older than PFS_ROUND_FAIL_AFTER seconds is failed instead. With `celery beat`
+# running it looks every 5 minutes; without, run `manage.py reap_rounds` from cron.
+PFS_ROUND_STUCK_AFTER = env_int("PFS_ROUND_STUCK_AFTER", 900, minimum=1)
+PFS_ROUND_FAIL_AFTER = env_int("PFS_ROUND_FAIL_AFTER", 86_400, minimum=1)
+CELERY_BEAT_SCHEDULE = {"reap-stuck-rounds": {"task": "analyses.tasks.reap_rounds", "schedule": 300.0}}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -1,0 +1,59 @@
+"""The reaper: rounds whose tasks were lost are resumed, or failed once they are too old.
+
+A round is stuck when it is neither released nor failed and nothing has happened for
+``stuck_after``: no shard answered since (devices.ShardRun), and it did not start since. Resuming
+sends dispatch_round again. That is safe because every step is idempotent: shards that already
+answered return at once (no budget is spent twice), and a released round stays released. A round
+older than ``fail_after`` is failed instead, with the reason, so it stops holding an analyst's
+attention. Run it from cron (`manage.py reap_rounds`) or Celery beat (analyses.tasks.reap_rounds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Max
+from django.utils import timezone
+
+from analyses.models import Round
+from devices.models import ShardRun
+from pfs_web.task_queue import enqueue
+
+
+@dataclass
+class Reaped:
+    resumed: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+
+
+def rounds_reap(*, stuck_after: timedelta, fail_after: timedelta, now: datetime | None = None) -> Reaped:
+    """Resume every stuck round younger than ``fail_after``; fail the older ones."""
+    from analyses.services import round_fail  # services import this module's neighbours: import here
+    from analyses.tasks import dispatch_round
+
+    if stuck_after <= timedelta(0) or fail_after <= timedelta(0):
+        raise ValueError("stuck_after and fail_after must be positive")
+    now = now or timezone.now()
+    reaped = Reaped()
+    candidates = Round.objects.exclude(status__in=Round.TERMINAL).filter(created_at__lt=now - stuck_after)
+    for round_ in candidates.order_by("pk"):
+        if now - _last_activity(round_) < stuck_after:
+            continue  # shards are still answering: slow, not stuck
+        if now - round_.created_at >= fail_after:
+            idle = now - _last_activity(round_)
+            round_fail(
+                round_id=round_.pk,
+                error=f"stuck in {round_.status} with no progress for {idle.total_seconds():,.0f} s; "
+                f"failed by the reaper (rounds older than {fail_after.total_seconds():,.0f} s are not resumed)",
+            )
+            reaped.failed.append(round_.pk)
+        else:
+            enqueue(dispatch_round, round_.pk)
+            reaped.resumed.append(round_.pk)
+    return reaped
+
+
+def _last_activity(round_: Round) -> datetime:
+    latest_shard = ShardRun.objects.filter(task_key=round_.task_key).aggregate(at=Max("created_at"))["at"]
+    return max(at for at in (round_.created_at, round_.started_at, latest_shard) if at is not None)
