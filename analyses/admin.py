@@ -59,6 +59,7 @@ class RecipeAdmin(admin.ModelAdmin):
         "identifier",
         "analysis",
         "encoded_field",
+        "noise",
         "mechanism",
         "epsilon0",
         "epsilon",
