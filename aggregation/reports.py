@@ -30,9 +30,9 @@ from django.db.models import F
 from aggregation import hpke
 from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE, Aggregator
 from aggregation.issuer import issuer_public_key
-from aggregation.models import Collection, CollectionRules, ReportRejection, SpentToken
+from aggregation.models import CollectionRules, ReportRejection, SpentToken
 from aggregation.tokens import token_message, verify
-from aggregation.upload import Report
+from aggregation.upload import Report, share_pair_upload
 from privacy import field as prime_field
 
 # Why a report is rejected; each aggregator counts its own.
@@ -43,15 +43,6 @@ TOKEN_REUSED = "token_reused"  # noqa: S105
 SHARE_UNOPENED = "share_unopened"
 SHARE_MALFORMED = "share_malformed"
 OVER_WEIGHT = "over_weight"
-REJECTION_REASONS = (
-    UNKNOWN_COLLECTION,
-    COLLECTION_CLOSED,
-    TOKEN_INVALID,
-    TOKEN_REUSED,
-    SHARE_UNOPENED,
-    SHARE_MALFORMED,
-    OVER_WEIGHT,
-)
 
 
 @dataclass(frozen=True)
@@ -91,28 +82,26 @@ def report_submit(report: Report) -> ReportOutcome:
     # The weight-share exchange: each aggregator sums its own share; the two sums add to the weight.
     # Skipped when no 0/1 vector can exceed the bound (binary RR's single bit: its weight would be
     # the report itself).
-    weight_checked = rules.weight_bound < rules.length
-    weight = sum(prime_field.total(shares[a.role]) for a in AGGREGATORS) % prime_field.MODULUS
-    if weight_checked and weight > rules.weight_bound:
-        return _rejected(report.collection_key, {a.role: OVER_WEIGHT for a in AGGREGATORS})
+    if rules.weight_bound < rules.length:
+        weight = sum(prime_field.total(shares[a.role]) for a in AGGREGATORS) % prime_field.MODULUS
+        if weight > rules.weight_bound:
+            return _rejected(report.collection_key, {a.role: OVER_WEIGHT for a in AGGREGATORS})
 
     try:
         with transaction.atomic():
-            collection, _ = Collection.objects.get_or_create(
-                key=report.collection_key, batch_key=report.batch_key, defaults={"length": rules.length}
-            )
-            source = f"{REPORT_SOURCE}{report.token.digest}"
             for aggregator in AGGREGATORS:
                 SpentToken.objects.create(
                     role=aggregator.role, collection_key=report.collection_key, token_digest=report.token.digest
                 )
-                aggregator.model.objects.create(
-                    collection=collection,
-                    source=source,
-                    vector=shares[aggregator.role].astype("<u8").tobytes(),
-                    reports=1,
-                    min_cohort=rules.min_cohort,
-                )
+            share_pair_upload(
+                collection_key=report.collection_key,
+                batch_key=report.batch_key,
+                source=f"{REPORT_SOURCE}{report.token.digest}",
+                leader_share=shares["leader"],
+                helper_share=shares["helper"],
+                reports=1,
+                min_cohort=rules.min_cohort,
+            )
     except IntegrityError:  # the same token raced in concurrently: it was spent meanwhile
         return _rejected(report.collection_key, {a.role: TOKEN_REUSED for a in AGGREGATORS})
     return ReportOutcome(accepted=True)
