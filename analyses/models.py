@@ -186,3 +186,47 @@ class Release(models.Model):
 
     def __str__(self) -> str:
         return f"release of {self.round}"
+
+
+class AdaptiveRun(models.Model):
+    """An interactive analysis: a chain of rounds, each built from the last one's release.
+
+    ``levels`` holds what each finished round taught (its kept n-grams or refined buckets);
+    ``baseline`` the static one-shot rounds run for comparison. The spec and its budget plan are
+    fixed at start (docs/adaptive.md).
+    """
+
+    class Kind(models.TextChoices):
+        NGRAM_DISCOVERY = "ngram_discovery", "N-gram discovery"
+        BUCKET_REFINEMENT = "bucket_refinement", "Bucket refinement"
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        PAUSED = "paused", "Paused (the next round waits)"
+        FINISHED = "finished", "Finished"
+        FAILED = "failed", "Failed"
+
+    analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="adaptive_runs")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    spec = models.JSONField(help_text="The analysis spec as submitted (docs/adaptive.md).")
+    plan = models.JSONField(help_text="Per round: epsilon0, epsilon, delta, fixed at start.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    stop_reason = models.TextField(blank=True)
+    levels = models.JSONField(default=list)
+    baseline = models.JSONField(default=list)
+    comparison = models.JSONField(null=True, blank=True)
+    current_round = models.ForeignKey(Round, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    next_recipe = models.JSONField(null=True, blank=True, help_text="The next round's recipe while paused.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.pk} of {self.analysis}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.FINISHED, self.Status.FAILED)

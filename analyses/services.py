@@ -28,6 +28,7 @@ from analyses.errors import NotAllowed, ValidationFailed
 from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
 from analyses.validation import Problems
 from devices.budget import COMPOSITIONS, NANO, Accountant, BasicComposition, BudgetRequest, Decision, ledger_empty
+from devices.encode import SCHEMAS_BY_KIND, schema_fits
 from devices.models import Fleet, FleetShard, ShardRun
 from devices.query import QueryRefused, verify_query
 from devices.services import DeviceTask, fleet_enroll, policy_snapshot_create, shard_answer
@@ -35,9 +36,10 @@ from devices.streams import STREAMS, field_kind
 from pfs_web.task_queue import enqueue
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.amplification import MAX_COHORT, UnreachableEpsilon, min_cohort_closed_form
-from privacy.encoding import BucketedType
+from privacy.encoding import Encoding, encoding_from_json
 from privacy.intervals import INTERVALS, VIEWS, present, view_rule, z_value
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0, report_weight_bound
+from privacy.ngrams import SchemaError
 
 # ---------------------------------------------------------------- analyses as policy
 
@@ -258,7 +260,7 @@ WEIGHT_FALSE_REJECTION = 1e-9
 
 
 def _client_noise_content(
-    problems: Problems, privacy: dict, encoding: BucketedType | None
+    problems: Problems, privacy: dict, encoding: Encoding | None
 ) -> tuple[str | None, float | None, float | None]:
     """(mechanism, epsilon0, its replacement-model epsilon0) of a client-noise recipe."""
     mechanism = problems.string(privacy, "mechanism", "privacy.mechanism")
@@ -313,38 +315,36 @@ def _aggregator_noise_content(
     return math.inf, stated if stated is not None else AGGREGATOR_NOISE_MIN_COHORT
 
 
-def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[str | None, BucketedType | None]:
+def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[str | None, Encoding | None]:
     data_types = problems.obj(content, "dataTypeContent", "dataTypeContent")
     if data_types is None:
         return None, None
     if len(data_types) != 1:
-        problems.add("dataTypeContent", "Exactly one field can be encoded (BucketedType) in this version.")
+        problems.add("dataTypeContent", "Exactly one field can be encoded in this version.")
         return None, None
     ((field, schema),) = data_types.items()
     path = f"dataTypeContent.{field}"
     if query is not None and query.fields != (field,):
         problems.add("dataTypeContent", f"Must encode exactly the selected field(s): {', '.join(query.fields)}.")
-    if query is not None and field_kind(query.stream, field) not in (None, "number"):
-        problems.add(path, "Only numeric fields can be bucketed.")
-    if not isinstance(schema, dict) or schema.get("dataType") != "BucketedType":
-        problems.add(f"{path}.dataType", "Only 'BucketedType' is supported in this version.")
-        return field, None
-    boundaries = schema.get("boundaries")
-    if not isinstance(boundaries, list) or not boundaries:
-        problems.add(f"{path}.boundaries", "Must be a non-empty list of numbers.")
-        return field, None
-    if any(isinstance(b, bool) or not isinstance(b, (int, float)) for b in boundaries):
-        problems.add(f"{path}.boundaries", "Every boundary must be a number.")
+    kind = field_kind(query.stream, field) if query is not None else None
+    if kind is not None and not schema_fits(kind, schema if isinstance(schema, dict) else {}):
+        problems.add(f"{path}.dataType", f"A {kind} field is encoded as {' or '.join(SCHEMAS_BY_KIND[kind])}.")
         return field, None
     try:
-        return field, BucketedType(tuple(float(b) for b in boundaries))
-    except ValueError as error:
-        problems.add(f"{path}.boundaries", f"{str(error).capitalize()}.")
+        return field, encoding_from_json(schema)
+    except SchemaError as error:
+        problems.add(f"{path}.{error.key}", f"{str(error)[:1].upper()}{str(error)[1:]}.")
         return field, None
 
 
 def _check_budget(problems: Problems, analysis: Analysis, field: str | None, request: BudgetRequest) -> None:
     """The device's own checks 1 and 2, run on the server's view: one device that answered every round started."""
+    policy, accountant, ledger = _server_ledger(analysis)
+    _explain_decision(problems, analysis, ledger, field, request, accountant.check(ledger, policy, request)[0])
+
+
+def _server_ledger(analysis: Analysis) -> tuple[dict, Accountant, dict]:
+    """The policy, its accountant, and the ledger of one device that answered every round started."""
     policy = analysis_policy(analysis)
     accountant = Accountant.for_policy(policy)
     ledger = ledger_empty(1)
@@ -352,11 +352,51 @@ def _check_budget(problems: Problems, analysis: Analysis, field: str | None, req
     for recipe in Recipe.objects.filter(rounds__isnull=False, analysis=analysis).distinct():
         for _ in recipe.rounds.all():
             accountant.charge(ledger, recipe_budget_request(recipe), everyone)
-    decision = Decision(int(accountant.check(ledger, policy, request)[0]))
+    return policy, accountant, ledger
+
+
+def _explain_decision(
+    problems: Problems, analysis: Analysis, ledger: dict, field: str | None, request: BudgetRequest, decision: int
+) -> None:
+    decision = Decision(int(decision))
     if decision == Decision.ANALYSIS_BUDGET:
         _explain_analysis_refusal(problems, analysis, ledger, request.epsilon, request.delta)
     elif decision == Decision.FIELD_BUDGET:
         _explain_field_refusal(problems, analysis, ledger, field, request)
+
+
+def budget_plan_refusal(
+    analysis: Analysis, field: str | None, requests: list[BudgetRequest]
+) -> tuple[int, list[str]] | None:
+    """(index, reasons) of the first planned round a device would refuse after the ones before; None if all fit."""
+    policy, accountant, ledger = _server_ledger(analysis)
+    everyone = np.ones(1, dtype=bool)
+    for index, request in enumerate(requests):
+        decision = accountant.check(ledger, policy, request)[0]
+        if decision != Decision.ANSWERED:
+            problems = Problems()
+            _explain_decision(problems, analysis, ledger, field, request, decision)
+            return index, [m for messages in problems.errors.values() for m in messages] or [Decision(decision).label]
+        accountant.charge(ledger, request, everyone)
+    return None
+
+
+def parsed_budget_request(parsed: dict[str, Any]) -> BudgetRequest:
+    """What one device answering a recipe (as ``recipe_validate`` parsed it) is charged."""
+    aggregator_noise = parsed["noise"] == Recipe.Noise.AGGREGATOR
+    epsilon0 = (
+        math.inf if aggregator_noise else replacement_epsilon0(mechanism_get(parsed["mechanism"], parsed["epsilon0"]))
+    )
+    return BudgetRequest(
+        epsilon0,
+        parsed["epsilon"],
+        parsed["delta"],
+        (parsed["field"],),
+        parsed["min_cohort"],
+        aggregator_noise=aggregator_noise,
+        mechanism=parsed["mechanism"],
+        mechanism_epsilon0=parsed["epsilon0"],
+    )
 
 
 def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
@@ -438,9 +478,12 @@ def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -
     )
 
 
-def recipe_encoding(recipe: Recipe) -> BucketedType:
-    schema = recipe.content["dataTypeContent"][recipe.encoded_field]
-    return BucketedType(tuple(float(b) for b in schema["boundaries"]))
+def recipe_encoding(recipe: Recipe) -> Encoding:
+    return encoding_from_json(recipe_schema(recipe))
+
+
+def recipe_schema(recipe: Recipe) -> dict:
+    return recipe.content["dataTypeContent"][recipe.encoded_field]
 
 
 # ---------------------------------------------------------------- rounds
@@ -502,7 +545,7 @@ def device_task(round_: Round) -> DeviceTask:
         query=recipe.content["query"],
         cohorts=tuple(recipe.content.get("cohorts", [])),
         encoded_field=recipe.encoded_field,
-        boundaries=recipe_encoding(recipe).boundaries,
+        schema=recipe_schema(recipe),
         noise=recipe.noise,
         mechanism=recipe.mechanism,
         epsilon0=recipe.epsilon0,
@@ -555,13 +598,25 @@ def round_aggregate(*, round_id: int) -> Round | None:
         round_.status = Round.Status.RELEASED
         round_.finished_at = timezone.now()
         round_.save(update_fields=["status", "finished_at"])
+        _wake_adaptive_runs(round_)
     return round_
 
 
 def round_fail(*, round_id: int, error: str) -> None:
-    Round.objects.filter(pk=round_id).exclude(status__in=Round.TERMINAL).update(
-        status=Round.Status.FAILED, error=error[:2000], finished_at=timezone.now()
-    )
+    with transaction.atomic():
+        failed = (
+            Round.objects.filter(pk=round_id)
+            .exclude(status__in=Round.TERMINAL)
+            .update(status=Round.Status.FAILED, error=error[:2000], finished_at=timezone.now())
+        )
+        if failed:
+            _wake_adaptive_runs(Round.objects.get(pk=round_id))
+
+
+def _wake_adaptive_runs(round_: Round) -> None:
+    from analyses.adaptive import adaptive_round_finished  # adaptive builds on this module
+
+    adaptive_round_finished(round_)
 
 
 def round_progress(round_: Round) -> dict[str, Any]:
@@ -583,7 +638,7 @@ def round_progress(round_: Round) -> dict[str, Any]:
     }
 
 
-def _release_content(round_: Round, encoding: BucketedType, batches: list, progress: dict) -> dict[str, Any]:
+def _release_content(round_: Round, encoding: Encoding, batches: list, progress: dict) -> dict[str, Any]:
     recipe = round_.recipe
     released = [b for b in batches if not b.suppressed]
     return {

@@ -76,3 +76,10 @@ def reap_rounds() -> dict[str, list[int]]:
         fail_after=timedelta(seconds=settings.PFS_ROUND_FAIL_AFTER),
     )
     return {"resumed": reaped.resumed, "failed": reaped.failed}
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
+def advance_adaptive_run(run_id: int) -> None:
+    from analyses.adaptive import adaptive_advance  # adaptive imports services: import on use
+
+    adaptive_advance(run_id=run_id)

@@ -21,11 +21,12 @@ from django.db import transaction
 from aggregation.upload import share_pair_upload
 from devices.budget import Accountant, BudgetRequest, Decision, ledger_empty
 from devices.columns import pack
+from devices.encode import encode_devices, schema_fits
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
 from devices.query import QueryRefused, verify_query
 from devices.streams import apply_retention, field_kind
 from privacy import field as prime_field
-from privacy.encoding import BucketedType
+from privacy.encoding import encoding_from_json
 from privacy.mechanisms import mechanism_get, replacement_epsilon0
 
 # ---------------------------------------------------------------- policy snapshots
@@ -63,7 +64,7 @@ class DeviceTask:
     query: str
     cohorts: tuple[str, ...]
     encoded_field: str
-    boundaries: tuple[float, ...]
+    schema: dict  # the field's dataTypeContent entry: BucketedType, PrefixTree or HashedNgrams
     mechanism: str  # "" with aggregator noise
     epsilon0: float | None  # None with aggregator noise
     epsilon: float
@@ -86,7 +87,7 @@ class DeviceTask:
 
     @classmethod
     def from_json(cls, data: dict) -> DeviceTask:
-        return cls(**{**data, "cohorts": tuple(data["cohorts"]), "boundaries": tuple(data["boundaries"])})
+        return cls(**{**data, "cohorts": tuple(data["cohorts"])})
 
 
 @dataclass(frozen=True)
@@ -200,13 +201,16 @@ def _verified(policy: dict, shard: FleetShard, task: DeviceTask) -> bool:
         query = verify_query(task.query, task.cohorts, policy["queryClass"])
     except QueryRefused:
         return False
-    return query.fields == (task.encoded_field,) and field_kind(query.stream, task.encoded_field) == "number"
+    return query.fields == (task.encoded_field,) and schema_fits(
+        field_kind(query.stream, task.encoded_field), task.schema
+    )
 
 
 def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: dict) -> None:
     """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort."""
-    encoding = BucketedType(task.boundaries)
-    values = encoding.encode(columns[task.encoded_field])
+    encoding = encoding_from_json(task.schema)
+    encode_rng = np.random.default_rng([task.seed, shard.index, 3])
+    values = encode_devices(task.schema, task.encoded_field, columns, shard.fleet.vocabularies, encode_rng)
     oracle = None if task.aggregator_noise else mechanism_get(task.mechanism, task.epsilon0)
     privatize_rng = np.random.default_rng([task.seed, shard.index, 1])
     share_rng = np.random.default_rng([task.seed, shard.index, 2])

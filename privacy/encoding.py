@@ -14,6 +14,8 @@ from itertools import pairwise
 import numpy as np
 import numpy.typing as npt
 
+from privacy.ngrams import HashedNgramType, PrefixTreeType, SchemaError
+
 OOV_LABEL = "OOV"
 
 
@@ -49,5 +51,31 @@ class BucketedType:
         return index.astype(np.int64)
 
 
+# What a recipe's dataTypeContent entry can name: each has ``size`` and ``labels``.
+Encoding = BucketedType | PrefixTreeType | HashedNgramType
+
+
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def encoding_from_json(schema: dict) -> Encoding:
+    """The encoding a recipe's dataTypeContent entry names; SchemaError says which key is wrong and why."""
+    if not isinstance(schema, dict):
+        raise SchemaError("dataType", "must be an object")
+    data_type = schema.get("dataType")
+    if data_type == "BucketedType":
+        boundaries = schema.get("boundaries")
+        if not isinstance(boundaries, list) or not boundaries:
+            raise SchemaError("boundaries", "must be a non-empty list of numbers")
+        if any(isinstance(b, bool) or not isinstance(b, (int, float)) for b in boundaries):
+            raise SchemaError("boundaries", "every boundary must be a number")
+        try:
+            return BucketedType(tuple(float(b) for b in boundaries))
+        except ValueError as error:
+            raise SchemaError("boundaries", str(error)) from error
+    if data_type == "PrefixTree":
+        return PrefixTreeType.from_json(schema)
+    if data_type == "HashedNgrams":
+        return HashedNgramType.from_json(schema)
+    raise SchemaError("dataType", "must be one of BucketedType, PrefixTree, HashedNgrams")

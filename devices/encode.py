@@ -1,0 +1,65 @@
+"""On the device: turn a field's data into one bucket per device, as the recipe's schema says.
+
+A numeric field is bucketed (BucketedType). Typed text is read as sequences of words (phrases) or
+of characters (words) and encoded by the round's prefix tree or, for the static baseline, hashed
+(privacy.ngrams); the device's own coins pick which of its n-grams it reports. Vectorised over a
+whole shard.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from devices.columns import Columns
+from privacy.encoding import encoding_from_json
+from privacy.ngrams import HashedNgramType, PrefixTreeType, Sequences, choose_per_device, windows
+
+# The schema each field kind can be encoded with (devices.streams): anything else is refused.
+SCHEMAS_BY_KIND = {"number": ("BucketedType",), "text": ("PrefixTree", "HashedNgrams")}
+
+
+def schema_fits(kind: str | None, schema: dict) -> bool:
+    return kind is not None and schema.get("dataType") in SCHEMAS_BY_KIND.get(kind, ())
+
+
+def encode_devices(
+    schema: dict, field: str, columns: Columns, vocabularies: dict, rng: np.random.Generator
+) -> npt.NDArray[np.int64]:
+    """Each device's bucket under ``schema``; ``rng`` holds the devices' coins for picking an n-gram."""
+    encoding = encoding_from_json(schema)
+    if not isinstance(encoding, (PrefixTreeType, HashedNgramType)):
+        return encoding.encode(columns[field])
+    sequences = text_sequences(columns, vocabularies["tokens"], encoding.tokens, encoding.unit)
+    found = windows(sequences, encoding.length, anchored=encoding.unit == "character")
+    if isinstance(encoding, PrefixTreeType):
+        bucket, eligible = encoding.buckets_of(found.symbols)
+    else:
+        row = rng.integers(0, encoding.rows, size=sequences.devices)
+        bucket, eligible = encoding.buckets_of(found.symbols, row[found.device]), np.ones(found.device.size, bool)
+    return choose_per_device(sequences.devices, found.device, eligible, bucket, rng)
+
+
+def text_sequences(columns: Columns, fleet_tokens: list[str], tokens: tuple[str, ...], unit: str) -> Sequences:
+    """The typed text of every device as sequences of the recipe's token indices (OOV: -1).
+
+    ``word``: a sequence per phrase, a symbol per word. ``character``: a sequence per word typed,
+    a symbol per character.
+    """
+    index = {token: i for i, token in enumerate(tokens)}
+    phrase_start, token_start, typed = columns["phrase_start"], columns["token_start"], columns["tokens"]
+    if unit == "word":
+        lookup = np.array([index.get(t, -1) for t in fleet_tokens], dtype=np.int64)
+        return Sequences(device_start=phrase_start, sequence_start=token_start, symbols=lookup[typed])
+
+    # Characters: each word the device typed becomes a sequence of its characters' indices.
+    spelled = [np.array([index.get(c, -1) for c in word], dtype=np.int64) for word in fleet_tokens]
+    word_length = np.array([s.size for s in spelled], dtype=np.int64)
+    word_offset = np.concatenate([[0], np.cumsum(word_length)])
+    letters = np.concatenate(spelled) if spelled else np.zeros(0, dtype=np.int64)
+    length = word_length[typed]
+    sequence_start = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
+    within = np.arange(int(sequence_start[-1])) - np.repeat(sequence_start[:-1], length)
+    symbols = letters[np.repeat(word_offset[:-1][typed], length) + within]
+    # A device's words are its phrases' tokens: its sequences start where its first phrase's tokens do.
+    return Sequences(device_start=token_start[phrase_start], sequence_start=sequence_start, symbols=symbols)
