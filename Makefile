@@ -32,6 +32,7 @@ lint: $(VENV)/.dev
 
 bench: $(VENV)/.dev static/vendor/plotly.min.js
 	$(PY) bench/fleet_round.py
+	$(PY) bench/ngram_discovery.py
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

@@ -109,7 +109,10 @@ def adaptive_validate(*, spec: Any) -> Spec:
         raise ValidationFailed(problems.errors)
 
     parsed = Spec(analysis, kind, field, rounds, plan, privacy, z_score, max_per_level, cohorts, spec)
-    _check_plan(analysis, _round_recipes(parsed, analysis, _first_recipe(parsed)), field, "")
+    rounds_parsed = _check_plan(analysis, _round_recipes(parsed, analysis, _first_recipe(parsed)), field, "")
+    for planned, round_parsed in zip(plan, rounds_parsed, strict=True):
+        # What each round will charge a device, so that later runs can reserve it (_reserved_requests).
+        planned.update({k: round_parsed[k] for k in ("noise", "mechanism", "epsilon0", "min_cohort")})
     baseline = spec.get("baseline")
     if baseline is not None:
         _check_baseline(parsed, baseline)
@@ -170,6 +173,8 @@ def _check_baseline(spec: Spec, baseline: Any) -> None:
         problems.add(
             "baseline.analysis", "Must be another analysis of the same fleet: the baseline spends its own budget."
         )
+    elif other is not None and other.owner_id != spec.analysis.owner_id:
+        problems.add("baseline.analysis", "Must belong to the same analyst: the baseline spends its budget.")
     problems.integer(baseline, "topK", "baseline.topK", minimum=1, required=False)
     if problems:
         raise ValidationFailed(problems.errors)
@@ -185,15 +190,17 @@ def _round_recipes(spec: Spec, analysis: Analysis, first: dict) -> list[dict]:
     return [{**first, "privacy": {**first["privacy"], **_round_privacy(spec, i)}} for i in range(spec.rounds)]
 
 
-def _check_plan(analysis: Analysis, recipes: list[dict], field: str, label: str) -> None:
-    """Each planned round must be valid, and all of them together must fit the policy's budget."""
-    requests = []
+def _check_plan(analysis: Analysis, recipes: list[dict], field: str, label: str) -> list[dict]:
+    """Each planned round must be valid, and all of them together must fit the policy's budget,
+    after the rounds other running analyses have planned but not sent yet. Returns the parsed rounds."""
+    parsed = []
     for i, recipe in enumerate(recipes):
         try:
-            requests.append(parsed_budget_request(recipe_validate(analysis=analysis, content=recipe)))
+            parsed.append(recipe_validate(analysis=analysis, content=recipe))
         except ValidationFailed as failed:
             raise ValidationFailed({f"{label}round {i + 1}: {k}": v for k, v in failed.errors.items()}) from failed
-    refusal = budget_plan_refusal(analysis, field, requests)
+    requests = [parsed_budget_request(p) for p in parsed]
+    refusal = budget_plan_refusal(analysis, field, requests, reserved=_reserved_requests(analysis))
     if refusal:
         index, errors = refusal
         raise ValidationFailed(
@@ -205,6 +212,33 @@ def _check_plan(analysis: Analysis, recipes: list[dict], field: str, label: str)
                 ]
             }
         )
+    return parsed
+
+
+def _reserved_requests(analysis: Analysis) -> list:
+    """The rounds that running or paused runs have planned on ``analysis`` and not started yet."""
+    reserved = []
+    active = AdaptiveRun.objects.filter(status__in=[AdaptiveRun.Status.RUNNING, AdaptiveRun.Status.PAUSED])
+    for run in active:
+        interactive_started, baseline_started = _rounds_started(run)
+        field = run.spec["field"]
+        if run.analysis_id == analysis.pk and not run.stop_reason:
+            reserved += [_planned_request(p, field) for p in run.plan[interactive_started:]]
+        if (run.spec.get("baseline") or {}).get("analysis") == analysis.identifier:
+            reserved += [_planned_request(p, field) for p in run.plan[baseline_started:]]
+    return reserved
+
+
+def _rounds_started(run: AdaptiveRun) -> tuple[int, int]:
+    """(interactive rounds, baseline rounds) started so far, the current one included."""
+    current = 1 if run.current_round_id else 0
+    if run.baseline or run.stop_reason or len(run.levels) >= len(run.plan):
+        return len(run.levels), len(run.baseline) + current
+    return len(run.levels) + current, 0
+
+
+def _planned_request(planned: dict, field: str):
+    return parsed_budget_request({**planned, "field": field})
 
 
 # ---------------------------------------------------------------- recipes of each round
@@ -277,9 +311,10 @@ def _spec_of(run: AdaptiveRun) -> Spec:
 
 def adaptive_start(*, spec: Any, user: AbstractBaseUser) -> AdaptiveRun:
     """Validate the spec and its budget plan, then start round 1; all or nothing."""
-    parsed = adaptive_validate(spec=spec)
-    if parsed.analysis.owner_id != user.pk and not user.is_staff:
+    named = Analysis.objects.filter(identifier=spec.get("analysis")).first() if isinstance(spec, dict) else None
+    if named is not None and named.owner_id != user.pk and not user.is_staff:
         raise NotAllowed("Only the analysis's owner can run it.")
+    parsed = adaptive_validate(spec=spec)
     with transaction.atomic():
         run = AdaptiveRun.objects.create(
             analysis=parsed.analysis, kind=parsed.kind, spec=spec, plan=parsed.plan, created_by=user
@@ -345,9 +380,10 @@ def _start_next(run: AdaptiveRun, analysis: Analysis, content: dict) -> Adaptive
             run.next_recipe = None
             run.save()
     except ValidationFailed as refused:
-        if run.baseline or run.stop_reason:
-            return _finish(run, AdaptiveRun.Status.FAILED, f"The next round was refused: {refused}")
-        return _finish(run, AdaptiveRun.Status.FINISHED, f"Stopped before exceeding the budget: {refused}")
+        over_budget = any(key.startswith("privacy.") for key in refused.errors)
+        if over_budget and not (run.baseline or run.stop_reason):
+            return _finish(run, AdaptiveRun.Status.FINISHED, f"Stopped before the budget would be exceeded: {refused}")
+        return _finish(run, AdaptiveRun.Status.FAILED, f"The next round was refused: {refused}")
     return run
 
 
@@ -357,10 +393,21 @@ def _finish(run: AdaptiveRun, status: str, reason: str) -> AdaptiveRun:
     run.current_round = None
     run.next_recipe = None
     run.finished_at = timezone.now()
-    if status == AdaptiveRun.Status.FINISHED and run.kind == AdaptiveRun.Kind.NGRAM_DISCOVERY:
-        run.comparison = comparison_compute(run) if run.baseline else None
     run.save()
+    if status == AdaptiveRun.Status.FINISHED and run.baseline:
+        from analyses.tasks import compare_adaptive_run
+
+        # Reading the fleet's ground truth takes seconds: not under this run's row lock.
+        enqueue(compare_adaptive_run, run.pk)
     return run
+
+
+def adaptive_compare(*, run_id: int) -> None:
+    """Store the comparison of a finished run with its static baseline. Idempotent."""
+    run = AdaptiveRun.objects.select_related("analysis__fleet").filter(pk=run_id).first()
+    if run is None or run.status != AdaptiveRun.Status.FINISHED or not run.baseline or run.comparison:
+        return
+    AdaptiveRun.objects.filter(pk=run_id, comparison__isnull=True).update(comparison=comparison_compute(run))
 
 
 def _next_step(spec: Spec, run: AdaptiveRun) -> tuple[dict | None, Analysis | None, str]:
@@ -498,9 +545,9 @@ def adaptive_pause(*, run: AdaptiveRun, user: AbstractBaseUser) -> AdaptiveRun:
     updated = AdaptiveRun.objects.filter(pk=run.pk, status=AdaptiveRun.Status.RUNNING).update(
         status=AdaptiveRun.Status.PAUSED
     )
+    run.refresh_from_db()
     if not updated:
         raise NotAllowed(f"Only a running analysis can be paused (this one is {run.get_status_display().lower()}).")
-    run.refresh_from_db()
     return run
 
 
@@ -519,10 +566,40 @@ def adaptive_next_edit(*, run: AdaptiveRun, recipe: Any, user: AbstractBaseUser)
             raise ValidationFailed(
                 {"privacy": [f"Must stay as planned (the budget split was checked at start): {planned['privacy']}."]}
             )
+        _check_same_question(planned, recipe)
         recipe_validate(analysis=analysis, content=recipe)
         run.next_recipe = {"analysis": analysis.identifier, "recipe": recipe}
         run.save(update_fields=["next_recipe"])
     return run
+
+
+def _check_same_question(planned: dict, recipe: dict) -> None:
+    """An edit may reshape the next round's buckets (prune the tree, move boundaries), not its question."""
+    problems = Problems()
+    for key in ("AnalysisIdentifier", "query", "cohorts"):
+        if recipe.get(key) != planned.get(key):
+            problems.add(key, f"Must stay {planned.get(key)!r}.")
+    (field, schema), edited = next(iter(planned["dataTypeContent"].items())), recipe.get("dataTypeContent")
+    if not isinstance(edited, dict) or set(edited) != {field} or not isinstance(edited[field], dict):
+        problems.add("dataTypeContent", f"Must encode {field} alone.")
+    else:
+        edited_schema = edited[field]
+        kept = ("dataType",) if schema["dataType"] == "BucketedType" else ("dataType", "tokens", "unit")
+        if schema["dataType"] == "HashedNgrams":
+            kept = tuple(schema)  # the static baseline is compared as planned
+        for key in kept:
+            if edited_schema.get(key) != schema.get(key):
+                problems.add(f"dataTypeContent.{field}.{key}", "Must stay as planned.")
+        if schema["dataType"] == "PrefixTree" and not problems:
+            try:
+                same_length = PrefixTreeType.from_json(edited_schema).length == PrefixTreeType.from_json(schema).length
+            except ValueError as error:
+                problems.add(f"dataTypeContent.{field}.tree", f"{error}.")
+            else:
+                if not same_length:
+                    problems.add(f"dataTypeContent.{field}.tree", "Its leaves must keep their length.")
+    if problems:
+        raise ValidationFailed(problems.errors)
 
 
 def adaptive_resume(*, run: AdaptiveRun, user: AbstractBaseUser) -> AdaptiveRun:

@@ -5,7 +5,8 @@ A round is stuck when it is neither released nor failed and nothing has happened
 sends dispatch_round again. That is safe because every step is idempotent: shards that already
 answered return at once (no budget is spent twice), and a released round stays released. A round
 older than ``fail_after`` is failed instead, with the reason, so it stops holding an analyst's
-attention. Run it from cron (`manage.py reap_rounds`) or Celery beat (analyses.tasks.reap_rounds).
+attention. An adaptive run waiting on a round that has finished (its wake-up task was lost) is
+advanced again; that too is idempotent. Run it from cron (`manage.py reap_rounds`) or Celery beat (analyses.tasks.reap_rounds).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import datetime, timedelta
 from django.db.models import Max
 from django.utils import timezone
 
-from analyses.models import Round
+from analyses.models import AdaptiveRun, Round
 from devices.models import ShardRun
 from pfs_web.task_queue import enqueue
 
@@ -25,6 +26,7 @@ from pfs_web.task_queue import enqueue
 class Reaped:
     resumed: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
+    advanced: list[int] = field(default_factory=list)  # adaptive runs woken again
 
 
 def rounds_reap(*, stuck_after: timedelta, fail_after: timedelta, now: datetime | None = None) -> Reaped:
@@ -51,7 +53,23 @@ def rounds_reap(*, stuck_after: timedelta, fail_after: timedelta, now: datetime 
         else:
             enqueue(dispatch_round, round_.pk)
             reaped.resumed.append(round_.pk)
+    reaped.advanced = _adaptive_runs_wake(now - stuck_after)
     return reaped
+
+
+def _adaptive_runs_wake(finished_before: datetime) -> list[int]:
+    """Running adaptive runs whose current round finished over ``stuck_after`` ago and was not advanced."""
+    from analyses.tasks import advance_adaptive_run
+
+    waiting = AdaptiveRun.objects.filter(
+        status=AdaptiveRun.Status.RUNNING,
+        current_round__status__in=Round.TERMINAL,
+        current_round__finished_at__lt=finished_before,
+    )
+    woken = list(waiting.order_by("pk").values_list("pk", flat=True))
+    for run_id in woken:
+        enqueue(advance_adaptive_run, run_id)
+    return woken
 
 
 def _last_activity(round_: Round) -> datetime:

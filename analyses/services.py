@@ -366,11 +366,16 @@ def _explain_decision(
 
 
 def budget_plan_refusal(
-    analysis: Analysis, field: str | None, requests: list[BudgetRequest]
+    analysis: Analysis, field: str | None, requests: list[BudgetRequest], *, reserved: list[BudgetRequest] = ()
 ) -> tuple[int, list[str]] | None:
-    """(index, reasons) of the first planned round a device would refuse after the ones before; None if all fit."""
+    """(index, reasons) of the first planned round a device would refuse after the ones before; None if all fit.
+
+    ``reserved``: rounds already promised to other plans, charged first.
+    """
     policy, accountant, ledger = _server_ledger(analysis)
     everyone = np.ones(1, dtype=bool)
+    for request in reserved:
+        accountant.charge(ledger, request, everyone)
     for index, request in enumerate(requests):
         decision = accountant.check(ledger, policy, request)[0]
         if decision != Decision.ANSWERED:

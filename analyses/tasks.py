@@ -75,7 +75,7 @@ def reap_rounds() -> dict[str, list[int]]:
         stuck_after=timedelta(seconds=settings.PFS_ROUND_STUCK_AFTER),
         fail_after=timedelta(seconds=settings.PFS_ROUND_FAIL_AFTER),
     )
-    return {"resumed": reaped.resumed, "failed": reaped.failed}
+    return {"resumed": reaped.resumed, "failed": reaped.failed, "advanced": reaped.advanced}
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
@@ -83,3 +83,10 @@ def advance_adaptive_run(run_id: int) -> None:
     from analyses.adaptive import adaptive_advance  # adaptive imports services: import on use
 
     adaptive_advance(run_id=run_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
+def compare_adaptive_run(run_id: int) -> None:
+    from analyses.adaptive import adaptive_compare
+
+    adaptive_compare(run_id=run_id)

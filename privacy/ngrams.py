@@ -245,10 +245,15 @@ class PrefixTreeType:
         return cls(tokens=tuple(tokens), leaves=tuple(leaves), complete=tuple(complete), unit=unit)
 
     def to_json(self) -> dict:
+        # Children in order of first appearance along the leaves, so that from_json's breadth-first
+        # walk gives back the same order of leaves (and of buckets) when the leaves are in that order.
         tree: dict[str, list[str]] = {"root": []}
-        for path in sorted({p[:i] for p in (*self.leaves, *self.complete) for i in range(1, len(p) + 1)}, key=len):
-            parent = "root" if len(path) == 1 else _join(self.unit, path[:-1])
-            tree.setdefault(parent, []).append(path[-1])
+        for path in (*self.leaves, *self.complete):
+            for depth in range(1, len(path) + 1):
+                parent = "root" if depth == 1 else _join(self.unit, path[: depth - 1])
+                children = tree.setdefault(parent, [])
+                if path[depth - 1] not in children:
+                    children.append(path[depth - 1])
         for path in self.complete:
             tree.setdefault(_join(self.unit, path), []).insert(0, "null")
         schema = {"dataType": "PrefixTree", "tree": tree, "tokens": list(self.tokens)}

@@ -85,7 +85,7 @@ def test_finished_rounds_are_never_touched(analysis, recipe, analyst, django_cap
 def test_the_command_reports_what_it_did_and_refuses_bad_arguments(analysis, recipe, analyst, capsys) -> None:
     round_ = lost_round(analysis, recipe, analyst, age=timedelta(hours=1))
     call_command("reap_rounds", "--json")
-    assert json.loads(capsys.readouterr().out) == {"resumed": [round_.pk], "failed": []}
+    assert json.loads(capsys.readouterr().out) == {"resumed": [round_.pk], "failed": [], "advanced": []}
     with pytest.raises(CommandError) as refused:
         call_command("reap_rounds", "--stuck-after", "0")
     assert refused.value.returncode == 2

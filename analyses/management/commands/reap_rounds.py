@@ -25,8 +25,11 @@ class Command(BaseCommand):
             raise CommandError("--stuck-after and --fail-after must be positive numbers of seconds", returncode=2)
         reaped = rounds_reap(stuck_after=timedelta(seconds=stuck), fail_after=timedelta(seconds=fail))
         if options["json"]:
-            self.stdout.write(json.dumps({"resumed": reaped.resumed, "failed": reaped.failed}))
+            self.stdout.write(
+                json.dumps({"resumed": reaped.resumed, "failed": reaped.failed, "advanced": reaped.advanced})
+            )
             return
         self.stdout.write(
-            f"resumed {len(reaped.resumed)} round(s) {reaped.resumed or ''}; failed {len(reaped.failed)} {reaped.failed or ''}"
+            f"resumed {len(reaped.resumed)} round(s) {reaped.resumed or ''}; failed {len(reaped.failed)} "
+            f"{reaped.failed or ''}; advanced {len(reaped.advanced)} adaptive run(s) {reaped.advanced or ''}"
         )

@@ -44,6 +44,30 @@ DEMO_ANALYSES = [
         "budget": {"epsilon": 1.0, "reports": 1, "delta": 1e-6},
         "fields": {"perplexity": {"localEpsilon": 8.0, "epsilon": 1.0, "reports": 1}},
     },
+    # Interactive analyses (docs/adaptive.md): three rounds of epsilon 1 each, and a twin analysis
+    # with the same budget for the static baseline, so both spend the same on every device.
+    *(
+        {
+            "identifier": identifier,
+            "title": title,
+            "fleet": "demo",
+            "queryClass": {"stream": "KeyboardNGrams", "fields": ["ngrams"], "cohortFields": ["locale"]},
+            "budget": {"epsilon": 3.0, "reports": 3, "delta": 1e-5},
+            "fields": {"ngrams": {"localEpsilon": 4.0, "epsilon": 3.0, "reports": 3}},
+        }
+        for identifier, title in (
+            ("demo.discovery", "Interactive n-gram discovery"),
+            ("demo.discovery-static", "Static n-gram baseline (same budget)"),
+        )
+    ),
+    {
+        "identifier": "demo.refinement",
+        "title": "Perplexity, buckets refined round by round",
+        "fleet": "demo",
+        "queryClass": {"stream": "ModelMetrics", "fields": ["perplexity"], "cohortFields": ["locale"]},
+        "budget": {"epsilon": 4.0, "reports": 4, "delta": 1e-5},
+        "fields": {"perplexity": {"localEpsilon": 8.0, "epsilon": 4.0, "reports": 4}},
+    },
 ]
 
 
