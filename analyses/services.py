@@ -36,7 +36,7 @@ from devices.streams import STREAMS, field_kind
 from pfs_web.task_queue import enqueue
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.amplification import MAX_COHORT, UnreachableEpsilon, min_cohort_closed_form
-from privacy.encoding import Encoding, encoding_from_json
+from privacy.encoding import CombinationType, Encoding, content_encoding
 from privacy.intervals import INTERVALS, VIEWS, present, view_rule, z_value
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0, report_weight_bound
 from privacy.ngrams import SchemaError
@@ -155,14 +155,18 @@ def analysis_approve(*, analysis: Analysis, officer: AbstractBaseUser) -> Analys
 def analysis_spent(analysis: Analysis) -> dict[str, Any]:
     """The server's conservative view of budget spent: every round started counts in full."""
     rounds = Round.objects.filter(recipe__analysis=analysis)
-    by_field = {
-        row["recipe__encoded_field"]: row
-        for row in rounds.values("recipe__encoded_field").annotate(epsilon=Sum("recipe__epsilon"), reports=Count("id"))
-    }
+    by_encoding = rounds.values("recipe__encoded_field").annotate(epsilon=Sum("recipe__epsilon"), reports=Count("id"))
+    fields: dict[str, dict[str, float]] = {}
+    for row in by_encoding:
+        # A joint histogram charges every field it reads.
+        for field in fields_of(row["recipe__encoded_field"]):
+            spent = fields.setdefault(field, {"epsilon": 0.0, "reports": 0})
+            spent["epsilon"] += row["epsilon"]
+            spent["reports"] += row["reports"]
     return {
-        "epsilon": sum(r["epsilon"] for r in by_field.values()),
-        "reports": sum(r["reports"] for r in by_field.values()),
-        "fields": {f: {"epsilon": r["epsilon"], "reports": r["reports"]} for f, r in by_field.items()},
+        "epsilon": sum(r["epsilon"] for r in by_encoding),
+        "reports": sum(r["reports"] for r in by_encoding),
+        "fields": fields,
     }
 
 
@@ -220,7 +224,7 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
             local_epsilon,
             epsilon,
             delta,
-            (field,) if field else (),
+            fields_of(field) if field else (),
             # Check 3 is the minimum cohort, computed just above: an unreachable one is already refused.
             min_cohort=min_cohort or MAX_COHORT,
             aggregator_noise=noise == Recipe.Noise.AGGREGATOR,
@@ -315,26 +319,35 @@ def _aggregator_noise_content(
     return math.inf, stated if stated is not None else AGGREGATOR_NOISE_MIN_COHORT
 
 
-def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[str | None, Encoding | None]:
+def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[str | None, Any]:
+    """(the encoded field, or fields joined by commas, and their encoding) of a recipe."""
     data_types = problems.obj(content, "dataTypeContent", "dataTypeContent")
     if data_types is None:
         return None, None
-    if len(data_types) != 1:
-        problems.add("dataTypeContent", "Exactly one field can be encoded in this version.")
-        return None, None
-    ((field, schema),) = data_types.items()
-    path = f"dataTypeContent.{field}"
-    if query is not None and query.fields != (field,):
-        problems.add("dataTypeContent", f"Must encode exactly the selected field(s): {', '.join(query.fields)}.")
-    kind = field_kind(query.stream, field) if query is not None else None
-    if kind is not None and not schema_fits(kind, schema if isinstance(schema, dict) else {}):
-        problems.add(f"{path}.dataType", f"A {kind} field is encoded as {' or '.join(SCHEMAS_BY_KIND[kind])}.")
-        return field, None
     try:
-        return field, encoding_from_json(schema)
+        fields, encoding = content_encoding(data_types)
     except SchemaError as error:
-        problems.add(f"{path}.{error.key}", f"{str(error)[:1].upper()}{str(error)[1:]}.")
-        return field, None
+        path = f"dataTypeContent.{error.key}" if error.key else "dataTypeContent"
+        problems.add(path, f"{str(error)[:1].upper()}{str(error)[1:]}.")
+        # The privacy checks still run on the fields named, so every problem is reported at once.
+        named = [f for f, schema in data_types.items() if not (isinstance(schema, dict) and "structure" in schema)]
+        return (",".join(named) if named else None), None
+    if query is not None and set(query.fields) != set(fields):
+        problems.add("dataTypeContent", f"Must encode exactly the selected field(s): {', '.join(query.fields)}.")
+    for field in fields if query is not None else ():
+        kind = field_kind(query.stream, field)
+        if kind is not None and not schema_fits(kind, data_types[field]):
+            problems.add(
+                f"dataTypeContent.{field}.dataType",
+                f"A {kind} field is encoded as {' or '.join(SCHEMAS_BY_KIND[kind])}.",
+            )
+            encoding = None
+    return ",".join(fields), encoding
+
+
+def fields_of(encoded_field: str) -> tuple[str, ...]:
+    """The fields a recipe encodes: one, or several joined by a CombinationType ("age,ngrams")."""
+    return tuple(encoded_field.split(","))
 
 
 def _check_budget(problems: Problems, analysis: Analysis, field: str | None, request: BudgetRequest) -> None:
@@ -396,7 +409,7 @@ def parsed_budget_request(parsed: dict[str, Any]) -> BudgetRequest:
         epsilon0,
         parsed["epsilon"],
         parsed["delta"],
-        (parsed["field"],),
+        fields_of(parsed["field"]),
         parsed["min_cohort"],
         aggregator_noise=aggregator_noise,
         mechanism=parsed["mechanism"],
@@ -413,7 +426,7 @@ def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
         epsilon0,
         recipe.epsilon,
         recipe.delta,
-        (recipe.encoded_field,),
+        fields_of(recipe.encoded_field),
         recipe.min_cohort,
         aggregator_noise=recipe.aggregator_noise,
         mechanism=recipe.mechanism,
@@ -440,6 +453,16 @@ def _explain_analysis_refusal(
 def _explain_field_refusal(
     problems: Problems, analysis: Analysis, ledger: dict, field: str | None, request: BudgetRequest
 ) -> None:
+    """Say which encoded field refuses and why (the first one, in the recipe's order)."""
+    names = fields_of(field or "")
+    for name in names:
+        if _explain_one_field(problems, analysis, ledger, name, request, last=name == names[-1]):
+            return
+
+
+def _explain_one_field(
+    problems: Problems, analysis: Analysis, ledger: dict, field: str, request: BudgetRequest, *, last: bool
+) -> bool:
     policy = analysis.field_policies.filter(field=field).first()
     epsilon0 = request.epsilon0
     if policy is None:
@@ -460,9 +483,12 @@ def _explain_field_refusal(
         problems.add("privacy.epsilon", f"Field {field} has used all {policy.reports} of its reports.")
     else:
         left = policy.epsilon - ledger.get(f"field:{field}:epsilon_used", np.zeros(1))[0] / NANO
+        if left >= request.epsilon and not last:
+            return False  # this field can pay; another one refuses
         problems.add(
             "privacy.epsilon", f"Exceeds field {field}'s budget: {left:g} of its epsilon {policy.epsilon:g} left."
         )
+    return True
 
 
 def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Recipe:
@@ -483,12 +509,8 @@ def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -
     )
 
 
-def recipe_encoding(recipe: Recipe) -> Encoding:
-    return encoding_from_json(recipe_schema(recipe))
-
-
-def recipe_schema(recipe: Recipe) -> dict:
-    return recipe.content["dataTypeContent"][recipe.encoded_field]
+def recipe_encoding(recipe: Recipe) -> Encoding | CombinationType:
+    return content_encoding(recipe.content["dataTypeContent"])[1]
 
 
 # ---------------------------------------------------------------- rounds
@@ -550,7 +572,7 @@ def device_task(round_: Round) -> DeviceTask:
         query=recipe.content["query"],
         cohorts=tuple(recipe.content.get("cohorts", [])),
         encoded_field=recipe.encoded_field,
-        schema=recipe_schema(recipe),
+        data_types=recipe.content["dataTypeContent"],
         noise=recipe.noise,
         mechanism=recipe.mechanism,
         epsilon0=recipe.epsilon0,
@@ -652,6 +674,12 @@ def _release_content(round_: Round, encoding: Encoding, batches: list, progress:
         "round": round_.pk,
         "field": recipe.encoded_field,
         "buckets": encoding.labels,
+        # A joint histogram's buckets, row-major over its fields (the last varies fastest): a heatmap.
+        "joint": (
+            {"fields": list(encoding.fields), "labels": [e.labels for _, e in encoding.parts]}
+            if isinstance(encoding, CombinationType)
+            else None
+        ),
         "noise": recipe.noise,
         "aggregator_sigma": AggregatorGaussian(recipe.epsilon, recipe.delta).sigma if recipe.aggregator_noise else None,
         "mechanism": recipe.mechanism,
@@ -779,6 +807,7 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
             "epsilon_spent",
             "refusals",
             "rejected_reports",
+            "joint",
         )
         if k in content  # releases stored before a key existed lack it
     }

@@ -12,7 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 from devices.columns import Columns
-from privacy.encoding import encoding_from_json
+from devices.streams import field_kind
+from privacy.encoding import CombinationType, Encoding, content_encoding
 from privacy.ngrams import HashedNgramType, PrefixTreeType, Sequences, choose_per_device, windows
 
 # The schema each field kind can be encoded with (devices.streams): anything else is refused.
@@ -23,11 +24,29 @@ def schema_fits(kind: str | None, schema: dict) -> bool:
     return kind is not None and schema.get("dataType") in SCHEMAS_BY_KIND.get(kind, ())
 
 
+def content_fits(stream: str, data_types: dict) -> bool:
+    """Whether every encoded field of the stream has a schema its kind allows."""
+    try:
+        fields, _ = content_encoding(data_types)
+    except ValueError:
+        return False
+    return all(schema_fits(field_kind(stream, f), data_types[f]) for f in fields)
+
+
 def encode_devices(
-    schema: dict, field: str, columns: Columns, vocabularies: dict, rng: np.random.Generator
+    data_types: dict, columns: Columns, vocabularies: dict, rng: np.random.Generator
 ) -> npt.NDArray[np.int64]:
-    """Each device's bucket under ``schema``; ``rng`` holds the devices' coins for picking an n-gram."""
-    encoding = encoding_from_json(schema)
+    """Each device's bucket under the recipe's dataTypeContent; ``rng`` holds the devices' coins."""
+    fields, encoding = content_encoding(data_types)
+    if isinstance(encoding, CombinationType):
+        parts = [_encode_field(part, field, columns, vocabularies, rng) for field, part in encoding.parts]
+        return encoding.combine(parts)
+    return _encode_field(encoding, fields[0], columns, vocabularies, rng)
+
+
+def _encode_field(
+    encoding: Encoding, field: str, columns: Columns, vocabularies: dict, rng: np.random.Generator
+) -> npt.NDArray[np.int64]:
     if not isinstance(encoding, (PrefixTreeType, HashedNgramType)):
         return encoding.encode(columns[field])
     sequences = text_sequences(columns, vocabularies["tokens"], encoding.tokens, encoding.unit)

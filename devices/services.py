@@ -21,12 +21,12 @@ from django.db import transaction
 from aggregation.upload import share_pair_upload
 from devices.budget import Accountant, BudgetRequest, Decision, ledger_empty
 from devices.columns import pack
-from devices.encode import encode_devices, schema_fits
+from devices.encode import content_fits, encode_devices
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
 from devices.query import QueryRefused, verify_query
-from devices.streams import apply_retention, field_kind
+from devices.streams import apply_retention
 from privacy import field as prime_field
-from privacy.encoding import encoding_from_json
+from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get, replacement_epsilon0
 
 # ---------------------------------------------------------------- policy snapshots
@@ -63,8 +63,8 @@ class DeviceTask:
     snapshot_digest: str
     query: str
     cohorts: tuple[str, ...]
-    encoded_field: str
-    schema: dict  # the field's dataTypeContent entry: BucketedType, PrefixTree or HashedNgrams
+    encoded_field: str  # the encoded field, or the joined fields "age,ngrams" of a CombinationType
+    data_types: dict  # the recipe's dataTypeContent, as Figure 4 sends it
     mechanism: str  # "" with aggregator noise
     epsilon0: float | None  # None with aggregator noise
     epsilon: float
@@ -77,6 +77,10 @@ class DeviceTask:
     @property
     def aggregator_noise(self) -> bool:
         return self.noise == "aggregator"
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(self.encoded_field.split(","))
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -156,7 +160,7 @@ def _budget_request(task: DeviceTask) -> BudgetRequest:
         epsilon0=epsilon0,
         epsilon=task.epsilon,
         delta=task.delta,
-        fields=(task.encoded_field,),
+        fields=task.fields,
         min_cohort=task.min_cohort,
         aggregator_noise=task.aggregator_noise,
         mechanism=task.mechanism,
@@ -201,16 +205,14 @@ def _verified(policy: dict, shard: FleetShard, task: DeviceTask) -> bool:
         query = verify_query(task.query, task.cohorts, policy["queryClass"])
     except QueryRefused:
         return False
-    return query.fields == (task.encoded_field,) and schema_fits(
-        field_kind(query.stream, task.encoded_field), task.schema
-    )
+    return set(query.fields) == set(task.fields) and content_fits(query.stream, task.data_types)
 
 
 def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: dict) -> None:
     """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort."""
-    encoding = encoding_from_json(task.schema)
+    _, encoding = content_encoding(task.data_types)
     encode_rng = np.random.default_rng([task.seed, shard.index, 3])
-    values = encode_devices(task.schema, task.encoded_field, columns, shard.fleet.vocabularies, encode_rng)
+    values = encode_devices(task.data_types, columns, shard.fleet.vocabularies, encode_rng)
     oracle = None if task.aggregator_noise else mechanism_get(task.mechanism, task.epsilon0)
     privatize_rng = np.random.default_rng([task.seed, shard.index, 1])
     share_rng = np.random.default_rng([task.seed, shard.index, 2])

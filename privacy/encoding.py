@@ -1,5 +1,7 @@
 """One-hot encodings of recipe schemas (seed 000, Appendix B).
 
+A recipe encodes one field, or several joined by a CombinationType (``content_encoding``).
+
 A BucketedType with boundaries b1 < ... < bk has 1 + k buckets, in this order:
 OOV, [b1, b2), ..., [b(k-1), bk), [bk, inf). Values below b1, and missing values, go to OOV,
 which the device adds itself: Appendix B counts (1 + 7) buckets for 7 boundaries.
@@ -7,6 +9,7 @@ which the device adds itself: Appendix B counts (1 + 7) buckets for 7 boundaries
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from itertools import pairwise
@@ -79,3 +82,69 @@ def encoding_from_json(schema: dict) -> Encoding:
     if data_type == "HashedNgrams":
         return HashedNgramType.from_json(schema)
     raise SchemaError("dataType", "must be one of BucketedType, PrefixTree, HashedNgrams")
+
+
+@dataclass(frozen=True)
+class CombinationType:
+    """The joint one-hot encoding of several fields (Appendix B: (1 + 7) x (1 + 3 (1 + 1 + 9)) bins).
+
+    Bucket (i_1, ..., i_k) of parts with sizes s_1, ..., s_k is the mixed-radix index
+    ((i_1 s_2 + i_2) s_3 + ...) + i_k: the last field varies fastest.
+    """
+
+    parts: tuple[tuple[str, Encoding], ...]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.parts)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(encoding.size for _, encoding in self.parts)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def labels(self) -> list[str]:
+        return [" × ".join(combo) for combo in itertools.product(*(e.labels for _, e in self.parts))]
+
+    def combine(self, indices: list[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
+        """The joint bucket of each device from its bucket in every part, in ``parts`` order."""
+        return np.ravel_multi_index(tuple(indices), self.shape).astype(np.int64)
+
+
+def content_encoding(data_types: dict) -> tuple[tuple[str, ...], Encoding | CombinationType]:
+    """The fields a recipe's dataTypeContent encodes, in order, and their encoding.
+
+    Either one field with its schema, or Figure 4's form: one entry per field plus one
+    CombinationType entry whose ``structure`` names them all. SchemaError's key is a dotted path
+    under dataTypeContent.
+    """
+    if not isinstance(data_types, dict) or not data_types:
+        raise SchemaError("", "must name the field(s) to encode")
+    combinations = [n for n, s in data_types.items() if isinstance(s, dict) and s.get("dataType") == "CombinationType"]
+    if not combinations:
+        if len(data_types) != 1:
+            raise SchemaError("", "several fields must be joined by one CombinationType entry")
+        ((field, schema),) = data_types.items()
+        return (field,), _part(field, schema)
+    if len(combinations) > 1:
+        raise SchemaError(combinations[1], "only one CombinationType entry is allowed")
+    name = combinations[0]
+    structure = data_types[name].get("structure")
+    if not isinstance(structure, list) or len(structure) < 2 or not all(isinstance(f, str) for f in structure):
+        raise SchemaError(f"{name}.structure", "must list at least two fields")
+    if len(set(structure)) != len(structure):
+        raise SchemaError(f"{name}.structure", "lists a field twice")
+    if set(structure) != set(data_types) - {name}:
+        raise SchemaError(f"{name}.structure", "must list exactly the other fields of dataTypeContent")
+    return tuple(structure), CombinationType(tuple((f, _part(f, data_types[f])) for f in structure))
+
+
+def _part(field: str, schema: dict) -> Encoding:
+    try:
+        return encoding_from_json(schema)
+    except SchemaError as error:
+        raise SchemaError(f"{field}.{error.key}", str(error)) from error

@@ -140,7 +140,7 @@ def test_the_device_charges_a_deletion_model_mechanism_at_twice_its_epsilon0() -
         query="select age from KeyboardNGrams",
         cohorts=(),
         encoded_field="age",
-        schema={"dataType": "BucketedType", "boundaries": [20.0]},
+        data_types={"age": {"dataType": "BucketedType", "boundaries": [20.0]}},
         mechanism="symmetric_rappor",
         epsilon0=1.5,
         epsilon=1.0,
