@@ -13,24 +13,12 @@ from analyses.services import analysis_approve, analysis_create, round_progress
 from devices.fleet_io import fleet_create
 from devices.models import ShardRun
 from devices.services import ledger_totals
-from pfs_web.celery import app as celery_app
-from tests.services import Worker, redis_url_or_fail, restore_inline_tasks, use_celery_worker
+from tests.integration.conftest import FAULTS_QUEUE as QUEUE
+from tests.services import Worker, redis_url_or_fail
 
 pytestmark = pytest.mark.integration
 
-QUEUE = "faults"  # its own queue, so the session's worker does not take these tasks
 DEVICES, SHARD_SIZE, BUCKETS = 300_000, 10_000, 4_096
-
-
-@pytest.fixture
-def fault_queue(transactional_db, settings):
-    use_celery_worker(settings)
-    celery_app.conf.task_default_queue = QUEUE
-    with celery_app.connection_for_write() as connection:
-        connection.default_channel.queue_purge(QUEUE)  # nothing from an earlier run reaches this test
-    yield
-    celery_app.conf.task_default_queue = "celery"
-    restore_inline_tasks()
 
 
 def test_killing_the_worker_mid_round_neither_loses_the_round_nor_double_spends(
