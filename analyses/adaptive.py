@@ -19,6 +19,7 @@ starts the next round in one transaction, so a worker restart resumes where it s
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -220,7 +221,7 @@ def _reserved_requests(analysis: Analysis) -> list:
     reserved = []
     active = AdaptiveRun.objects.filter(status__in=[AdaptiveRun.Status.RUNNING, AdaptiveRun.Status.PAUSED])
     for run in active:
-        interactive_started, baseline_started = _rounds_started(run)
+        interactive_started, baseline_started = adaptive_rounds_started(run)
         field = run.spec["field"]
         if run.analysis_id == analysis.pk and not run.stop_reason:
             reserved += [_planned_request(p, field) for p in run.plan[interactive_started:]]
@@ -229,12 +230,13 @@ def _reserved_requests(analysis: Analysis) -> list:
     return reserved
 
 
-def _rounds_started(run: AdaptiveRun) -> tuple[int, int]:
-    """(interactive rounds, baseline rounds) started so far, the current one included."""
-    current = 1 if run.current_round_id else 0
-    if run.baseline or run.stop_reason or len(run.levels) >= len(run.plan):
-        return len(run.levels), len(run.baseline) + current
-    return len(run.levels) + current, 0
+def adaptive_rounds_started(run: AdaptiveRun) -> tuple[int, int]:
+    """Rounds started, so charged to devices' budgets: (interactive, static baseline), the current
+    (or failed) round included."""
+    current = run.current_round
+    in_baseline = current is not None and current.recipe.analysis_id != run.analysis_id
+    interactive = len(run.levels) + (1 if current is not None and not in_baseline else 0)
+    return interactive, len(run.baseline) + (1 if in_baseline else 0)
 
 
 def _planned_request(planned: dict, field: str):
@@ -390,7 +392,8 @@ def _start_next(run: AdaptiveRun, analysis: Analysis, content: dict) -> Adaptive
 def _finish(run: AdaptiveRun, status: str, reason: str) -> AdaptiveRun:
     run.status = status
     run.stop_reason = reason
-    run.current_round = None
+    if status == AdaptiveRun.Status.FINISHED:
+        run.current_round = None  # a failed run keeps the round that failed: it was charged
     run.next_recipe = None
     run.finished_at = timezone.now()
     run.save()
@@ -473,7 +476,10 @@ def _level_record(spec: Spec, run: AdaptiveRun, round_: Round) -> dict[str, Any]
         "delta": round_.recipe.delta,
     }
     if spec.kind == AdaptiveRun.Kind.BUCKET_REFINEMENT:
-        return {**common, **_refinement_level(spec, schema, estimates, errors)}
+        level = _refinement_level(spec, schema, estimates, errors)
+        if len(run.levels) + 1 >= spec.rounds:
+            level["split"] = []  # the last planned round: nothing is split for a next one
+        return {**common, **level}
     tree = PrefixTreeType.from_json(schema)
     labels = np.array(tree.labels, dtype=object)
     # Candidates: every bucket naming an n-gram; not the global OOV, nor a leaf's unknown word.
@@ -564,7 +570,11 @@ def adaptive_next_edit(*, run: AdaptiveRun, recipe: Any, user: AbstractBaseUser)
             raise ValidationFailed({"recipe": ["Must be a JSON object."]})
         if recipe.get("privacy") != planned["privacy"]:
             raise ValidationFailed(
-                {"privacy": [f"Must stay as planned (the budget split was checked at start): {planned['privacy']}."]}
+                {
+                    "privacy": [
+                        f"Must stay as planned (the budget split was checked at start): {json.dumps(planned['privacy'])}."
+                    ]
+                }
             )
         _check_same_question(planned, recipe)
         recipe_validate(analysis=analysis, content=recipe)
@@ -634,7 +644,7 @@ def adaptive_output(run: AdaptiveRun) -> dict[str, Any]:
         "status": run.status,
         "stop_reason": run.stop_reason,
         "plan": run.plan,
-        "epsilon_spent": sum(level["epsilon"] for level in run.levels),
+        "epsilon_spent": sum(p["epsilon"] for p in run.plan[: adaptive_rounds_started(run)[0]]),
         "levels": [_level_output(run, level) for level in run.levels],
     }
     if run.next_recipe is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -108,3 +109,34 @@ class RecipeForm(forms.Form):
                 name = "boundaries"
             for message in messages:
                 self.add_error(name, message)
+
+
+class AdaptiveJsonForm(forms.Form):
+    """One JSON document of an adaptive run: the spec that starts it, or the next round's recipe.
+
+    Errors of the services (dotted JSON paths) all show next to the textarea, each with its path.
+    """
+
+    document = forms.CharField(widget=forms.Textarea(attrs={"rows": 24, "cols": 80, "spellcheck": "false"}))
+
+    def __init__(self, *args: Any, label: str, help_text: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["document"].label = label
+        self.fields["document"].help_text = help_text
+
+    def clean_document(self) -> dict[str, Any]:
+        text = self.cleaned_data["document"]
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise forms.ValidationError(
+                f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
+            ) from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Must be a JSON object.")
+        return value
+
+    def add_problems(self, errors: dict[str, list[str]]) -> None:
+        for path, messages in errors.items():
+            for message in messages:
+                self.add_error("document", f"{path}: {message}")

@@ -6,7 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
-from analyses.models import Analysis, Recipe, Round
+from analyses.models import AdaptiveRun, Analysis, Recipe, Round
 
 
 def analysis_list(*, user: AbstractBaseUser) -> QuerySet[Analysis]:
@@ -30,3 +30,12 @@ def round_get(*, user: AbstractBaseUser, pk: int) -> Round:
     if not user.is_staff:
         rounds = rounds.filter(recipe__analysis__owner=user)
     return get_object_or_404(rounds, pk=pk)
+
+
+def adaptive_run_list(*, user: AbstractBaseUser) -> QuerySet[AdaptiveRun]:
+    runs = AdaptiveRun.objects.select_related("analysis__fleet", "current_round__recipe").order_by("-created_at", "-pk")
+    return runs if user.is_staff else runs.filter(analysis__owner=user)
+
+
+def adaptive_run_get(*, user: AbstractBaseUser, pk: int) -> AdaptiveRun:
+    return get_object_or_404(adaptive_run_list(user=user), pk=pk)

@@ -76,6 +76,9 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Shard tasks and page requests write concurrently: wait for the lock instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # Take the write lock when a transaction starts: a deferred transaction that reads, then writes,
+    # cannot wait for the lock (SQLite fails it at once with "database is locked").
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
     # A file, not memory, so that a Celery worker process can share the test database.
     DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_SQLITE_PATH", str(BASE_DIR / "var" / "test.sqlite3"))}
 

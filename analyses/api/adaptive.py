@@ -11,7 +11,6 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
-from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -26,18 +25,9 @@ from analyses.adaptive import adaptive_next_edit, adaptive_output, adaptive_paus
 from analyses.api.serializers import RoundSerializer
 from analyses.errors import NotAllowed, ValidationFailed
 from analyses.models import AdaptiveRun
+from analyses.selectors import adaptive_run_get, adaptive_run_list
 
 _DATETIME = serializers.DateTimeField()
-
-
-def adaptive_run_list(*, user: AbstractBaseUser) -> QuerySet[AdaptiveRun]:
-    """The runs a user may see: those of their own analyses; a privacy officer sees all."""
-    runs = AdaptiveRun.objects.select_related("analysis", "current_round__recipe").order_by("-created_at", "-pk")
-    return runs if user.is_staff else runs.filter(analysis__owner=user)
-
-
-def adaptive_run_get(*, user: AbstractBaseUser, pk: int) -> AdaptiveRun:
-    return get_object_or_404(adaptive_run_list(user=user), pk=pk)
 
 
 def adaptive_run_json(run: AdaptiveRun) -> dict[str, Any]:

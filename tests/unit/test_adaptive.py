@@ -233,6 +233,8 @@ def test_a_failed_round_fails_the_run_with_its_reason(words, analyst, run_to_end
     run.refresh_from_db()
     assert run.status == AdaptiveRun.Status.FAILED
     assert "shard exploded" in run.stop_reason
+    # The failed round was sent: its budget counts as spent.
+    assert adaptive_output(run)["epsilon_spent"] == 1.0
 
 
 def test_the_reaper_wakes_a_run_whose_wake_up_was_lost(words, analyst, run_to_end) -> None:
@@ -243,9 +245,7 @@ def test_the_reaper_wakes_a_run_whose_wake_up_was_lost(words, analyst, run_to_en
     Round.objects.filter(pk=run.current_round_id).update(finished_at=timezone.now() - timedelta(hours=1))
     run.refresh_from_db()
     assert run.levels == [] and run.current_round.status == Round.Status.RELEASED
-    reaped = run_to_end(
-        lambda: (rounds_reap(stuck_after=timedelta(minutes=15), fail_after=timedelta(days=1)), run)[1]
-    )
+    reaped = run_to_end(lambda: (rounds_reap(stuck_after=timedelta(minutes=15), fail_after=timedelta(days=1)), run)[1])
     reaped.refresh_from_db()
     assert reaped.status == AdaptiveRun.Status.FINISHED and len(reaped.levels) == 2
 
