@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 from analyses.roles import make_privacy_officer
 from analyses.services import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
+from devices.synthetic import TOKENS
 from pfs_web.celery import app as celery_app
 from tests.services import Worker, redis_url_or_fail
 
@@ -34,6 +35,39 @@ RECIPE = {
     "dataTypeContent": {"age": {"dataType": "BucketedType", "boundaries": [20, 30, 40, 50, 60, 70, 80]}},
     "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 3.0, "epsilon": 1.0, "delta": 1e-6, "samplingRate": 1.0},
 }
+
+
+# Interactive analyses: epsilon0 = 4, epsilon = 1, delta = 1e-6 need a minimum cohort of 8,762, so
+# their fleet has 30,000 devices; the policy (seed_demo's demo.discovery) allows three such rounds.
+DISCOVERY_POLICY = {
+    "identifier": "t.discovery",
+    "fleet": "words",
+    "queryClass": {"stream": "KeyboardNGrams", "fields": ["ngrams"], "cohortFields": ["locale"]},
+    "budget": {"epsilon": 3.0, "reports": 3, "delta": 1e-5},
+    "fields": {"ngrams": {"localEpsilon": 4.0, "epsilon": 3.0, "reports": 3}},
+}
+DISCOVERY_SPEC = {
+    "analysis": "t.discovery",
+    "kind": "ngram_discovery",
+    "field": "ngrams",
+    "vocabulary": TOKENS[:40],
+    "maxLength": 2,
+    "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 4.0, "epsilonPerRound": 1.0, "delta": 1e-6},
+    "threshold": {"zScore": 3.0, "maxPerLevel": 10},
+}
+
+
+@pytest.fixture
+def words_fleet(db):
+    return fleet_create(name="words", size=30_000, seed=5, shard_size=10_000)
+
+
+@pytest.fixture
+def discovery(words_fleet, analyst, officer):
+    """The approved analysis t.discovery on the words fleet, owned by alice."""
+    return analysis_approve(
+        analysis=analysis_create(spec=copy.deepcopy(DISCOVERY_POLICY), owner=analyst), officer=officer
+    )
 
 
 @pytest.fixture

@@ -22,25 +22,10 @@ from analyses.errors import NotAllowed, ValidationFailed
 from analyses.models import AdaptiveRun, Recipe, Round
 from analyses.reaper import rounds_reap
 from analyses.services import analysis_approve, analysis_create, round_fail
-from devices.fleet_io import fleet_create
 from devices.models import ShardRun
-from devices.synthetic import TOKENS
+from tests.conftest import DISCOVERY_POLICY, DISCOVERY_SPEC
 
-# epsilon0 = 4, epsilon = 1, delta = 1e-6 need a minimum cohort of 8,762: a fleet of 30,000 answers.
-FLEET_SIZE = 30_000
-POLICY = {
-    "fleet": "words",
-    "budget": {"epsilon": 3.0, "reports": 3, "delta": 1e-5},
-}
-DISCOVERY = {
-    "analysis": "t.discovery",
-    "kind": "ngram_discovery",
-    "field": "ngrams",
-    "vocabulary": TOKENS[:40],
-    "maxLength": 2,
-    "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 4.0, "epsilonPerRound": 1.0, "delta": 1e-6},
-    "threshold": {"zScore": 3.0, "maxPerLevel": 10},
-}
+DISCOVERY = DISCOVERY_SPEC
 REFINEMENT = {
     "analysis": "t.refinement",
     "kind": "bucket_refinement",
@@ -55,7 +40,7 @@ REFINEMENT = {
 
 def _analysis(identifier: str, stream: str, field: str, analyst, officer):
     spec = {
-        **copy.deepcopy(POLICY),
+        **copy.deepcopy(DISCOVERY_POLICY),
         "identifier": identifier,
         "queryClass": {"stream": stream, "fields": [field], "cohortFields": ["locale"]},
         "fields": {field: {"localEpsilon": 4.0, "epsilon": 3.0, "reports": 3}},
@@ -64,12 +49,10 @@ def _analysis(identifier: str, stream: str, field: str, analyst, officer):
 
 
 @pytest.fixture
-def words(db, analyst, officer):
-    fleet = fleet_create(name="words", size=FLEET_SIZE, seed=5, shard_size=10_000)
-    for identifier in ("t.discovery", "t.static"):
-        _analysis(identifier, "KeyboardNGrams", "ngrams", analyst, officer)
+def words(discovery, analyst, officer):
+    _analysis("t.static", "KeyboardNGrams", "ngrams", analyst, officer)
     _analysis("t.refinement", "ModelMetrics", "perplexity", analyst, officer)
-    return fleet
+    return discovery.fleet
 
 
 @pytest.fixture

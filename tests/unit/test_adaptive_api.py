@@ -9,44 +9,13 @@ from rest_framework.test import APIClient
 
 from analyses.models import AdaptiveRun, Recipe, Round
 from analyses.services import analysis_approve, analysis_create
-from devices.fleet_io import fleet_create
-from devices.synthetic import TOKENS
+from tests.conftest import DISCOVERY_POLICY, DISCOVERY_SPEC
 
 pytestmark = pytest.mark.django_db
 
 RUNS = "/api/adaptive-runs/"
 
-# The demo.discovery policy (seed_demo): three rounds of epsilon 1 on the ngrams field.
-ANALYSIS = {
-    "identifier": "test.discovery",
-    "fleet": "adaptive",
-    "queryClass": {"stream": "KeyboardNGrams", "fields": ["ngrams"], "cohortFields": ["locale"]},
-    "budget": {"epsilon": 3.0, "reports": 3, "delta": 1e-5},
-    "fields": {"ngrams": {"localEpsilon": 4.0, "epsilon": 3.0, "reports": 3}},
-}
-
-# epsilon0 = 4 and epsilon = 1 need a cohort of 8,762: the fleet has 30,000 devices.
-SPEC = {
-    "analysis": "test.discovery",
-    "kind": "ngram_discovery",
-    "field": "ngrams",
-    "vocabulary": list(TOKENS[:40]),
-    "maxLength": 2,
-    "privacy": {
-        "mechanism": "asymmetric_ohe",
-        "epsilon0": 4.0,
-        "epsilonPerRound": 1.0,
-        "delta": 1e-6,
-        "samplingRate": 1.0,
-    },
-    "threshold": {"zScore": 3.0, "maxPerLevel": 10},
-}
-
-
-@pytest.fixture
-def discovery(db, analyst, officer):
-    fleet_create(name="adaptive", size=30_000, seed=5, shard_size=10_000)
-    return analysis_approve(analysis=analysis_create(spec=copy.deepcopy(ANALYSIS), owner=analyst), officer=officer)
+ANALYSIS, SPEC = DISCOVERY_POLICY, DISCOVERY_SPEC
 
 
 @pytest.fixture
@@ -73,7 +42,7 @@ def test_a_discovery_runs_from_start_to_finish(api, discovery, spec, django_capt
     assert created.status_code == 201, created.json()
     body = created.json()
     assert created["Location"] == f"{RUNS}{body['id']}/" == body["url"]
-    assert body["analysis"] == "test.discovery" and body["kind"] == "ngram_discovery"
+    assert body["analysis"] == "t.discovery" and body["kind"] == "ngram_discovery"
     assert [p["epsilon"] for p in body["plan"]] == [1.0, 1.0]
 
     run = api.get(body["url"]).json()
@@ -108,7 +77,7 @@ def test_runs_are_listed_newest_first_and_filtered(api, discovery, spec, django_
     second = api.post(RUNS, spec, format="json").json()["id"]  # not committed: stays running
     listed = api.get(RUNS).json()
     assert listed["count"] == 2 and [r["id"] for r in listed["results"]] == [second, first]
-    assert [r["id"] for r in api.get(f"{RUNS}?analysis=test.discovery&status=finished").json()["results"]] == [first]
+    assert [r["id"] for r in api.get(f"{RUNS}?analysis=t.discovery&status=finished").json()["results"]] == [first]
     assert [r["id"] for r in api.get(f"{RUNS}?status=running").json()["results"]] == [second]
     assert api.get(f"{RUNS}?analysis=test.ages").json()["results"] == []
     refused = api.get(f"{RUNS}?status=done")
@@ -149,13 +118,13 @@ def test_bad_specs_are_refused_per_field_and_create_nothing(api, discovery, spec
 def test_a_budget_plan_beyond_the_policy_names_the_round(api, discovery, spec) -> None:
     spec["maxLength"] = 5
     messages = api.post(RUNS, spec, format="json").json()["privacy.epsilonPerRound"]
-    assert "exceeds the policy of test.discovery at round 4 of 5" in " ".join(messages)
+    assert "exceeds the policy of t.discovery at round 4 of 5" in " ".join(messages)
 
 
 def test_a_spec_that_is_not_an_object_is_refused(api, discovery) -> None:
     response = api.post(RUNS, [1, 2], format="json")
     assert response.status_code == 400 and "spec" in response.json()
-    assert api.post(RUNS, {"analysis": "test.discovery"}).status_code == 415  # a form, not JSON
+    assert api.post(RUNS, {"analysis": "t.discovery"}).status_code == 415  # a form, not JSON
     assert_nothing_created()
 
 
@@ -165,7 +134,7 @@ def test_another_analyst_can_neither_start_see_nor_steer_a_run(
     # Someone else's analysis reads as a missing one: no hint that it exists, nothing created.
     response = charlie.post(RUNS, spec, format="json")
     assert response.status_code == 400
-    assert response.json() == {"analysis": ["No analysis 'test.discovery'."]}
+    assert response.json() == {"analysis": ["No analysis 't.discovery'."]}
     assert_nothing_created()
 
     created = api.post(RUNS, spec, format="json").json()
@@ -192,9 +161,9 @@ def test_a_baseline_in_another_analysts_analysis_is_refused(api, other_analyst, 
 def test_a_discovery_with_a_static_baseline_is_compared(
     api, analyst, officer, discovery, spec, django_capture_on_commit_callbacks
 ) -> None:
-    twin = {**copy.deepcopy(ANALYSIS), "identifier": "test.discovery-static"}
+    twin = {**copy.deepcopy(ANALYSIS), "identifier": "t.discovery-static"}
     analysis_approve(analysis=analysis_create(spec=twin, owner=analyst), officer=officer)
-    spec["baseline"] = {"analysis": "test.discovery-static", "rows": 2, "columns": 256, "topK": 5}
+    spec["baseline"] = {"analysis": "t.discovery-static", "rows": 2, "columns": 256, "topK": 5}
     with django_capture_on_commit_callbacks(execute=True):
         created = api.post(RUNS, spec, format="json")
     assert created.status_code == 201, created.json()
@@ -203,7 +172,7 @@ def test_a_discovery_with_a_static_baseline_is_compared(
     comparison = run["comparison"]
     assert comparison["available"] and comparison["top_k"] == 5 and comparison["length"] == 2
     assert comparison["interactive"]["rounds"] == comparison["static"]["rounds"] == 2
-    assert Round.objects.filter(recipe__analysis__identifier="test.discovery-static").count() == 2
+    assert Round.objects.filter(recipe__analysis__identifier="t.discovery-static").count() == 2
 
 
 def test_a_privacy_officer_sees_every_run(api, officer, discovery, spec) -> None:
@@ -224,7 +193,7 @@ def test_pause_edit_the_next_round_and_resume(api, discovery, spec, django_captu
     run = api.get(created["url"]).json()
     assert run["status"] == "paused" and len(run["levels"]) == 1 and run["current_round"] is None
     waiting = run["next_recipe"]
-    assert waiting["analysis"] == "test.discovery"
+    assert waiting["analysis"] == "t.discovery"
     recipe = waiting["recipe"]
     assert recipe["privacy"]["epsilon"] == 1.0
 

@@ -9,35 +9,12 @@ import pytest
 
 from analyses.models import AdaptiveRun, Recipe, Round
 from analyses.services import analysis_approve, analysis_create
-from devices.fleet_io import fleet_create
 from devices.models import ShardRun
-from devices.synthetic import TOKENS
+from tests.conftest import DISCOVERY_POLICY, DISCOVERY_SPEC
 
 pytestmark = pytest.mark.django_db
 
-# epsilon0 = 4, epsilon = 1, delta = 1e-6 need a minimum cohort of 8,762: a fleet of 30,000 answers.
-POLICY = {
-    "identifier": "t.discovery",
-    "fleet": "words",
-    "queryClass": {"stream": "KeyboardNGrams", "fields": ["ngrams"], "cohortFields": ["locale"]},
-    "budget": {"epsilon": 3.0, "reports": 3, "delta": 1e-5},
-    "fields": {"ngrams": {"localEpsilon": 4.0, "epsilon": 3.0, "reports": 3}},
-}
-SPEC = {
-    "analysis": "t.discovery",
-    "kind": "ngram_discovery",
-    "field": "ngrams",
-    "vocabulary": TOKENS[:40],
-    "maxLength": 2,
-    "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 4.0, "epsilonPerRound": 1.0, "delta": 1e-6},
-    "threshold": {"zScore": 3.0, "maxPerLevel": 10},
-}
-
-
-@pytest.fixture
-def discovery(db, analyst, officer):
-    fleet_create(name="words", size=30_000, seed=5, shard_size=10_000)
-    return analysis_approve(analysis=analysis_create(spec=copy.deepcopy(POLICY), owner=analyst), officer=officer)
+POLICY, SPEC = DISCOVERY_POLICY, DISCOVERY_SPEC
 
 
 @pytest.fixture
@@ -270,8 +247,9 @@ def test_pause_then_continue_runs_to_the_end(alice, discovery, django_capture_on
     assert alice.get(f"/adaptive/{run.pk}/status.json").json()["status"] == "finished"
 
 
-def test_bucket_refinement_shows_a_histogram_per_round(alice, analyst, officer, django_capture_on_commit_callbacks):
-    fleet_create(name="words", size=30_000, seed=5, shard_size=10_000)
+def test_bucket_refinement_shows_a_histogram_per_round(
+    alice, words_fleet, analyst, officer, django_capture_on_commit_callbacks
+):
     policy = {
         **copy.deepcopy(POLICY),
         "identifier": "t.refinement",
