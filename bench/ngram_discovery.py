@@ -45,20 +45,10 @@ _START = ("start", "recipe check")  # adaptive_start's own work: the plan check 
 
 def analysis_specs(fleet: str) -> list[dict]:
     """seed_demo's demo.discovery and demo.discovery-static: the same policy, each its own budget."""
-    return [
-        {
-            "identifier": identifier,
-            "title": title,
-            "fleet": fleet,
-            "queryClass": {"stream": "KeyboardNGrams", "fields": ["ngrams"], "cohortFields": ["locale"]},
-            "budget": {"epsilon": 3.0, "reports": 3, "delta": 1e-5},
-            "fields": {"ngrams": {"localEpsilon": 4.0, "epsilon": 3.0, "reports": 3}},
-        }
-        for identifier, title in (
-            ("demo.discovery", "Interactive n-gram discovery"),
-            ("demo.discovery-static", "Static n-gram baseline (same budget)"),
-        )
-    ]
+    from analyses.management.commands.seed_demo import DEMO_ANALYSES
+
+    twins = ("demo.discovery", "demo.discovery-static")
+    return [{**spec, "fleet": fleet} for spec in DEMO_ANALYSES if spec["identifier"] in twins]
 
 
 def peak_rss_mib() -> float:
