@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from django.test import Client
 
 from analyses.errors import ValidationFailed
 from analyses.services import analysis_approve, analysis_create, analysis_spent, release_as_json, round_create_and_start
@@ -31,6 +32,12 @@ def test_figure_4_has_eight_times_thirty_four_bins() -> None:
     assert encoding.labels[1] == "OOV × hello world </s>"
     # Mixed radix, the last field fastest: (age bucket 2, n-gram bucket 5).
     assert encoding.combine([np.array([2]), np.array([5])]).tolist() == [2 * 34 + 5]
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
 
 
 @pytest.fixture
@@ -76,6 +83,8 @@ def test_a_joint_recipe_releases_per_locale_and_charges_both_fields(
     assert batches["locale=de_DE"]["suppressed"]
     ledger = unpack(ShardLedger.objects.filter(analysis_identifier="t.joint").first().state)
     assert ledger["field:age:reports_used"].max() == 1 and ledger["field:ngrams:reports_used"].max() == 1
+    page = client_for(analyst).get(f"/rounds/{round_.pk}/").content.decode()
+    assert "Heatmap of debiased counts of age × ngrams" in page
     assert analysis_spent(joint)["fields"] == {
         "age": {"epsilon": 1.0, "reports": 1},
         "ngrams": {"epsilon": 1.0, "reports": 1},
