@@ -31,7 +31,7 @@ from devices.budget import COMPOSITIONS, NANO, Accountant, BasicComposition, Bud
 from devices.encode import SCHEMAS_BY_KIND, schema_fits
 from devices.models import Fleet, FleetShard, ShardRun
 from devices.query import QueryRefused, verify_query
-from devices.services import DeviceTask, fleet_enroll, policy_snapshot_create, shard_answer
+from devices.services import DeviceTask, fleet_enroll, policy_snapshot_create, shard_answer, shard_dry_run
 from devices.streams import STREAMS, field_kind
 from pfs_web.task_queue import enqueue
 from privacy.aggregator_noise import AggregatorGaussian
@@ -582,6 +582,47 @@ def device_task(round_: Round) -> DeviceTask:
         min_cohort=recipe.min_cohort,
         seed=round_.seed,
     )
+
+
+def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
+    """How many devices would answer the recipe, and why the others would not; nothing is spent.
+
+    The recipe is validated as for a real round (a bad one raises ValidationFailed); then every
+    shard runs the devices' own decision on a task that is never sent. Devices that are not
+    sampled count apart from refusals.
+    """
+    parsed = recipe_validate(analysis=analysis, content=content)
+    task = DeviceTask(
+        task_key=f"{analysis.identifier}/dry-run",
+        analysis=analysis.identifier,
+        snapshot_digest=analysis.snapshot.digest,
+        query=content["query"],
+        cohorts=tuple(parsed["cohorts"]),
+        encoded_field=parsed["field"],
+        data_types=content["dataTypeContent"],
+        noise=parsed["noise"],
+        mechanism=parsed["mechanism"],
+        epsilon0=parsed["epsilon0"],
+        epsilon=parsed["epsilon"],
+        delta=parsed["delta"],
+        sampling_rate=parsed["sampling_rate"],
+        min_cohort=parsed["min_cohort"],
+        seed=secrets.randbits(63),
+    )
+    decisions: dict[str, int] = {}
+    for shard_id in FleetShard.objects.filter(fleet=analysis.fleet).values_list("pk", flat=True):
+        for reason, count in shard_dry_run(shard_id=shard_id, task=task).items():
+            decisions[reason] = decisions.get(reason, 0) + count
+    answering = decisions.pop(Decision.ANSWERED.label, 0)
+    not_sampled = decisions.pop(Decision.NOT_SAMPLED.label, 0)
+    return {
+        "devices": analysis.fleet.size,
+        "would_answer": answering,
+        "not_sampled": not_sampled,
+        "would_refuse": decisions,
+        "min_cohort": parsed["min_cohort"],
+        "meets_min_cohort": answering >= parsed["min_cohort"],
+    }
 
 
 def round_dispatch(*, round_id: int) -> list[int]:

@@ -29,15 +29,18 @@ def analysis_list(request: HttpRequest) -> HttpResponse:
 def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     analysis = selectors.analysis_get(user=request.user, identifier=identifier)
     form = RecipeForm(request.POST or None, analysis=analysis)
+    dry_run = None
     if request.method == "POST" and form.is_valid():
         try:
-            round_ = services.round_create_and_start(analysis=analysis, content=form.recipe(), user=request.user)
+            if request.POST.get("action") == "dry-run":
+                dry_run = services.round_dry_run(analysis=analysis, content=form.recipe())
+            else:
+                round_ = services.round_create_and_start(analysis=analysis, content=form.recipe(), user=request.user)
+                return redirect("round-detail", pk=round_.pk)
         except ValidationFailed as invalid:
             form.add_recipe_errors(invalid.errors)
         except NotAllowed as refusal:
             form.add_error(None, str(refusal))
-        else:
-            return redirect("round-detail", pk=round_.pk)
     rounds = Round.objects.filter(recipe__analysis=analysis).select_related("recipe")[:20]
     spent = services.analysis_spent(analysis)
     field_rows = [
@@ -50,6 +53,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         "spent": spent,
         "form": form,
         "rounds": rounds,
+        "dry_run": dry_run,
         "deletion_model_mechanisms": [name for name, cls in MECHANISMS.items() if cls.privacy_model == "deletion"],
     }
     return render(request, "analyses/detail.html", context, status=400 if form.errors else 200)

@@ -93,4 +93,3 @@ def prefix_tree_estimand(fleet: Fleet, encoding: PrefixTreeType, *, now: float) 
         bucket, eligible = encoding.buckets_of(found.symbols)
         total += expected_counts(sequences.devices, found.device, eligible, bucket, encoding.size)
     return total
-

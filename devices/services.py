@@ -137,6 +137,20 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
     return ShardOutcome(created=True, answered=int(counts[Decision.ANSWERED]), outcomes=outcomes)
 
 
+def shard_dry_run(*, shard_id: int, task: DeviceTask) -> dict[str, int]:
+    """What the devices of one shard would decide on ``task``, by reason; nothing is read or spent.
+
+    The same decision as ``shard_answer`` (sampling, snapshot, query class, checks 1-3 against the
+    device's ledger), none of its effects: no data is encoded, no share sent, no ledger charged.
+    """
+    shard = FleetShard.objects.select_related("fleet").defer("columns").get(pk=shard_id)
+    ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
+    ledger = ledger_row.load_state() if ledger_row else ledger_empty(shard.size)
+    decision, _ = _decide(shard, task, ledger)
+    counts = np.bincount(decision, minlength=len(Decision))
+    return {d.label: int(counts[d]) for d in Decision if counts[d]}
+
+
 def _columns_after_retention(shard: FleetShard) -> dict:
     """Retention first: events older than their stream's policy are deleted before any query runs."""
     columns, dropped = apply_retention(shard.load_columns(), now=time.time())

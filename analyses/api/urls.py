@@ -8,6 +8,7 @@ urlpatterns = [
     path("analyses/", views.AnalysisList.as_view(), name="api-analysis-list"),
     path("analyses/<str:identifier>/", views.AnalysisDetail.as_view(), name="api-analysis-detail"),
     path("analyses/<str:identifier>/recipes/", views.RecipeCreate.as_view(), name="api-recipe-create"),
+    path("analyses/<str:identifier>/dry-run/", views.RecipeDryRun.as_view(), name="api-recipe-dry-run"),
     path("recipes/<int:pk>/", views.RecipeDetail.as_view(), name="api-recipe-detail"),
     path("recipes/<int:pk>/rounds/", views.RoundStart.as_view(), name="api-round-start"),
     path("rounds/<int:pk>/", views.RoundDetail.as_view(), name="api-round-detail"),

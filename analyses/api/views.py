@@ -39,6 +39,17 @@ class RecipeCreate(APIView):
         return Response(RecipeSerializer(recipe).data, status=status.HTTP_201_CREATED)
 
 
+class RecipeDryRun(APIView):
+    """What the devices would do with a recipe, without starting a round or spending anything."""
+
+    def post(self, request: Request, identifier: str) -> Response:
+        analysis = selectors.analysis_get(user=request.user, identifier=identifier)
+        try:
+            return Response(services.round_dry_run(analysis=analysis, content=request.data))
+        except ValidationFailed as invalid:
+            raise ValidationError(invalid.errors) from invalid
+
+
 class RecipeDetail(RetrieveAPIView):
     serializer_class = RecipeSerializer
 
