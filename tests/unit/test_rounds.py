@@ -171,3 +171,38 @@ def test_phrases_past_retention_are_deleted_from_the_shard_before_the_query_runs
     columns = shard.load_columns()
     assert (columns["phrase_time"] >= cutoff - 60).all()  # a minute of slack for the test's own runtime
     assert columns["phrase_start"][-1] == columns["phrase_time"].size
+
+
+def test_a_database_write_failing_inside_a_shard_rolls_the_shard_back_and_fails_the_round_cleanly(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks, monkeypatch
+) -> None:
+    # In-process tasks do not retry (a worker retries OperationalError with backoff): the round
+    # fails, with the reason, and the failing shard leaves nothing behind.
+    from celery.exceptions import Retry
+    from django.db import OperationalError
+
+    from devices import services as device_services
+
+    real_create = ShardRun.objects.create
+
+    def create_failing_on_shard_2(**fields):
+        # The last write of the shard's transaction fails, as a lost connection would: the
+        # shares and the ledger written before it in the same transaction must go too.
+        if fields["shard"].index == 2:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_create(**fields)
+
+    monkeypatch.setattr(device_services.ShardRun.objects, "create", create_failing_on_shard_2)
+    with pytest.raises((OperationalError, Retry)):  # the in-process call reports the failure to its caller
+        run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+
+    round_ = Round.objects.get()
+    assert round_.status == Round.Status.FAILED and "server closed the connection" in round_.error
+    failed_shard = analysis.fleet.shards.get(index=2)
+    assert not ShardRun.objects.filter(shard=failed_shard).exists()
+    assert not LeaderShare.objects.filter(source=f"shard:{failed_shard.pk}").exists()
+    assert not failed_shard.ledgers.exists()  # its devices were not charged
+    totals = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
+    answered = ShardRun.objects.filter(task_key=round_.task_key).count()
+    assert totals["max:reports_used"] == 1  # nobody charged twice
+    assert totals["sum:reports_used"] == answered * (FLEET_SIZE // analysis.fleet.shards.count())
