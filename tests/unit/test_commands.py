@@ -133,3 +133,28 @@ def test_an_unknown_accountant_is_refused(spec_file) -> None:
     with pytest.raises(CommandError, match="budget.accountant"):
         call_command("create_analysis", spec_file(spec), "--owner", "alice")
     assert not Analysis.objects.exists()
+
+
+def test_seed_demo_reset_budgets_forgets_rounds_and_adaptive_runs(tmp_path) -> None:
+    import copy
+
+    from django.contrib.auth import get_user_model
+
+    from analyses.adaptive import adaptive_start
+    from analyses.models import AdaptiveRun, Round
+
+    call_command("seed_demo", "--devices", "20000")
+    spec = json.loads(open("docs/examples/bucket_refinement.json").read())
+    spec["maxRounds"] = 2
+    analyst = get_user_model().objects.get(username="analyst")
+    run = adaptive_start(spec=copy.deepcopy(spec), user=analyst)  # tasks run as each write commits
+    run.refresh_from_db()
+    assert run.status == AdaptiveRun.Status.FINISHED and Round.objects.count() == 2
+    assert ShardLedger.objects.filter(analysis_identifier="demo.refinement").exists()
+
+    call_command("seed_demo", "--reset-budgets")
+    assert not AdaptiveRun.objects.exists() and not Round.objects.exists()
+    assert not ShardLedger.objects.filter(analysis_identifier="demo.refinement").exists()
+    # The budget is whole again: the same plan is accepted (it would be refused before the reset).
+    adaptive_start(spec=spec, user=analyst)
+    assert AdaptiveRun.objects.count() == 1

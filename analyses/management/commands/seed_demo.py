@@ -122,5 +122,6 @@ class Command(BaseCommand):
         with transaction.atomic():
             ShardRun.objects.filter(task_key__startswith=f"{identifier}/").delete()
             ShardLedger.objects.filter(analysis_identifier=identifier).delete()
+            analysis.adaptive_runs.all().delete()  # their rounds go with the recipes below
             analysis.recipes.all().delete()
         self.stdout.write(f"reset the budgets of {identifier}")
