@@ -419,18 +419,11 @@ def parsed_budget_request(parsed: dict[str, Any]) -> BudgetRequest:
 
 def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
     """What one device answering ``recipe`` is charged (the server's view, for its pre-checks)."""
-    epsilon0 = (
-        math.inf if recipe.aggregator_noise else replacement_epsilon0(mechanism_get(recipe.mechanism, recipe.epsilon0))
-    )
-    return BudgetRequest(
-        epsilon0,
-        recipe.epsilon,
-        recipe.delta,
-        fields_of(recipe.encoded_field),
-        recipe.min_cohort,
-        aggregator_noise=recipe.aggregator_noise,
-        mechanism=recipe.mechanism,
-        mechanism_epsilon0=recipe.epsilon0,
+    return parsed_budget_request(
+        {
+            "field": recipe.encoded_field,
+            **{k: getattr(recipe, k) for k in ("noise", "mechanism", "epsilon0", "epsilon", "delta", "min_cohort")},
+        }
     )
 
 
@@ -492,8 +485,14 @@ def _explain_one_field(
 
 
 def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Recipe:
-    parsed = recipe_validate(analysis=analysis, content=content)
-    return Recipe.objects.create(
+    recipe = _recipe_parsed(analysis, content, recipe_validate(analysis=analysis, content=content), user)
+    recipe.save()
+    return recipe
+
+
+def _recipe_parsed(analysis: Analysis, content: dict, parsed: dict[str, Any], user: AbstractBaseUser | None) -> Recipe:
+    """The (unsaved) recipe ``recipe_validate`` parsed from ``content``."""
+    return Recipe(
         analysis=analysis,
         identifier=parsed["identifier"],
         content=content,
@@ -564,9 +563,13 @@ def round_create_and_start(*, analysis: Analysis, content: Any, user: AbstractBa
 
 
 def device_task(round_: Round) -> DeviceTask:
-    recipe = round_.recipe
+    return recipe_device_task(round_.recipe, task_key=round_.task_key, seed=round_.seed)
+
+
+def recipe_device_task(recipe: Recipe, *, task_key: str, seed: int) -> DeviceTask:
+    """What the devices are sent for ``recipe``: the recipe as the device sees it."""
     return DeviceTask(
-        task_key=round_.task_key,
+        task_key=task_key,
         analysis=recipe.analysis.identifier,
         snapshot_digest=recipe.analysis.snapshot.digest,
         query=recipe.content["query"],
@@ -580,7 +583,7 @@ def device_task(round_: Round) -> DeviceTask:
         delta=recipe.delta,
         sampling_rate=recipe.sampling_rate,
         min_cohort=recipe.min_cohort,
-        seed=round_.seed,
+        seed=seed,
     )
 
 
@@ -592,23 +595,8 @@ def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     sampled count apart from refusals.
     """
     parsed = recipe_validate(analysis=analysis, content=content)
-    task = DeviceTask(
-        task_key=f"{analysis.identifier}/dry-run",
-        analysis=analysis.identifier,
-        snapshot_digest=analysis.snapshot.digest,
-        query=content["query"],
-        cohorts=tuple(parsed["cohorts"]),
-        encoded_field=parsed["field"],
-        data_types=content["dataTypeContent"],
-        noise=parsed["noise"],
-        mechanism=parsed["mechanism"],
-        epsilon0=parsed["epsilon0"],
-        epsilon=parsed["epsilon"],
-        delta=parsed["delta"],
-        sampling_rate=parsed["sampling_rate"],
-        min_cohort=parsed["min_cohort"],
-        seed=secrets.randbits(63),
-    )
+    recipe = _recipe_parsed(analysis, content, parsed, None)
+    task = recipe_device_task(recipe, task_key=f"{analysis.identifier}/dry-run", seed=secrets.randbits(63))
     decisions: dict[str, int] = {}
     for shard_id in FleetShard.objects.filter(fleet=analysis.fleet).values_list("pk", flat=True):
         for reason, count in shard_dry_run(shard_id=shard_id, task=task).items():

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -76,17 +75,9 @@ def run_one(devices: int, buckets: int) -> dict:
 
 
 def machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    import numpy
+    from host import describe  # bench/host.py: this script's folder is on sys.path
 
-    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, numpy {numpy.__version__}, SQLite, tasks inline"
+    return describe(tasks="tasks inline")
 
 
 def main() -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import resource
 import secrets
@@ -344,28 +343,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    memory = next(
-        (
-            int(line.split()[1]) / 2**20
-            for line in Path("/proc/meminfo").read_text().splitlines()
-            if line.startswith("MemTotal")
-        ),
-        0.0,
-    )
-    import numpy
+    from host import describe  # bench/host.py: this script's folder is on sys.path
 
-    return (
-        f"{os.cpu_count()} cores ({cpu}), {memory:.0f} GiB, Python {platform.python_version()}, "
-        f"numpy {numpy.__version__}, SQLite, tasks inline (sync)"
-    )
+    return describe(tasks="tasks inline (sync)", memory=True)
 
 
 def command(args: argparse.Namespace) -> str:

@@ -24,9 +24,7 @@ from privacy.randomized_response import BinaryRandomizedResponse, KaryRandomized
 from privacy.randomizer_support import (
     check_epsilon0,
     check_values,
-    exact_report_sum,
-    exact_sum_wanted,
-    sum_in_blocks,
+    one_hot_report_sum,
 )
 
 
@@ -117,15 +115,7 @@ class AsymmetricOHE:
         independently across d (c_d devices in bucket d): every coordinate has its own coin, so this
         is the same distribution as the sum of n ``privatize`` reports, at O(n + k) cost.
         """
-        values = check_values(values, domain_size)
-        if exact_sum_wanted(values, domain_size):
-            return exact_report_sum(values, domain_size, p_own=self.p_own, p_other=self.p_other, rng=rng)
-        return sum_in_blocks(
-            values,
-            length=domain_size,
-            coins_per_device=domain_size,
-            block_sum=lambda block: self.privatize(block, domain_size, rng).sum(axis=0, dtype=np.int64),
-        )
+        return one_hot_report_sum(self.privatize, values, domain_size, rng, p_own=self.p_own, p_other=self.p_other)
 
     def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Unbiased counts f~(d) from the per-bucket sums of n reports."""

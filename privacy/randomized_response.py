@@ -18,8 +18,7 @@ import numpy.typing as npt
 from privacy.randomizer_support import (
     check_epsilon0,
     check_values,
-    exact_report_sum,
-    exact_sum_wanted,
+    one_hot_report_sum,
     sum_in_blocks,
 )
 
@@ -87,16 +86,8 @@ class SymmetricRappor:
         by its own coin, so this is the same distribution as the sum of n ``privatize`` reports, at
         O(n + k) cost.
         """
-        values = check_values(values, domain_size)
-        if exact_sum_wanted(values, domain_size):
-            p = self.p_flip
-            return exact_report_sum(values, domain_size, p_own=1.0 - p, p_other=p, rng=rng)
-        return sum_in_blocks(
-            values,
-            length=domain_size,
-            coins_per_device=domain_size,
-            block_sum=lambda block: self.privatize(block, domain_size, rng).sum(axis=0, dtype=np.int64),
-        )
+        p = self.p_flip
+        return one_hot_report_sum(self.privatize, values, domain_size, rng, p_own=1.0 - p, p_other=p)
 
     def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """f~(d) = (S_d - n p)/(1 - 2p)."""

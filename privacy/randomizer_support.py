@@ -87,3 +87,28 @@ def exact_report_sum(
     own = rng.binomial(counts, p_own)
     other = rng.binomial(values.size - counts, p_other)
     return (own + other).astype(np.int64)
+
+
+def one_hot_report_sum(
+    privatize: Callable[[npt.NDArray[np.int64], int, np.random.Generator], npt.NDArray[np.uint8]],
+    values: npt.NDArray[np.int64],
+    domain_size: int,
+    rng: np.random.Generator,
+    *,
+    p_own: float,
+    p_other: float,
+) -> npt.NDArray[np.int64]:
+    """``privatize_sum`` of a randomizer that sends every coordinate with its own coin.
+
+    Up to ``EXACT_SUM_ABOVE`` coins each device draws its own (``privatize``, a block of devices at a
+    time); above it the sum is drawn from its exact distribution (``exact_report_sum``).
+    """
+    values = check_values(values, domain_size)
+    if exact_sum_wanted(values, domain_size):
+        return exact_report_sum(values, domain_size, p_own=p_own, p_other=p_other, rng=rng)
+    return sum_in_blocks(
+        values,
+        length=domain_size,
+        coins_per_device=domain_size,
+        block_sum=lambda block: privatize(block, domain_size, rng).sum(axis=0, dtype=np.int64),
+    )

@@ -1,0 +1,24 @@
+"""The machine a bench ran on, as its results tables state it."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+
+def _first(path: str, prefix: str, default: str) -> str:
+    lines = Path(path).read_text().splitlines() if Path(path).exists() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(prefix)), default)
+
+
+def describe(*, tasks: str, memory: bool = False) -> str:
+    """e.g. "2 cores (AMD EPYC ...), 24 GiB, Python 3.11.7, numpy 2.4.6, SQLite, tasks inline"."""
+    import numpy
+
+    parts = [f"{os.cpu_count()} cores ({_first('/proc/cpuinfo', 'model name', platform.processor())})"]
+    if memory:
+        kib = int(_first("/proc/meminfo", "MemTotal", "0 kB").split()[0])
+        parts.append(f"{kib / 2**20:.0f} GiB")
+    parts += [f"Python {platform.python_version()}", f"numpy {numpy.__version__}", "SQLite", tasks]
+    return ", ".join(parts)
