@@ -100,6 +100,13 @@ def collection_rules_open(
     return rules
 
 
+def collection_discard(*, collection_key: str) -> None:
+    """Close a collection that will never be released and drop every share stored for it."""
+    with transaction.atomic():
+        CollectionRules.objects.filter(key=collection_key).update(closed=True)
+        Collection.objects.filter(key=collection_key).delete()
+
+
 def collection_release(*, collection_key: str, estimator: Estimator) -> list[BatchEstimate]:
     """Aggregate, combine and estimate each batch of a collection; batches below the cohort are suppressed.
 

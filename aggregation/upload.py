@@ -12,9 +12,13 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from aggregation.models import Collection, HelperShare, LeaderShare
+from aggregation.models import Collection, CollectionRules, HelperShare, LeaderShare
 from aggregation.tokens import Token
 from privacy.field import FieldVector
+
+
+class CollectionClosed(RuntimeError):
+    """Shares arrived for a collection already aggregated or discarded: they would never be read."""
 
 
 def share_pair_upload(
@@ -31,6 +35,8 @@ def share_pair_upload(
     if leader_share.shape != helper_share.shape or leader_share.ndim != 1:
         raise ValueError("leader and helper shares must be vectors of one length")
     with transaction.atomic():
+        if CollectionRules.objects.filter(key=collection_key, closed=True).exists():
+            raise CollectionClosed(f"collection {collection_key} is closed")
         collection, _ = Collection.objects.get_or_create(
             key=collection_key, batch_key=batch_key, defaults={"length": leader_share.size}
         )

@@ -347,8 +347,9 @@ def adaptive_advance(*, run_id: int) -> AdaptiveRun | None:
         round_ = Round.objects.select_related("recipe").get(pk=run.current_round_id)
         if not round_.is_finished:
             return run  # a redelivered wake-up: the round is still running
-        if round_.status == Round.Status.FAILED:
-            return _finish(run, AdaptiveRun.Status.FAILED, f"Round {round_.pk} failed: {round_.error}")
+        if round_.status != Round.Status.RELEASED:
+            verb = round_.get_status_display().lower()
+            return _finish(run, AdaptiveRun.Status.FAILED, f"Round {round_.pk} {verb}: {round_.error}")
         spec = _spec_of(run)
         in_baseline = bool(run.baseline) or len(run.levels) >= spec.rounds or _stopped(run)
         if in_baseline:

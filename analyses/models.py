@@ -148,8 +148,9 @@ class Round(models.Model):
         AGGREGATING = "aggregating", "Aggregating"
         RELEASED = "released", "Released"
         FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
 
-    TERMINAL = {Status.RELEASED, Status.FAILED}
+    TERMINAL = {Status.RELEASED, Status.FAILED, Status.CANCELLED}
 
     recipe = models.ForeignKey(Recipe, on_delete=models.CASCADE, related_name="rounds")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)

@@ -21,6 +21,7 @@ from aggregation.services import (
     AggregatorNoiseEstimator,
     ClientNoiseEstimator,
     Estimator,
+    collection_discard,
     collection_release,
     collection_rules_open,
 )
@@ -667,6 +668,26 @@ def round_fail(*, round_id: int, error: str) -> None:
         )
         if failed:
             _wake_adaptive_runs(Round.objects.get(pk=round_id))
+
+
+def round_cancel(*, round_: Round, user: AbstractBaseUser) -> Round:
+    """Stop a round that has not finished: nothing is released and its stored shares are dropped.
+
+    Shards that have not run never do (they check the status first); a shard already answering
+    finishes, and its devices' budget stays spent, because they did send reports. The collection
+    is closed, so no later report lands in it. A finished round cannot be cancelled (NotAllowed).
+    """
+    with transaction.atomic():
+        locked = Round.objects.select_for_update().get(pk=round_.pk)
+        if locked.is_finished:
+            raise NotAllowed(f"Round {locked.pk} is already {locked.get_status_display().lower()}.")
+        locked.status = Round.Status.CANCELLED
+        locked.error = f"cancelled by {user.get_username()}"
+        locked.finished_at = timezone.now()
+        locked.save(update_fields=["status", "error", "finished_at"])
+        collection_discard(collection_key=locked.task_key)
+        _wake_adaptive_runs(locked)
+    return locked
 
 
 def _wake_adaptive_runs(round_: Round) -> None:

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from aggregation.models import Collection, HelperShare, LeaderShare
+from aggregation.upload import CollectionClosed
 from analyses import services, tasks
-from analyses.models import Round
+from analyses.errors import NotAllowed
+from analyses.models import Release, Round
 from devices.budget import to_units
 from devices.models import ShardRun
 from devices.services import ledger_totals, shard_answer
@@ -206,3 +208,59 @@ def test_a_database_write_failing_inside_a_shard_rolls_the_shard_back_and_fails_
     answered = ShardRun.objects.filter(task_key=round_.task_key).count()
     assert totals["max:reports_used"] == 1  # nobody charged twice
     assert totals["sum:reports_used"] == answered * (FLEET_SIZE // analysis.fleet.shards.count())
+
+
+def test_a_cancelled_round_releases_nothing_drops_its_shares_and_runs_no_more_shards(analysis, recipe, analyst) -> None:
+    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    round_ = Round.objects.create(recipe=recipe_obj, seed=5, created_by=analyst)
+    services._collection_rules_open(round_)
+    first, *rest = services.round_dispatch(round_id=round_.pk)
+    services.round_shard_run(round_id=round_.pk, shard_id=first)
+    answered = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
+    assert LeaderShare.objects.count() == 1
+
+    services.round_cancel(round_=round_, user=analyst)
+    round_.refresh_from_db()
+    assert (round_.status, round_.error) == (Round.Status.CANCELLED, f"cancelled by {analyst.username}")
+    assert not LeaderShare.objects.exists() and not HelperShare.objects.exists()
+    for shard_id in rest:  # shard tasks still in the queue do nothing
+        services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    assert services.round_aggregate(round_id=round_.pk).status == Round.Status.CANCELLED
+    assert not Release.objects.filter(round=round_).exists()
+    # The devices of the first shard did send reports: their budget stays spent, no one else's is.
+    assert ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages") == answered
+    assert ShardRun.objects.filter(task_key=round_.task_key).count() == 1
+
+
+def test_a_shard_that_answers_after_the_cancel_stores_nothing_and_charges_no_one(analysis, recipe, analyst) -> None:
+    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    round_ = Round.objects.create(recipe=recipe_obj, seed=5, created_by=analyst)
+    services._collection_rules_open(round_)
+    shard_id, *_ = services.round_dispatch(round_id=round_.pk)
+    services.round_cancel(round_=round_, user=analyst)
+    # A shard that read the round as running just before the cancel committed:
+    with pytest.raises(CollectionClosed):
+        shard_answer(shard_id=shard_id, task=services.device_task(round_))
+    assert not LeaderShare.objects.exists()
+    assert ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages").get("sum:reports_used", 0) == 0
+
+
+def test_a_finished_round_cannot_be_cancelled(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
+    round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    with pytest.raises(NotAllowed, match="already released"):
+        services.round_cancel(round_=round_, user=analyst)
+    round_.refresh_from_db()
+    assert round_.status == Round.Status.RELEASED and round_.release.content["reports"] == FLEET_SIZE
+
+
+def test_a_queued_round_cancelled_before_its_dispatch_never_runs(
+    analysis, recipe, analyst, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks() as callbacks:
+        round_ = services.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+    services.round_cancel(round_=round_, user=analyst)
+    for callback in callbacks:  # the dispatch message arrives after the cancel
+        callback()
+    round_.refresh_from_db()
+    assert round_.status == Round.Status.CANCELLED and round_.started_at is None
+    assert not ShardRun.objects.filter(task_key=round_.task_key).exists()

@@ -50,8 +50,8 @@ class Command(BaseCommand):
                 progress = round_progress(round_)
                 self.stderr.write(f"\r{progress['shards_done']}/{progress['shards_total']} shards", ending="")
             time.sleep(0.2)
-        if round_.status == Round.Status.FAILED:
-            raise CommandError(f"round {round_.pk} failed: {round_.error}")
+        if round_.status != Round.Status.RELEASED:
+            raise CommandError(f"round {round_.pk} {round_.get_status_display().lower()}: {round_.error}")
         release = release_as_json(round_.release)
         if options["json"]:
             self.stdout.write(json.dumps(release, indent=2))
