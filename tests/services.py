@@ -7,10 +7,13 @@ REDIS_URL and PFS_CHROMIUM; run by hand, export them yourself.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,74 @@ def chromium_or_fail() -> str:
     if not Path(path).exists():
         pytest.fail(f"Chromium not found at {path}: run `make test` (installs it in CI) or set PFS_CHROMIUM")
     return path
+
+
+class PrivateRedis:
+    """A redis-server of the test's own, configured like the deployment's (nothing kept on disk),
+    so that a test can restart it without touching the Redis other tests use."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail(
+                "redis-server is not installed: the Redis-restart test starts its own (apt-get install redis-server)"
+            )
+        self.binary, self.dir = binary, tmp_path
+        with socket.socket() as probe:  # a free port for this test's server
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis.from_url(self.url, socket_connect_timeout=0.2).ping()
+                return
+            except redis.RedisError:
+                time.sleep(0.05)
+        pytest.fail(f"the test's redis-server on port {self.port} did not start")
+
+    def kill(self) -> None:
+        """SIGKILL: every queued message, unacknowledged delivery and chord counter is gone."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+@contextmanager
+def celery_broker(url: str):
+    """Send this process's tasks through the broker at ``url`` (Celery caches its connection pools)."""
+    previous = celery_app.conf.broker_url
+    _broker_switch(url)
+    try:
+        yield
+    finally:
+        _broker_switch(previous)
+
+
+def _broker_switch(url: str) -> None:
+    # Forget the cached pools, without closing them: kombu keeps one pool per broker URL and hands
+    # the same one back when this process switches back.
+    celery_app.conf.broker_url = url
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
