@@ -13,7 +13,8 @@ passes the helper its sealed share; each aggregator then, on its own:
    is rejected. (One-hot mechanisms always weigh 1; binary RR's one bit is never exchanged.)
 
 A report is stored only if both accept, in one transaction with both spent tokens; a rejection
-changes nothing but the rejecting aggregators' counters. What is not checked: that every entry is
+changes nothing but the rejecting aggregators' counters (none for a collection that does not
+exist: an anonymous sender must not be able to create counters at will). What is not checked: that every entry is
 0 or 1. That needs a zero-knowledge validity proof (Prio3's FLP), which is not built; the weight
 bound limits what a malicious device can do through a report of small non-binary entries only
 partly, and the docs say so.
@@ -24,15 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
-from aggregation import hpke
-from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE, Aggregator
+from aggregation import hpke, wire
+from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, ReportRejection, SpentToken
 from aggregation.tokens import token_message, verify
-from aggregation.upload import Report, share_pair_upload
+from aggregation.upload import CollectionClosed, Report, share_pair_upload
 from privacy import field as prime_field
 
 # Why a report is rejected; each aggregator counts its own.
@@ -43,6 +44,10 @@ TOKEN_REUSED = "token_reused"  # noqa: S105
 SHARE_UNOPENED = "share_unopened"
 SHARE_MALFORMED = "share_malformed"
 OVER_WEIGHT = "over_weight"
+# Rejected by the leader before any aggregator's check: the upload is not a report (bad JSON or
+# base64, wrong sizes) or is larger than any honest report of the collection.
+REPORT_MALFORMED = "report_malformed"
+REPORT_TOO_LARGE = "report_too_large"
 
 
 @dataclass(frozen=True)
@@ -51,11 +56,15 @@ class ReportOutcome:
     reason: str = ""  # the first aggregator's reason when rejected
 
 
-def report_submit(report: Report) -> ReportOutcome:
-    """Run both aggregators' checks on one report and store its shares if both accept."""
-    rules = CollectionRules.objects.filter(key=report.collection_key).first()
+def report_submit(report: Report, *, rules: CollectionRules | None = None) -> ReportOutcome:
+    """Run both aggregators' checks on one report and store its shares if both accept.
+
+    ``rules``: the collection's rules when the caller has read them already (saves a query).
+    """
+    if rules is None or rules.key != report.collection_key:
+        rules = collection_rules_get(collection_key=report.collection_key)
     if rules is None:
-        return _rejected(report.collection_key, {a.role: UNKNOWN_COLLECTION for a in AGGREGATORS})
+        return ReportOutcome(accepted=False, reason=UNKNOWN_COLLECTION)
     if rules.closed:
         return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
     message = token_message(report.collection_key, report.token.nonce)
@@ -63,10 +72,11 @@ def report_submit(report: Report) -> ReportOutcome:
 
     shares: dict[str, np.ndarray] = {}
     reasons: dict[str, str] = {}
+    spent = _spent_at(report)
     for aggregator in AGGREGATORS:
         if not verify(issuer, message, report.token.signature):
             reasons[aggregator.role] = TOKEN_INVALID
-        elif _spent(aggregator, report):
+        elif aggregator.role in spent:
             reasons[aggregator.role] = TOKEN_REUSED
         else:
             sealed = report.share_for(aggregator.role)
@@ -89,10 +99,11 @@ def report_submit(report: Report) -> ReportOutcome:
 
     try:
         with transaction.atomic():
-            for aggregator in AGGREGATORS:
-                SpentToken.objects.create(
-                    role=aggregator.role, collection_key=report.collection_key, token_digest=report.token.digest
-                )
+            _hold_open(report.collection_key)
+            SpentToken.objects.bulk_create(
+                SpentToken(role=a.role, collection_key=report.collection_key, token_digest=report.token.digest)
+                for a in AGGREGATORS
+            )
             share_pair_upload(
                 collection_key=report.collection_key,
                 batch_key=report.batch_key,
@@ -104,13 +115,63 @@ def report_submit(report: Report) -> ReportOutcome:
             )
     except IntegrityError:  # the same token raced in concurrently: it was spent meanwhile
         return _rejected(report.collection_key, {a.role: TOKEN_REUSED for a in AGGREGATORS})
+    except CollectionClosed:  # closed while the report was being checked
+        return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
     return ReportOutcome(accepted=True)
 
 
-def _spent(aggregator: Aggregator, report: Report) -> bool:
-    return SpentToken.objects.filter(
-        role=aggregator.role, collection_key=report.collection_key, token_digest=report.token.digest
-    ).exists()
+def report_refuse(*, collection_key: str, reason: str) -> bool:
+    """Count an upload the leader refused before the protocol (REPORT_MALFORMED, REPORT_TOO_LARGE).
+
+    Counted only in a collection that exists; True when it was counted.
+    """
+    if not CollectionRules.objects.filter(key=collection_key).exists():
+        return False
+    _rejected(collection_key, {"leader": reason})
+    return True
+
+
+def collection_rules_get(*, collection_key: str) -> CollectionRules | None:
+    return CollectionRules.objects.filter(key=collection_key).first()
+
+
+def upload_body_limit(rules: CollectionRules) -> int:
+    """The largest upload an honest device sends to the collection."""
+    return wire.body_limit(rules.length)
+
+
+def collection_close(*, collection_key: str) -> None:
+    """Stop accepting reports now; the shares already stored wait for aggregation.
+
+    The update waits for the uploads holding the rules row (``_hold_open``), so no report is stored
+    after this returns.
+    """
+    CollectionRules.objects.filter(key=collection_key).update(closed=True)
+
+
+def _hold_open(collection_key: str) -> None:
+    """Inside the storing transaction: keep the collection from closing until it commits.
+
+    PostgreSQL: a FOR SHARE row lock, which uploads share with each other but an UPDATE that
+    closes the collection waits for (share_pair_upload then checks ``closed`` again). SQLite takes
+    the database's write lock when the transaction starts, which serialises the same way.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {CollectionRules._meta.db_table} WHERE key = %s FOR SHARE",  # noqa: S608 (a model's table)
+                [collection_key],
+            )
+
+
+def _spent_at(report: Report) -> set[str]:
+    """The aggregators that have accepted the report's token before (each keeps its own record;
+    one query reads both, as one database holds both here)."""
+    return set(
+        SpentToken.objects.filter(collection_key=report.collection_key, token_digest=report.token.digest).values_list(
+            "role", flat=True
+        )
+    )
 
 
 def _rejected(collection_key: str, reasons: dict[str, str]) -> ReportOutcome:

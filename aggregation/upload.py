@@ -1,20 +1,21 @@
 """The aggregators' upload interface: what a device (or a simulated shard) hands over.
 
 A simulated shard hands over one pre-summed pair of shares (share_pair_upload); a real device
-uploads a Report of two HPKE-sealed shares and a token (aggregation.reports checks it).
-With the crypto of aggregation.hpke and aggregation.tokens, this is all of aggregation that devices/ imports. The leader's share goes to the
-leader's storage and the helper's to the helper's; nothing else about the report is kept.
+uploads a Report of two HPKE-sealed shares and a token (aggregation.wire is its format, with no
+Django; aggregation.reports checks it). With the crypto of aggregation.hpke and
+aggregation.tokens, this is all of aggregation that devices/ imports. The leader's share goes to
+the leader's storage and the helper's to the helper's; nothing else about the report is kept.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.db import transaction
 
 from aggregation.models import Collection, CollectionRules, HelperShare, LeaderShare
-from aggregation.tokens import Token
+from aggregation.wire import Report, SealedShare
 from privacy.field import FieldVector
+
+__all__ = ["CollectionClosed", "Report", "SealedShare", "share_pair_upload"]
 
 
 class CollectionClosed(RuntimeError):
@@ -34,7 +35,9 @@ def share_pair_upload(
     """Store one (leader, helper) pair of shares for the batch ``batch_key`` of a collection."""
     if leader_share.shape != helper_share.shape or leader_share.ndim != 1:
         raise ValueError("leader and helper shares must be vectors of one length")
-    with transaction.atomic():
+    # No savepoint when the caller's transaction holds this one (a shard's, a report's): a failure
+    # here fails the caller's whole transaction anyway.
+    with transaction.atomic(savepoint=False):
         if CollectionRules.objects.filter(key=collection_key, closed=True).exists():
             raise CollectionClosed(f"collection {collection_key} is closed")
         collection, _ = Collection.objects.get_or_create(
@@ -50,21 +53,3 @@ def share_pair_upload(
                 reports=reports,
                 min_cohort=min_cohort,
             )
-
-
-@dataclass(frozen=True)
-class SealedShare:
-    enc: bytes
-    ciphertext: bytes
-
-
-@dataclass(frozen=True)
-class Report:
-    collection_key: str
-    batch_key: str
-    token: Token
-    leader: SealedShare
-    helper: SealedShare
-
-    def share_for(self, role: str) -> SealedShare:
-        return self.leader if role == "leader" else self.helper

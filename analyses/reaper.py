@@ -6,7 +6,8 @@ sends dispatch_round again. That is safe because every step is idempotent: shard
 answered return at once (no budget is spent twice), and a released round stays released. A round
 older than ``fail_after`` is failed instead, with the reason, so it stops holding an analyst's
 attention. An adaptive run waiting on a round that has finished (its wake-up task was lost) is
-advanced again; that too is idempotent. Run it from cron (`manage.py reap_rounds`) or Celery beat (analyses.tasks.reap_rounds).
+advanced again; that too is idempotent. A round on real devices is never stuck while its
+collection window is open: the reaper closes it at its deadline (analyses.device_rounds). Run it from cron (`manage.py reap_rounds`) or Celery beat (analyses.tasks.reap_rounds).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import datetime, timedelta
 from django.db.models import Max
 from django.utils import timezone
 
+from analyses.device_rounds import device_rounds_reap
 from analyses.models import AdaptiveRun, Round
 from devices.models import ShardRun
 from pfs_web.task_queue import enqueue
@@ -27,6 +29,7 @@ class Reaped:
     resumed: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     advanced: list[int] = field(default_factory=list)  # adaptive runs woken again
+    closed: list[int] = field(default_factory=list)  # rounds on real devices closed (deadline) or re-aggregated
 
 
 def rounds_reap(*, stuck_after: timedelta, fail_after: timedelta, now: datetime | None = None) -> Reaped:
@@ -38,7 +41,11 @@ def rounds_reap(*, stuck_after: timedelta, fail_after: timedelta, now: datetime 
         raise ValueError("stuck_after and fail_after must be positive")
     now = now or timezone.now()
     reaped = Reaped()
-    candidates = Round.objects.exclude(status__in=Round.TERMINAL).filter(created_at__lt=now - stuck_after)
+    candidates = (
+        Round.objects.exclude(status__in=Round.TERMINAL)
+        .exclude(recipe__analysis__fleet__kind="devices")  # waiting for reports, not stuck: see below
+        .filter(created_at__lt=now - stuck_after)
+    )
     for round_ in candidates.order_by("pk"):
         if now - _last_activity(round_) < stuck_after:
             continue  # shards are still answering: slow, not stuck
@@ -53,6 +60,8 @@ def rounds_reap(*, stuck_after: timedelta, fail_after: timedelta, now: datetime 
         else:
             enqueue(dispatch_round, round_.pk)
             reaped.resumed.append(round_.pk)
+    windows = device_rounds_reap(now=now, stuck_after=stuck_after)
+    reaped.closed = windows.closed + windows.resent
     reaped.advanced = _adaptive_runs_wake(now - stuck_after)
     return reaped
 

@@ -75,7 +75,7 @@ def reap_rounds() -> dict[str, list[int]]:
         stuck_after=timedelta(seconds=settings.PFS_ROUND_STUCK_AFTER),
         fail_after=timedelta(seconds=settings.PFS_ROUND_FAIL_AFTER),
     )
-    return {"resumed": reaped.resumed, "failed": reaped.failed, "advanced": reaped.advanced}
+    return {"resumed": reaped.resumed, "failed": reaped.failed, "advanced": reaped.advanced, "closed": reaped.closed}
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)

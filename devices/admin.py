@@ -8,7 +8,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from devices.audit import DeviceNotFound, device_audit
-from devices.models import Fleet, PolicySnapshot, ShardRun
+from devices.models import CollectionWindow, DeviceCredential, Fleet, PolicySnapshot, ShardRun
 
 
 class ReadOnly(admin.ModelAdmin):
@@ -21,11 +21,14 @@ class ReadOnly(admin.ModelAdmin):
 
 @admin.register(Fleet)
 class FleetAdmin(ReadOnly):
-    list_display = ["name", "size", "seed", "created_at", "audit_link"]
+    list_display = ["name", "kind", "size", "seed", "created_at", "audit_link"]
+    list_filter = ["kind"]
     exclude = ["vocabularies"]
 
     @admin.display(description="Device audit log")
     def audit_link(self, fleet: Fleet) -> str:
+        if fleet.is_real:
+            return "—"  # real devices keep their own log: the server has no per-device record
         return format_html('<a href="{}">look up a device</a>', reverse("admin:devices_fleet_audit", args=[fleet.pk]))
 
     def get_urls(self):
@@ -66,3 +69,19 @@ class ShardRunAdmin(ReadOnly):
     list_display = ["task_key", "shard", "answered", "outcomes", "epsilon_spent", "created_at"]
     list_filter = ["task_key"]
     exclude = ["decisions"]
+
+
+@admin.register(DeviceCredential)
+class DeviceCredentialAdmin(ReadOnly):
+    """Registered real devices: who they are and when they were last seen. The server holds no data of theirs."""
+
+    list_display = ["device_id", "fleet", "created_at", "last_seen_at"]
+    list_filter = ["fleet"]
+    search_fields = ["device_id"]
+    exclude = ["secret_hash"]
+
+
+@admin.register(CollectionWindow)
+class CollectionWindowAdmin(ReadOnly):
+    list_display = ["task_key", "fleet", "opened_at", "closes_at", "closed_at"]
+    list_filter = ["fleet"]

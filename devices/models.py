@@ -12,8 +12,13 @@ from devices.columns import Columns, unpack
 
 
 class Fleet(models.Model):
+    class Kind(models.TextChoices):
+        SIMULATED = "simulated", "Simulated (shards of columns on the server)"
+        DEVICES = "devices", "Real devices (they keep their data; the device SDK reports over HTTP)"
+
     name = models.SlugField(max_length=64, unique=True)
-    size = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.SIMULATED)
+    size = models.PositiveIntegerField(help_text="Devices: simulated ones, or real ones registered.")
     seed = models.BigIntegerField(null=True, blank=True, help_text="Seed of the synthetic generator, if any.")
     # Vocabularies that the integer columns index: {"locale": [...], "tokens": [...]}.
     vocabularies = models.JSONField(default=dict)
@@ -24,6 +29,10 @@ class Fleet(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.size:,} devices)"
+
+    @property
+    def is_real(self) -> bool:
+        return self.kind == self.Kind.DEVICES
 
 
 class FleetShard(models.Model):
@@ -119,3 +128,49 @@ class ShardRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_key} on shard {self.shard_id}: {self.answered} answered"
+
+
+class DeviceCredential(models.Model):
+    """How a real device of a ``devices`` fleet signs in: a public id and a hashed secret.
+
+    The server keeps nothing else about the device: no data, no ledger, no report. The secret is
+    32 random bytes, so one SHA-256 suffices (as for API tokens); a slow password hash would add
+    nothing but time to every request.
+    """
+
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="credentials")
+    device_id = models.CharField(max_length=64, unique=True, help_text="Public id, sent with every request.")
+    secret_hash = models.CharField(max_length=64, help_text="SHA-256 of the secret, hex.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["fleet", "device_id"]
+
+    def __str__(self) -> str:
+        return f"{self.device_id} of {self.fleet.name}"
+
+
+class CollectionWindow(models.Model):
+    """A round offered to a fleet of real devices: the task they fetch, while the window is open.
+
+    Opened when the round starts, closed by the analyst or at ``closes_at``. The aggregators
+    accept reports while their CollectionRules of ``task_key`` are not closed.
+    """
+
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="windows")
+    # The analyst side's round (analyses.Round); a plain id, since devices/ does not import analyses.
+    round_pk = models.BigIntegerField(unique=True)
+    task_key = models.CharField(max_length=200, unique=True)
+    task = models.JSONField(help_text="The task as devices receive it (DeviceTask.audit_json: no seed).")
+    snapshot = models.ForeignKey(PolicySnapshot, on_delete=models.PROTECT, related_name="+")
+    opened_at = models.DateTimeField(auto_now_add=True)
+    closes_at = models.DateTimeField(null=True, blank=True, help_text="Deadline: the reaper closes it then.")
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at"]
+        indexes = [models.Index(fields=["fleet", "closed_at"], name="window_fleet_open")]
+
+    def __str__(self) -> str:
+        return f"window {self.task_key} ({'closed' if self.closed_at else 'open'})"

@@ -14,7 +14,7 @@ import numpy as np
 
 from aggregation import hpke
 from aggregation.tokens import IssuerPublicKey, Token, blind, token_message, unblind
-from aggregation.upload import Report, SealedShare
+from aggregation.wire import Report, SealedShare
 from privacy import field as prime_field
 from privacy.mechanisms import FrequencyOracle
 

@@ -9,32 +9,28 @@ keyed by (task, shard), so that a retried task changes nothing twice.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 from django.db import transaction
 
 from aggregation.upload import share_pair_upload
-from devices.budget import Accountant, BudgetRequest, Decision, ledger_empty
+from devices.budget import Accountant, Decision, ledger_empty
 from devices.columns import pack
-from devices.encode import content_fits, encode_devices
+from devices.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
+from devices.encode import encode_devices
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
-from devices.query import QueryRefused, verify_query
 from devices.streams import apply_retention
 from privacy import field as prime_field
 from privacy.encoding import content_encoding
-from privacy.mechanisms import mechanism_get, replacement_epsilon0
+from privacy.mechanisms import mechanism_get
+
+# The task and the decision are pure (devices.decision), shared with the real devices' SDK;
+# DeviceTask and snapshot_digest are still imported from here by the analyst side.
+_budget_request = budget_request  # the name tests/unit/test_device_checks.py reads
 
 # ---------------------------------------------------------------- policy snapshots
-
-
-def snapshot_digest(content: dict) -> str:
-    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def policy_snapshot_create(*, content: dict) -> PolicySnapshot:
@@ -52,46 +48,6 @@ def fleet_enroll(*, fleet: Fleet, snapshot: PolicySnapshot) -> Enrollment:
 
 
 # ---------------------------------------------------------------- answering a task
-
-
-@dataclass(frozen=True)
-class DeviceTask:
-    """What the server sends the devices for one round: the recipe as the device sees it."""
-
-    task_key: str  # the collection id the aggregators file the shares under
-    analysis: str
-    snapshot_digest: str
-    query: str
-    cohorts: tuple[str, ...]
-    encoded_field: str  # the encoded field, or the joined fields "age,ngrams" of a CombinationType
-    data_types: dict  # the recipe's dataTypeContent, as Figure 4 sends it
-    mechanism: str  # "" with aggregator noise
-    epsilon0: float | None  # None with aggregator noise
-    epsilon: float
-    delta: float
-    sampling_rate: float
-    min_cohort: int
-    seed: int
-    noise: str = "client"  # or "aggregator": no local randomizer, each aggregator adds noise
-
-    @property
-    def aggregator_noise(self) -> bool:
-        return self.noise == "aggregator"
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        return tuple(self.encoded_field.split(","))
-
-    def as_json(self) -> dict:
-        return asdict(self)
-
-    def audit_json(self) -> dict:
-        """What a device logs of the task: everything but the simulation's seed."""
-        return {k: v for k, v in self.as_json().items() if k != "seed"}
-
-    @classmethod
-    def from_json(cls, data: dict) -> DeviceTask:
-        return cls(**{**data, "cohorts": tuple(data["cohorts"])})
 
 
 @dataclass(frozen=True)
@@ -117,7 +73,7 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
         answered = decision == Decision.ANSWERED
         if answered.any():
             _answer(shard, task, answered, columns)
-            accountant.charge(ledger, _budget_request(task), answered)
+            accountant.charge(ledger, budget_request(task), answered)
             if ledger_row is None:
                 ledger_row = ShardLedger(shard=shard, analysis_identifier=task.analysis)
             ledger_row.state = pack(ledger)
@@ -160,66 +116,27 @@ def _columns_after_retention(shard: FleetShard) -> dict:
     return columns
 
 
-def _budget_request(task: DeviceTask) -> BudgetRequest:
-    # Cohort fields are approved as non-sensitive (Appendix B of seed 000): they route the report
-    # to a batch but are not charged to a field budget.
-    # The device converts the mechanism's epsilon0 to the replacement model itself: a deletion-model
-    # randomizer costs twice its nominal epsilon0 against the caps and in Theorem 3.1. With
-    # aggregator noise there is no local randomizer: its local epsilon is infinite.
-    if task.aggregator_noise:
-        epsilon0 = math.inf
-    else:
-        epsilon0 = replacement_epsilon0(mechanism_get(task.mechanism, task.epsilon0))
-    return BudgetRequest(
-        epsilon0=epsilon0,
-        epsilon=task.epsilon,
-        delta=task.delta,
-        fields=task.fields,
-        min_cohort=task.min_cohort,
-        aggregator_noise=task.aggregator_noise,
-        mechanism=task.mechanism,
-        mechanism_epsilon0=task.epsilon0,
-    )
-
-
 def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarray, Accountant | None]:
     """Per device: sample, verify, check the budget; and the policy's accountant, if it got that far.
 
     Nothing here reads the devices' data.
     """
     rng = np.random.default_rng([task.seed, shard.index, 0])
-    decision = np.full(shard.size, Decision.ANSWERED, dtype=np.int8)
     sampled = rng.random(shard.size) < task.sampling_rate
-    decision[~sampled] = Decision.NOT_SAMPLED
-
     # Devices enforce only the snapshot they were enrolled with for this analysis.
     enrollment = (
         Enrollment.objects.filter(fleet_id=shard.fleet_id, analysis_identifier=task.analysis)
         .select_related("snapshot")
         .first()
     )
-    if enrollment is None or enrollment.snapshot.digest != task.snapshot_digest:
-        decision[sampled] = Decision.POLICY_SNAPSHOT
-        return decision, None
-    policy = enrollment.snapshot.content
-    if not _verified(policy, shard, task):
-        decision[sampled] = Decision.QUERY_CLASS
-        return decision, None
-
-    accountant = Accountant.for_policy(policy)
-    checks = accountant.check(ledger, policy, _budget_request(task))
-    decision[sampled] = checks[sampled]
-    return decision, accountant
-
-
-def _verified(policy: dict, shard: FleetShard, task: DeviceTask) -> bool:
-    if policy["analysis"] != task.analysis or policy["fleet"] != shard.fleet.name:
-        return False
-    try:
-        query = verify_query(task.query, task.cohorts, policy["queryClass"])
-    except QueryRefused:
-        return False
-    return set(query.fields) == set(task.fields) and content_fits(query.stream, task.data_types)
+    held = enrollment is not None and enrollment.snapshot.digest == task.snapshot_digest
+    return decide(
+        task=task,
+        policy=enrollment.snapshot.content if held else None,
+        fleet_name=shard.fleet.name,
+        ledger=ledger,
+        sampled=sampled,
+    )
 
 
 def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: dict) -> None:
@@ -231,7 +148,7 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
     privatize_rng = np.random.default_rng([task.seed, shard.index, 1])
     share_rng = np.random.default_rng([task.seed, shard.index, 2])
 
-    batch_keys = _cohort_keys(shard, task, columns)
+    batch_keys = cohort_keys(task.cohorts, columns, shard.fleet.vocabularies)
     for batch_key in sorted(set(batch_keys[answered].tolist())):
         members = answered & (batch_keys == batch_key)
         if oracle is None:  # aggregator noise: the one-hot values themselves, noise comes later
@@ -250,16 +167,6 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
             reports=int(members.sum()),
             min_cohort=task.min_cohort,
         )
-
-
-def _cohort_keys(shard: FleetShard, task: DeviceTask, columns: dict) -> np.ndarray:
-    """Each device's batch key, e.g. 'locale=en_US'; '' for every device when there are no cohorts."""
-    keys = np.full(shard.size, "", dtype=object)
-    for cohort in task.cohorts:
-        vocabulary = np.asarray(shard.fleet.vocabularies[cohort], dtype=object)
-        part = np.char.add(f"{cohort}=", vocabulary[columns[cohort]].astype(str)).astype(object)
-        keys = np.where(keys == "", part, keys + "&" + part)
-    return keys
 
 
 def ledger_totals(*, fleet: Fleet, analysis_identifier: str) -> dict[str, float]:

@@ -31,5 +31,6 @@ class Command(BaseCommand):
             return
         self.stdout.write(
             f"resumed {len(reaped.resumed)} round(s) {reaped.resumed or ''}; failed {len(reaped.failed)} "
-            f"{reaped.failed or ''}; advanced {len(reaped.advanced)} adaptive run(s) {reaped.advanced or ''}"
+            f"{reaped.failed or ''}; advanced {len(reaped.advanced)} adaptive run(s) {reaped.advanced or ''}; "
+            f"closed {len(reaped.closed)} round(s) on real devices {reaped.closed or ''}"
         )

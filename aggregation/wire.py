@@ -1,0 +1,155 @@
+"""An uploaded report on the wire: the dataclasses and their compact JSON, with no Django.
+
+Both ends use this module: the device SDK writes a report with ``report_json`` and the leader's
+upload endpoint reads it with ``report_parse``. Binary fields are standard base64 with padding::
+
+    {"v": 1, "collection": "<key>", "batch": "locale=en_US",
+     "token": {"nonce": "<32 bytes>", "signature": "<issuer key size>"},
+     "leader": {"enc": "<32 bytes>", "ct": "<8 L + 16 bytes>"},
+     "helper": {"enc": "<32 bytes>", "ct": "<8 L + 16 bytes>"}}
+
+L is the collection's report length. Nothing else travels: no device id, no time, no address
+the aggregators keep.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from dataclasses import dataclass
+
+from aggregation.tokens import NONCE_BYTES, Token
+
+VERSION = 1
+ENC_BYTES = 32  # an X25519 encapsulated key (aggregation.hpke)
+AEAD_TAG_BYTES = 16  # ChaCha20-Poly1305
+MAX_KEY_LENGTH = 200  # CollectionRules.key and Collection.batch_key are 200-character columns
+# Room for the JSON punctuation, the keys and a 4,096-bit issuer's signature.
+ENVELOPE_BYTES = 2_048
+
+
+@dataclass(frozen=True)
+class SealedShare:
+    enc: bytes
+    ciphertext: bytes
+
+
+@dataclass(frozen=True)
+class Report:
+    collection_key: str
+    batch_key: str
+    token: Token
+    leader: SealedShare
+    helper: SealedShare
+
+    def share_for(self, role: str) -> SealedShare:
+        return self.leader if role == "leader" else self.helper
+
+
+class WireError(ValueError):
+    """The body is not a report; ``fields`` maps each bad field (a dotted path) to its messages."""
+
+    def __init__(self, fields: dict[str, list[str]]) -> None:
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in fields.items()))
+        self.fields = fields
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def report_json(report: Report) -> dict:
+    return {
+        "v": VERSION,
+        "collection": report.collection_key,
+        "batch": report.batch_key,
+        "token": {"nonce": _b64(report.token.nonce), "signature": _b64(report.token.signature)},
+        "leader": {"enc": _b64(report.leader.enc), "ct": _b64(report.leader.ciphertext)},
+        "helper": {"enc": _b64(report.helper.enc), "ct": _b64(report.helper.ciphertext)},
+    }
+
+
+def report_bytes(report: Report) -> bytes:
+    """The upload body: compact JSON, ASCII only."""
+    return json.dumps(report_json(report), separators=(",", ":")).encode("ascii")
+
+
+def body_limit(report_length: int) -> int:
+    """The largest upload body an honest device sends for reports of ``report_length`` entries."""
+    ciphertext = 8 * report_length + AEAD_TAG_BYTES
+    return 2 * 4 * math.ceil(ciphertext / 3) + ENVELOPE_BYTES + 2 * MAX_KEY_LENGTH
+
+
+def collection_key_of(data: object) -> str | None:
+    """The collection a parsed body names, if it names one plausibly (to count a rejection there)."""
+    if isinstance(data, dict):
+        key = data.get("collection")
+        if isinstance(key, str) and 0 < len(key) <= MAX_KEY_LENGTH:
+            return key
+    return None
+
+
+def report_parse(data: object) -> Report:
+    """The Report in a parsed JSON body; WireError with every bad field otherwise."""
+    if not isinstance(data, dict):
+        raise WireError({"non_field_errors": ["The body must be a JSON object."]})
+    problems: dict[str, list[str]] = {}
+
+    def add(path: str, message: str) -> None:
+        problems.setdefault(path, []).append(message)
+
+    if data.get("v") != VERSION:
+        add("v", f"Must be {VERSION} (the version of this wire format).")
+    unknown = sorted(set(data) - {"v", "collection", "batch", "token", "leader", "helper"})
+    for key in unknown:
+        add(key, "Unknown field.")
+    collection = _text(data, "collection", add, required=True)
+    batch = _text(data, "batch", add, required=False)
+
+    def binary(parent: str, name: str, length: int | None = None) -> bytes:
+        path = f"{parent}.{name}"
+        value = data.get(parent, {}).get(name) if isinstance(data.get(parent), dict) else None
+        if not isinstance(value, str):
+            add(path, "Must be a base64 string.")
+            return b""
+        try:
+            decoded = base64.b64decode(value.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError):
+            add(path, "Not valid base64.")
+            return b""
+        if length is not None and len(decoded) != length:
+            add(path, f"Must be {length} bytes, not {len(decoded)}.")
+        elif not decoded:
+            add(path, "Must not be empty.")
+        return decoded
+
+    for parent in ("token", "leader", "helper"):
+        if not isinstance(data.get(parent), dict):
+            add(parent, "Must be an object.")
+    nonce = binary("token", "nonce", NONCE_BYTES)
+    signature = binary("token", "signature")
+    shares = {
+        role: SealedShare(enc=binary(role, "enc", ENC_BYTES), ciphertext=binary(role, "ct"))
+        for role in ("leader", "helper")
+    }
+    if problems:
+        raise WireError(problems)
+    return Report(
+        collection_key=collection,
+        batch_key=batch,
+        token=Token(nonce=nonce, signature=signature),
+        leader=shares["leader"],
+        helper=shares["helper"],
+    )
+
+
+def _text(data: dict, key: str, add, *, required: bool) -> str:
+    value = data.get(key, None if required else "")
+    if not isinstance(value, str) or (required and not value):
+        add(key, "Must be a non-empty string." if required else "Must be a string.")
+        return ""
+    if len(value) > MAX_KEY_LENGTH or not value.isprintable():
+        add(key, f"Must be at most {MAX_KEY_LENGTH} printable characters.")
+    return value

@@ -1,0 +1,165 @@
+"""The endpoints real devices call with their credential (docs/devices-sdk.md).
+
+    GET  /api/device/tasks/    the open rounds of the device's fleet, with everything to answer them
+    POST /api/device/tokens/   one blind-signed token per device and collection
+
+A device signs in with ``Authorization: Device <id>:<secret>`` (DeviceAuthentication); only these
+endpoints accept it, and they accept nothing else. The report itself is uploaded anonymously
+(aggregation.api): the token, not the credential, admits it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from rest_framework import serializers, status
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import APIException, AuthenticationFailed, NotFound
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from aggregation.aggregators import HELPER, LEADER
+from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
+from aggregation.wire import MAX_KEY_LENGTH
+from devices.credentials import device_authenticate
+from devices.models import DeviceCredential
+from devices.selectors import window_exists, window_open_get, windows_open
+
+KEYWORD = "Device"
+
+
+class DevicePrincipal:
+    """``request.user`` for a device: authenticated, but no user of the dashboard or the analyst API."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+    is_superuser = False
+
+    def __init__(self, credential: DeviceCredential) -> None:
+        self.credential = credential
+        # Rate limits count per principal: a string, so it never equals an analyst's numeric id.
+        self.pk = f"device:{credential.pk}"
+
+    def get_username(self) -> str:
+        return self.credential.device_id
+
+    def __str__(self) -> str:
+        return f"device {self.credential.device_id}"
+
+
+class DeviceAuthentication(BaseAuthentication):
+    """``Authorization: Device <id>:<secret>``, as device_register wrote them."""
+
+    def authenticate(self, request: Request) -> tuple[DevicePrincipal, DeviceCredential] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != KEYWORD.lower().encode():
+            return None
+        try:
+            device_id, secret = parts[1].decode("ascii").split(":", 1) if len(parts) == 2 else ("", "")
+        except (UnicodeDecodeError, ValueError):
+            device_id, secret = "", ""
+        if not device_id or not secret:
+            raise AuthenticationFailed("Malformed Device header: send 'Device <id>:<secret>'.")
+        credential = device_authenticate(device_id=device_id, secret=secret)
+        if credential is None:
+            raise AuthenticationFailed("Unknown device, or a wrong secret.")
+        return DevicePrincipal(credential), credential
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{KEYWORD} realm="devices"'
+
+
+class IsDevice(BasePermission):
+    message = "Only a registered device may call this endpoint."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return isinstance(request.user, DevicePrincipal)
+
+
+class DeviceView(APIView):
+    authentication_classes = [DeviceAuthentication]
+    permission_classes = [IsDevice]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _integer_b64(value: int, size: int) -> str:
+    return _b64(value.to_bytes(size, "big"))
+
+
+class DeviceTasks(DeviceView):
+    """The open rounds of the device's fleet: each task, the snapshot to enforce, and the keys to seal with."""
+
+    def get(self, request: Request) -> Response:
+        credential: DeviceCredential = request.auth
+        issuer = issuer_public_key()
+        tasks = [
+            {
+                "task": open_window.window.task,
+                "policy": {
+                    "digest": open_window.window.snapshot.digest,
+                    "content": open_window.window.snapshot.content,
+                },
+                "report_length": open_window.report_length,
+                "closes_at": open_window.window.closes_at,
+            }
+            for open_window in windows_open(fleet=credential.fleet)
+        ]
+        return Response(
+            {
+                "device": credential.device_id,
+                "fleet": credential.fleet.name,
+                "issuer": {"modulus": _integer_b64(issuer.modulus, issuer.size), "exponent": issuer.exponent},
+                "aggregators": {"leader": _b64(LEADER.public_key()), "helper": _b64(HELPER.public_key())},
+                "tasks": tasks,
+            }
+        )
+
+
+class TokenRequest(serializers.Serializer):
+    collection_key = serializers.CharField(max_length=MAX_KEY_LENGTH)
+    blinded = serializers.CharField(max_length=4096, help_text="The blinded token message, big-endian, base64.")
+
+    def validate_blinded(self, value: str) -> int:
+        try:
+            return int.from_bytes(base64.b64decode(value.encode("ascii"), validate=True), "big")
+        except (binascii.Error, UnicodeEncodeError):
+            raise serializers.ValidationError("Not valid base64.") from None
+
+
+class TokenConflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The issuer will not sign this request."
+    default_code = "conflict"
+
+
+class DeviceTokens(DeviceView):
+    """One blind signature per device and collection; the issuer never sees the token it signs."""
+
+    def post(self, request: Request) -> Response:
+        credential: DeviceCredential = request.auth
+        body = TokenRequest(data=request.data)
+        body.is_valid(raise_exception=True)
+        key = body.validated_data["collection_key"]
+        if window_open_get(fleet=credential.fleet, collection_key=key) is None:
+            if window_exists(fleet=credential.fleet, collection_key=key):
+                raise TokenConflict("The collection is closed: it takes no more reports.", code="collection_closed")
+            raise NotFound("Your fleet has no collection with this key.", code="unknown_collection")
+        issuer = issuer_public_key()
+        blinded = body.validated_data["blinded"]
+        if not 0 < blinded < issuer.modulus:
+            raise serializers.ValidationError({"blinded": ["Must be an integer in (0, n) for the issuer's modulus n."]})
+        try:
+            signature = token_issue(
+                collection_key=key, device_identity=f"device:{credential.device_id}", blinded=blinded
+            )
+        except TokenRefused as refused:
+            raise TokenConflict(str(refused), code="token_already_issued") from refused
+        return Response({"blind_signature": _integer_b64(signature, issuer.size)}, status=status.HTTP_201_CREATED)

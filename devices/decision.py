@@ -1,0 +1,143 @@
+"""What a device decides about a task, before it reads any data; pure (numpy, no Django).
+
+The one implementation of the device's decision, vectorised over devices: a simulated shard
+(devices.services) calls it for thousands at once, a real device (devices.sdk) for itself alone.
+In order: sampled?; the snapshot it holds?; the query in the approved class?; checks 1-3 of the
+budget accountant (devices.budget). Also here: the task as devices receive it, the snapshot
+digest, and each device's batch key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from devices.budget import Accountant, BudgetRequest, Decision
+from devices.columns import Columns
+from devices.encode import content_fits
+from devices.query import QueryRefused, verify_query
+from privacy.mechanisms import mechanism_get, replacement_epsilon0
+
+
+def snapshot_digest(content: dict) -> str:
+    """The name of a policy snapshot: SHA-256 of its canonical JSON."""
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class DeviceTask:
+    """What the server sends the devices for one round: the recipe as the device sees it."""
+
+    task_key: str  # the collection id the aggregators file the shares under
+    analysis: str
+    snapshot_digest: str
+    query: str
+    cohorts: tuple[str, ...]
+    encoded_field: str  # the encoded field, or the joined fields "age,ngrams" of a CombinationType
+    data_types: dict  # the recipe's dataTypeContent, as Figure 4 sends it
+    mechanism: str  # "" with aggregator noise
+    epsilon0: float | None  # None with aggregator noise
+    epsilon: float
+    delta: float
+    sampling_rate: float
+    min_cohort: int
+    seed: int  # seeds a simulated shard's coins; real devices use their own OS randomness
+    noise: str = "client"  # or "aggregator": no local randomizer, each aggregator adds noise
+
+    @property
+    def aggregator_noise(self) -> bool:
+        return self.noise == "aggregator"
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(self.encoded_field.split(","))
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+    def audit_json(self) -> dict:
+        """What a device logs of the task, and what a real device is sent: everything but the seed."""
+        return {k: v for k, v in self.as_json().items() if k != "seed"}
+
+    @classmethod
+    def from_json(cls, data: dict) -> DeviceTask:
+        return cls(**{**data, "cohorts": tuple(data["cohorts"])})
+
+    @classmethod
+    def from_wire(cls, data: dict) -> DeviceTask:
+        """The task a real device received (audit_json): it has no seed, the device has its own coins."""
+        return cls.from_json({**data, "seed": 0})
+
+
+def budget_request(task: DeviceTask) -> BudgetRequest:
+    """What answering ``task`` charges one device."""
+    # Cohort fields are approved as non-sensitive (Appendix B of seed 000): they route the report
+    # to a batch but are not charged to a field budget.
+    # The device converts the mechanism's epsilon0 to the replacement model itself: a deletion-model
+    # randomizer costs twice its nominal epsilon0 against the caps and in Theorem 3.1. With
+    # aggregator noise there is no local randomizer: its local epsilon is infinite.
+    if task.aggregator_noise:
+        epsilon0 = math.inf
+    else:
+        epsilon0 = replacement_epsilon0(mechanism_get(task.mechanism, task.epsilon0))
+    return BudgetRequest(
+        epsilon0=epsilon0,
+        epsilon=task.epsilon,
+        delta=task.delta,
+        fields=task.fields,
+        min_cohort=task.min_cohort,
+        aggregator_noise=task.aggregator_noise,
+        mechanism=task.mechanism,
+        mechanism_epsilon0=task.epsilon0,
+    )
+
+
+def task_verified(policy: dict, fleet_name: str, task: DeviceTask) -> bool:
+    """The task is for this analysis and fleet, its query in the approved class, its schema fits the data."""
+    if policy["analysis"] != task.analysis or policy["fleet"] != fleet_name:
+        return False
+    try:
+        query = verify_query(task.query, task.cohorts, policy["queryClass"])
+    except QueryRefused:
+        return False
+    return set(query.fields) == set(task.fields) and content_fits(query.stream, task.data_types)
+
+
+def decide(
+    *, task: DeviceTask, policy: dict | None, fleet_name: str, ledger: Columns, sampled: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.int8], Accountant | None]:
+    """Per device: Decision.ANSWERED or why not; and the policy's accountant, if it got that far.
+
+    ``policy`` is the snapshot the devices hold for the task's analysis, or None when they hold
+    none with the task's digest. ``sampled`` is each device's own participation draw. Reads
+    neither the devices' data nor writes their ledger.
+    """
+    decision = np.full(sampled.size, Decision.ANSWERED, dtype=np.int8)
+    decision[~sampled] = Decision.NOT_SAMPLED
+    if policy is None:
+        decision[sampled] = Decision.POLICY_SNAPSHOT
+        return decision, None
+    if not task_verified(policy, fleet_name, task):
+        decision[sampled] = Decision.QUERY_CLASS
+        return decision, None
+    accountant = Accountant.for_policy(policy)
+    checks = accountant.check(ledger, policy, budget_request(task))
+    decision[sampled] = checks[sampled]
+    return decision, accountant
+
+
+def cohort_keys(cohorts: tuple[str, ...], columns: Columns, vocabularies: dict) -> npt.NDArray[np.object_]:
+    """Each device's batch key, e.g. 'locale=en_US'; '' for every device when there are no cohorts."""
+    size = columns["phrase_start"].size - 1
+    keys = np.full(size, "", dtype=object)
+    for cohort in cohorts:
+        vocabulary = np.asarray(vocabularies[cohort], dtype=object)
+        part = np.char.add(f"{cohort}=", vocabulary[columns[cohort]].astype(str)).astype(object)
+        keys = np.where(keys == "", part, keys + "&" + part)
+    return keys

@@ -1,0 +1,136 @@
+"""python -m devices.sdk: run one or more real devices against a PFS Studio server.
+
+    python -m devices.sdk --server http://127.0.0.1:8000 --credential creds.json --data devices.jsonl --once
+
+--credential: the file manage.py device_register wrote ({"fleet", "devices": [{"id", "secret"}]}),
+or one device's {"id", "secret", "fleet"}. --data: the devices' data in the fleet JSONL format
+(docs/fleets.md), one line per credential, in the same order. Each device keeps its ledger in
+--state (one JSON file per device). Prints one JSON summary per pass; with --verbose one line per
+device and task too. Bad input exits with code 2; a server that cannot be reached with --once, 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from devices.sdk.client import ClientError, Credential, DeviceClient, server_keys
+from devices.sdk.device import DataInvalid, DeviceData, Offer, ServerKeys, data_read, task_answer
+from devices.sdk.ledger import Ledger, LedgerCorrupt
+
+
+class UsageError(Exception):
+    """Bad input: exit code 2."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devices.sdk", description=__doc__.splitlines()[0])
+    parser.add_argument("--server", help="the server's URL (default: the credential file's 'server')")
+    parser.add_argument("--credential", required=True, help="credentials file from manage.py device_register")
+    parser.add_argument("--data", required=True, help="the devices' data, fleet JSONL, one line per credential")
+    parser.add_argument(
+        "--state", default="pfs-device-state", help="folder of the devices' ledgers (default: %(default)s)"
+    )
+    parser.add_argument("--once", action="store_true", help="one pass over the open rounds, then exit")
+    parser.add_argument("--interval", type=float, default=60.0, help="seconds between passes (default: %(default)s)")
+    parser.add_argument("--verbose", action="store_true", help="print every device's outcome of every task")
+    options = parser.parse_args(argv)
+    try:
+        server, fleet, credentials = _credentials(Path(options.credential), options.server)
+        devices = _data(Path(options.data), len(credentials))
+        if not options.interval > 0:
+            raise UsageError("--interval: must be a positive number of seconds")
+        clients = [DeviceClient(server, credential) for credential in credentials]
+    except (UsageError, ValueError) as error:
+        print(f"invalid input: {error}", file=sys.stderr)
+        return 2
+    state = Path(options.state)
+    while True:
+        try:
+            summary = _pass(clients, devices, fleet, state, verbose=options.verbose)
+        except LedgerCorrupt as error:
+            print(f"a ledger cannot be read, refusing to answer: {error}", file=sys.stderr)
+            return 1
+        print(json.dumps(summary, sort_keys=True), flush=True)
+        if options.once:
+            return 1 if summary["unreachable"] == len(clients) else 0
+        time.sleep(options.interval)
+
+
+def _pass(clients: list[DeviceClient], devices: list[DeviceData], fleet: str | None, state: Path, *, verbose: bool):
+    decisions: Counter[str] = Counter()
+    uploads: Counter[str] = Counter()
+    unreachable = 0
+    for client, data in zip(clients, devices, strict=True):
+        device_id = client.credential.device_id
+        try:
+            tasks = client.tasks()
+        except ClientError as error:
+            unreachable += 1
+            if verbose:
+                print(json.dumps({"device": device_id, "error": str(error), "code": error.code}), flush=True)
+            continue
+        aggregators, issuer = server_keys(tasks)
+        keys = ServerKeys(aggregators=aggregators, issuer=issuer)
+        ledger = Ledger(state / f"{device_id}.json")
+        for offer_json in tasks["tasks"]:
+            outcome = task_answer(
+                offer=Offer.from_json(offer_json),
+                data=data,
+                fleet=fleet or tasks["fleet"],
+                ledger=ledger,
+                keys=keys,
+                service=client,
+            )
+            if outcome.repeated:
+                continue
+            decisions[outcome.decision] += 1
+            if outcome.upload:
+                uploads[outcome.upload] += 1
+            if verbose:
+                print(json.dumps({"device": device_id, **outcome.__dict__}), flush=True)
+    return {"devices": len(clients), "unreachable": unreachable, "decisions": decisions, "uploads": uploads}
+
+
+def _credentials(path: Path, server: str | None) -> tuple[str, str | None, list[Credential]]:
+    try:
+        content = json.loads(path.read_text())
+    except OSError as error:
+        raise UsageError(f"--credential: cannot read {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise UsageError(f"--credential: {path} is not JSON: {error}") from None
+    if isinstance(content, dict) and "devices" not in content:
+        content = {"fleet": content.get("fleet"), "server": content.get("server"), "devices": [content]}
+    if not isinstance(content, dict) or not isinstance(content.get("devices"), list) or not content["devices"]:
+        raise UsageError("--credential: must hold 'devices', a non-empty list of {id, secret}")
+    credentials = []
+    for index, entry in enumerate(content["devices"]):
+        if not (isinstance(entry, dict) and isinstance(entry.get("id"), str) and isinstance(entry.get("secret"), str)):
+            raise UsageError(f"--credential: devices[{index}] must be an object with string 'id' and 'secret'")
+        credentials.append(Credential(entry["id"], entry["secret"]))
+    server = server or content.get("server")
+    if not server:
+        raise UsageError("--server: needed (the credential file names no server)")
+    return server, content.get("fleet"), credentials
+
+
+def _data(path: Path, count: int) -> list[DeviceData]:
+    try:
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+    except OSError as error:
+        raise UsageError(f"--data: cannot read {path}: {error.strerror}") from None
+    try:
+        devices = data_read(lines)
+    except DataInvalid as error:
+        raise UsageError(f"--data: {'; '.join(error.errors[:5])}") from None
+    if len(devices) != count:
+        raise UsageError(f"--data: {len(devices)} devices for {count} credentials; one line per credential")
+    return devices
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The device API over HTTP, with urllib from the standard library (docs/devices-sdk.md).
+
+Task and token requests carry the device's credential; the report upload carries none, so
+nothing in it names the device. Transient failures (no connection, 5xx, 429) are retried with
+backoff, honouring Retry-After; anything else is the server's answer and is raised.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from aggregation.tokens import IssuerPublicKey
+from aggregation.wire import Report, report_bytes
+from devices.report_client import AggregatorKeys
+
+USER_AGENT = "pfs-device-sdk/1"
+RETRY_STATUSES = {429, 500, 502, 503, 504}
+
+
+class ClientError(Exception):
+    """The server could not be reached, or refused; ``code`` is the error's code (docs/api.md)."""
+
+    def __init__(
+        self, message: str, *, code: str, status: int | None = None, fields: dict | None = None, retried: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.fields = fields or {}
+        self.retried = retried  # the request was sent more than once
+
+
+@dataclass(frozen=True)
+class Credential:
+    device_id: str
+    secret: str
+
+    @property
+    def header(self) -> str:
+        return f"Device {self.device_id}:{self.secret}"
+
+
+class DeviceClient:
+    def __init__(
+        self, server: str, credential: Credential, *, timeout: float = 30.0, attempts: int = 4, backoff: float = 0.5
+    ) -> None:
+        if not server.startswith(("http://", "https://")):
+            raise ValueError(f"the server must be an http:// or https:// URL, not {server!r}")
+        self.server = server.rstrip("/")
+        self.credential = credential
+        self.timeout = timeout
+        self.attempts = attempts
+        self.backoff = backoff
+
+    # ------------------------------------------------------------ the endpoints
+
+    def tasks(self) -> dict[str, Any]:
+        """GET /api/device/tasks/: the open rounds of the device's fleet, and the keys to use."""
+        return self._request("GET", "/api/device/tasks/", authenticated=True)
+
+    def token(self, collection_key: str, blinded: int) -> int:
+        """POST /api/device/tokens/: the issuer's blind signature on ``blinded``."""
+        size = (blinded.bit_length() + 7) // 8
+        body = {"collection_key": collection_key, "blinded": base64.b64encode(blinded.to_bytes(size, "big")).decode()}
+        answer = self._request("POST", "/api/device/tokens/", body=json.dumps(body).encode(), authenticated=True)
+        return int.from_bytes(base64.b64decode(answer["blind_signature"]), "big")
+
+    def upload(self, report: Report) -> str:
+        """POST /api/device/reports/, anonymously: "accepted", or ClientError with the rejection's code.
+
+        Sent again after a transient failure, a report whose token is then found used was
+        accepted the first time: the token can only have been spent by this very report.
+        """
+        try:
+            self._request("POST", "/api/device/reports/", body=report_bytes(report), authenticated=False)
+        except ClientError as error:
+            if error.code == "token_reused" and error.retried:
+                return "accepted"
+            raise
+        return "accepted"
+
+    # ------------------------------------------------------------ transport
+
+    def _request(self, method: str, path: str, *, body: bytes | None = None, authenticated: bool) -> dict:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if authenticated:
+            headers["Authorization"] = self.credential.header
+        retried = False
+        for attempt in range(self.attempts):
+            request = urllib.request.Request(self.server + path, data=body, method=method, headers=headers)  # noqa: S310 (http(s) checked in __init__)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                    return json.loads(response.read() or b"{}")
+            except urllib.error.HTTPError as error:
+                payload = _error_json(error)
+                if error.code in RETRY_STATUSES and attempt + 1 < self.attempts:
+                    retried = True
+                    time.sleep(_retry_after(error) or self.backoff * 2**attempt)
+                    continue
+                raise ClientError(
+                    payload.get("detail") or f"HTTP {error.code}",
+                    code=payload.get("code") or f"http_{error.code}",
+                    status=error.code,
+                    fields=payload.get("fields"),
+                    retried=retried,
+                ) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+                if attempt + 1 < self.attempts:
+                    retried = True
+                    time.sleep(self.backoff * 2**attempt)
+                    continue
+                raise ClientError(f"cannot reach {self.server}: {error}", code="unreachable") from None
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _error_json(error: urllib.error.HTTPError) -> dict:
+    try:
+        payload = json.loads(error.read() or b"{}")
+    except ValueError:
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def _retry_after(error: urllib.error.HTTPError) -> float | None:
+    try:
+        return max(0.0, float(error.headers.get("Retry-After", "")))
+    except ValueError:
+        return None
+
+
+def server_keys(tasks: dict) -> tuple[AggregatorKeys, IssuerPublicKey]:
+    """The aggregators' HPKE keys and the issuer's key from a tasks answer."""
+    aggregators = AggregatorKeys(
+        leader=base64.b64decode(tasks["aggregators"]["leader"]), helper=base64.b64decode(tasks["aggregators"]["helper"])
+    )
+    issuer = IssuerPublicKey(
+        int.from_bytes(base64.b64decode(tasks["issuer"]["modulus"]), "big"), int(tasks["issuer"]["exponent"])
+    )
+    return aggregators, issuer

@@ -1,0 +1,210 @@
+"""One real device answering one task: decide, charge, encode, privatize, seal, token, upload.
+
+Every step is the code the simulator runs, on a one-device slice of columns: the decision
+(devices.decision.decide: snapshot, query class, checks 1-3 of the policy's accountant), the
+encoding (devices.encode), retention (devices.streams), the batch key (devices.decision), the
+randomizer (privacy.mechanisms through devices.report_client) and the shares (privacy.field).
+Only the coins differ: the device's own OS randomness, not a round's seed.
+
+Fail closed: the device charges its ledger and writes it to disk before it asks for a token or
+uploads anything. An upload that fails leaves the budget spent.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from aggregation.tokens import IssuerPublicKey
+from aggregation.wire import Report
+from devices.budget import Accountant, Decision
+from devices.columns import Columns
+from devices.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
+from devices.encode import encode_devices
+from devices.records import Parsed, columns_slice, parse_line, parsed_columns
+from devices.report_client import AggregatorKeys, report_seal, report_vector, token_obtain
+from devices.sdk.client import ClientError
+from devices.sdk.ledger import Ledger
+from devices.streams import apply_retention
+from privacy.encoding import content_encoding
+from privacy.mechanisms import mechanism_get
+
+# Not a Decision of the budget: the task is inconsistent (its report length is not the recipe's,
+# or it cannot be encoded), so the device refuses it before deciding anything.
+TASK_INVALID = "task_invalid"
+
+
+class DataInvalid(ValueError):
+    """The device's data file is not in the fleet JSONL format; ``errors`` says where."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class DeviceData:
+    """One device's data as shard columns of one device, and the vocabularies they index."""
+
+    columns: Columns
+    vocabularies: dict[str, list[str]]
+
+
+def data_read(lines: list[bytes], *, now: float | None = None) -> list[DeviceData]:
+    """Devices from lines of the fleet JSONL format (docs/fleets.md), parsed as a fleet import parses them."""
+    parsed = Parsed()
+    reference = time.time() if now is None else now
+    for number, raw in enumerate(lines, start=1):
+        parse_line(number, raw, reference, parsed)
+    if parsed.errors:
+        raise DataInvalid(parsed.errors)
+    if not parsed.ids:
+        raise DataInvalid(["the data holds no device"])
+    columns, vocabularies = parsed_columns(parsed)
+    return [DeviceData(columns_slice(columns, i, i + 1), vocabularies) for i in range(len(parsed.ids))]
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One open round as the task endpoint sends it."""
+
+    task: DeviceTask
+    policy: dict
+    policy_digest: str
+    report_length: int
+
+    @classmethod
+    def from_json(cls, data: dict) -> Offer:
+        return cls(
+            task=DeviceTask.from_wire(data["task"]),
+            policy=data["policy"]["content"],
+            policy_digest=data["policy"]["digest"],
+            report_length=int(data["report_length"]),
+        )
+
+
+@dataclass(frozen=True)
+class ServerKeys:
+    """What the device seals and verifies with: the aggregators' HPKE keys, the issuer's RSA key."""
+
+    aggregators: AggregatorKeys
+    issuer: IssuerPublicKey
+
+
+class Service(Protocol):
+    """The server, as the device sees it (devices.sdk.client.DeviceClient over HTTP)."""
+
+    def token(self, collection_key: str, blinded: int) -> int: ...
+
+    def upload(self, report: Report) -> str:
+        """ "accepted", or raises ClientError."""
+        ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    task_key: str
+    decision: str  # a Decision label, or TASK_INVALID
+    upload: str = ""  # with "answered": "accepted", or why the upload failed
+    repeated: bool = False  # decided before: nothing was done this time
+
+
+def task_answer(
+    *,
+    offer: Offer,
+    data: DeviceData,
+    fleet: str,
+    ledger: Ledger,
+    keys: ServerKeys,
+    service: Service,
+    rng: np.random.Generator | None = None,
+) -> Outcome:
+    """Decide on ``offer`` once; when answering, charge the ledger, then upload one sealed report."""
+    task = offer.task
+    earlier = ledger.decision(task.task_key)
+    if earlier is not None:
+        return Outcome(task.task_key, earlier["decision"], earlier.get("upload", ""), repeated=True)
+    rng = rng or np.random.default_rng(secrets.randbits(128))
+
+    problem = _task_problem(offer)
+    if problem:
+        ledger.record(task.task_key, decision=TASK_INVALID, problem=problem)
+        ledger.save()
+        return Outcome(task.task_key, TASK_INVALID)
+
+    columns = ledger.columns(task.analysis)
+    decision, accountant = _decide(offer, fleet, columns, rng)
+    if decision != Decision.ANSWERED:
+        ledger.record(task.task_key, decision=decision.label, snapshot=offer.policy_digest)
+        ledger.save()
+        return Outcome(task.task_key, decision.label)
+
+    # The charge is on disk before anything leaves the device (fail closed).
+    accountant.charge(columns, budget_request(task), np.ones(1, dtype=bool))
+    ledger.store(task.analysis, columns)
+    ledger.record(task.task_key, decision=decision.label, snapshot=offer.policy_digest, epsilon=task.epsilon)
+    ledger.save()
+
+    vector, batch_key = report_compute(offer, data, rng)
+    upload = _send(task.task_key, vector, batch_key, keys, service)
+    ledger.record(task.task_key, upload=upload)
+    ledger.save()
+    return Outcome(task.task_key, decision.label, upload)
+
+
+def _task_problem(offer: Offer) -> str:
+    task = offer.task
+    try:
+        _, encoding = content_encoding(task.data_types)
+        length = (
+            encoding.size
+            if task.aggregator_noise
+            else mechanism_get(task.mechanism, task.epsilon0).report_length(encoding.size)
+        )
+    except (ValueError, KeyError, TypeError) as error:
+        return f"the task cannot be encoded: {error}"
+    if length != offer.report_length:
+        return f"the aggregators expect reports of length {offer.report_length}, the recipe gives {length}"
+    return ""
+
+
+def _decide(offer: Offer, fleet: str, columns: Columns, rng: np.random.Generator) -> tuple[Decision, Accountant | None]:
+    """The device's decision (devices.decision.decide) on the snapshot whose hash it checked itself."""
+    task = offer.task
+    sampled = np.array([rng.random() < task.sampling_rate])
+    held = offer.policy_digest == task.snapshot_digest and snapshot_digest(offer.policy) == offer.policy_digest
+    decision, accountant = decide(
+        task=task, policy=offer.policy if held else None, fleet_name=fleet, ledger=columns, sampled=sampled
+    )
+    return Decision(int(decision[0])), accountant
+
+
+def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    """(the privatized report vector, the batch key): retention, encoding and randomizer, as the simulator."""
+    task = offer.task
+    columns, _ = apply_retention(data.columns, now=time.time())
+    _, encoding = content_encoding(task.data_types)
+    value = int(encode_devices(task.data_types, columns, data.vocabularies, rng)[0])
+    oracle = None if task.aggregator_noise else mechanism_get(task.mechanism, task.epsilon0)
+    vector = report_vector(oracle, value, encoding.size, rng)
+    batch_key = str(cohort_keys(task.cohorts, columns, data.vocabularies)[0])
+    return vector, batch_key
+
+
+def _send(task_key: str, vector: np.ndarray, batch_key: str, keys: ServerKeys, service: Service) -> str:
+    issue: Callable[[int], int] = lambda blinded: service.token(task_key, blinded)  # noqa: E731
+    try:
+        token = token_obtain(collection_key=task_key, issuer=keys.issuer, issue=issue)
+        report = report_seal(
+            collection_key=task_key, batch_key=batch_key, vector=vector, keys=keys.aggregators, token=token
+        )
+        return service.upload(report)
+    except ClientError as error:  # the server refused or could not be reached: the budget stays spent
+        return f"failed: {error.code}"
+    except ValueError as error:  # the issuer's signature did not verify
+        return f"failed: {error}"

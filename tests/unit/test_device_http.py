@@ -1,0 +1,466 @@
+"""Real devices over HTTP: tasks, tokens and anonymous uploads, rejections, closing and releasing a round.
+
+The devices here are the test itself, speaking the wire format with the device code
+(devices.report_client, aggregation.wire) through DRF's APIClient.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.core.cache import cache
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+from rest_framework.authtoken.models import Token as AuthToken
+from rest_framework.test import APIClient
+
+from aggregation import hpke, wire
+from aggregation.aggregators import HELPER, LEADER
+from aggregation.issuer import issuer_public_key
+from aggregation.models import CollectionRules, HelperShare, LeaderShare
+from aggregation.reports import rejections
+from aggregation.tokens import Token
+from analyses.models import Round
+from analyses.reaper import rounds_reap
+from analyses.services import analysis_approve, analysis_create
+from devices.credentials import devices_register
+from devices.models import CollectionWindow, DeviceCredential, Fleet
+from devices.report_client import AggregatorKeys, report_seal, token_obtain
+from tests.conftest import RECIPE
+
+pytestmark = pytest.mark.django_db
+
+PHONES_SPEC = {
+    "identifier": "t.phones",
+    "fleet": "phones",
+    "queryClass": {"stream": "KeyboardNGrams", "fields": ["age"], "cohortFields": ["locale"]},
+    "budget": {"epsilon": 4.0, "reports": 4, "delta": 1e-5},
+    "fields": {"age": {"localEpsilon": 4.0, "epsilon": 4.0, "reports": 4, "aggregatorNoise": True}},
+}
+# Aggregator noise: one-hot reports (weight 1), and a minimum cohort small enough for a unit test.
+CENTRAL = {
+    **RECIPE,
+    "recipeIdentifier": "central",
+    "AnalysisIdentifier": "t.phones",
+    "privacy": {"noise": "aggregator", "epsilon": 1.0, "delta": 1e-6, "minCohort": 3},
+}
+# Client noise: epsilon0 = 2, epsilon = 1, delta = 1e-6 need 974 reports (Theorem 3.1).
+CLIENT = {
+    **RECIPE,
+    "recipeIdentifier": "client",
+    "AnalysisIdentifier": "t.phones",
+    "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 2.0, "epsilon": 1.0, "delta": 1e-6},
+}
+BUCKETS = 8  # RECIPE's age boundaries: OOV and 7 ranges
+
+
+class Device:
+    """A registered device speaking HTTP through an APIClient."""
+
+    def __init__(self, device_id: str, secret: str) -> None:
+        self.device_id = device_id
+        self.api = APIClient()
+        self.api.credentials(HTTP_AUTHORIZATION=f"Device {device_id}:{secret}")
+
+    def tasks(self) -> dict:
+        response = self.api.get("/api/device/tasks/")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    def token_request(self, key: str, blinded: int):
+        encoded = base64.b64encode(blinded.to_bytes(256, "big")).decode()
+        return self.api.post("/api/device/tokens/", {"collection_key": key, "blinded": encoded}, format="json")
+
+    def token(self, key: str) -> Token:
+        def issue(blinded: int) -> int:
+            response = self.token_request(key, blinded)
+            assert response.status_code == 201, response.content
+            return int.from_bytes(base64.b64decode(response.json()["blind_signature"]), "big")
+
+        return token_obtain(collection_key=key, issuer=issuer_public_key(), issue=issue)
+
+    def report(self, key: str, bucket: int, *, batch: str = "", token: Token | None = None) -> wire.Report:
+        vector = np.eye(BUCKETS, dtype=np.int64)[bucket]
+        keys = AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
+        return report_seal(
+            collection_key=key, batch_key=batch, vector=vector, keys=keys, token=token or self.token(key)
+        )
+
+
+def upload(body: bytes | wire.Report):
+    data = wire.report_bytes(body) if isinstance(body, wire.Report) else body
+    return APIClient().post("/api/device/reports/", data=data, content_type="application/json")
+
+
+@pytest.fixture
+def phones(db):
+    fleet, issued = devices_register(fleet_name="phones", count=1000)
+    return fleet, [Device(c.device_id, c.secret) for c in issued[:8]]
+
+
+@pytest.fixture
+def phones_analysis(phones, analyst, officer):
+    return analysis_approve(analysis=analysis_create(spec=copy.deepcopy(PHONES_SPEC), owner=analyst), officer=officer)
+
+
+def start(api, recipe: dict) -> Round:
+    created = api.post("/api/analyses/t.phones/recipes/", recipe, format="json")
+    assert created.status_code == 201, created.json()
+    started = api.post(f"/api/recipes/{created.json()['id']}/rounds/")
+    assert started.status_code == 202, started.json()
+    return Round.objects.get(pk=started.json()["id"])
+
+
+@pytest.fixture
+def central_round(api, phones_analysis) -> Round:
+    return start(api, CENTRAL)
+
+
+# ---------------------------------------------------------------- registering devices
+
+
+def test_device_register_writes_credentials_that_sign_in(db, tmp_path) -> None:
+    out = tmp_path / "creds.json"
+    call_command("device_register", "--fleet", "watches", "--count", "3", "--out", str(out))
+    content = json.loads(out.read_text())
+    assert content["fleet"] == "watches" and len(content["devices"]) == 3
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
+    fleet = Fleet.objects.get(name="watches")
+    assert (fleet.kind, fleet.size, fleet.shards.count()) == ("devices", 3, 0)
+    # Only the hash is stored.
+    first = content["devices"][0]
+    assert first["secret"] not in DeviceCredential.objects.get(device_id=first["id"]).secret_hash
+    assert Device(first["id"], first["secret"]).api.get("/api/device/tasks/").status_code == 200
+    assert Device(first["id"], "wrong").api.get("/api/device/tasks/").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--fleet", "small", "--count", "3"], "simulated fleet"),
+        (["--fleet", "watches", "--count", "0"], "count"),
+        (["--fleet", "bad name!", "--count", "3"], "fleet"),
+    ],
+)
+def test_device_register_with_bad_input_exits_2_and_registers_nothing(fleet, tmp_path, arguments, message) -> None:
+    with pytest.raises(CommandError, match=message) as error:
+        call_command("device_register", *arguments, "--out", str(tmp_path / "creds.json"))
+    assert error.value.returncode == 2
+    assert not DeviceCredential.objects.exists() and not (tmp_path / "creds.json").exists()
+
+
+def test_device_register_refuses_to_overwrite_a_credentials_file(db, tmp_path) -> None:
+    out = tmp_path / "creds.json"
+    out.write_text("{}")
+    with pytest.raises(CommandError, match="already exists") as error:
+        call_command("device_register", "--fleet", "watches", "--count", "1", "--out", str(out))
+    assert error.value.returncode == 2 and not Fleet.objects.filter(name="watches").exists()
+
+
+# ---------------------------------------------------------------- tasks
+
+
+def test_tasks_show_only_the_open_rounds_of_the_devices_fleet(api, analyst, officer, phones, central_round) -> None:
+    _, (device, *_) = phones
+    _, (tablet,) = devices_register(fleet_name="tablets", count=1)
+    tablets_spec = {**copy.deepcopy(PHONES_SPEC), "identifier": "t.tablets", "fleet": "tablets"}
+    analysis_approve(analysis=analysis_create(spec=tablets_spec, owner=analyst), officer=officer)
+
+    answer = device.tasks()
+    assert [t["task"]["task_key"] for t in answer["tasks"]] == [central_round.task_key]
+    offered = answer["tasks"][0]
+    assert offered["task"]["noise"] == "aggregator" and "seed" not in offered["task"]
+    assert offered["policy"]["digest"] == central_round.recipe.analysis.snapshot.digest
+    assert offered["policy"]["content"]["fleet"] == "phones"
+    assert offered["report_length"] == BUCKETS
+    assert base64.b64decode(answer["aggregators"]["leader"]) == LEADER.public_key()
+    assert int.from_bytes(base64.b64decode(answer["issuer"]["modulus"]), "big") == issuer_public_key().modulus
+    assert Device(tablet.device_id, tablet.secret).tasks()["tasks"] == []
+
+    with_close(api, central_round)
+    assert device.tasks()["tasks"] == []
+
+
+def with_close(api, round_: Round, **body):
+    response = api.post(f"/api/rounds/{round_.pk}/close/", body, format="json")
+    assert response.status_code == 202, response.json()
+    return response
+
+
+# ---------------------------------------------------------------- tokens
+
+
+def test_a_device_gets_one_token_per_collection(phones, central_round) -> None:
+    _, (device, other, *_) = phones
+    device.token(central_round.task_key)
+    again = device.token_request(central_round.task_key, 12345)
+    assert again.status_code == 409 and again.json()["code"] == "token_already_issued"
+    other.token(central_round.task_key)  # another device has its own allowance
+
+
+def test_a_token_for_a_collection_the_fleet_does_not_have_is_refused(phones, central_round) -> None:
+    _, (device, *_) = phones
+    missing = device.token_request("t.phones/nowhere/round-9", 12345)
+    assert missing.status_code == 404 and missing.json()["code"] == "unknown_collection"
+    bad = device.api.post("/api/device/tokens/", {"collection_key": central_round.task_key, "blinded": "%%"}, "json")
+    assert bad.status_code == 400 and "blinded" in bad.json()["fields"]
+
+
+# ---------------------------------------------------------------- permissions
+
+
+def test_a_device_credential_cannot_read_the_analyst_api(phones, central_round) -> None:
+    _, (device, *_) = phones
+    assert device.api.get("/api/analyses/").status_code == 401
+    assert device.api.get(f"/api/rounds/{central_round.pk}/").status_code == 401
+    assert device.api.post(f"/api/rounds/{central_round.pk}/close/").status_code == 401
+
+
+def test_an_analyst_cannot_fetch_tasks_or_tokens(analyst, central_round) -> None:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {AuthToken.objects.create(user=analyst).key}")
+    assert api.get("/api/analyses/").status_code == 200  # the token works where it belongs
+    assert api.get("/api/device/tasks/").status_code == 401
+    token = api.post("/api/device/tokens/", {"collection_key": central_round.task_key, "blinded": "AQ=="}, "json")
+    assert token.status_code == 401
+    assert token.headers["WWW-Authenticate"].startswith("Device")
+
+
+def test_another_analyst_cannot_close_the_round(other_analyst, central_round) -> None:
+    charlie = APIClient()
+    charlie.force_authenticate(other_analyst)
+    assert charlie.post(f"/api/rounds/{central_round.pk}/close/").status_code == 404
+    assert CollectionWindow.objects.get(task_key=central_round.task_key).closed_at is None
+
+
+# ---------------------------------------------------------------- uploads
+
+
+def test_an_upload_is_accepted_anonymously_and_shows_in_progress(api, phones, central_round) -> None:
+    _, (device, *_) = phones
+    response = upload(device.report(central_round.task_key, 2))
+    assert response.status_code == 201, response.json()
+    assert LeaderShare.objects.count() == HelperShare.objects.count() == 1
+    progress = api.get(f"/api/rounds/{central_round.pk}/").json()["progress"]
+    assert progress["reports_accepted"] == progress["devices_answered"] == 1
+    assert progress["collection"]["open"] is True
+
+
+def test_a_replayed_token_is_rejected_with_409_and_counted(phones, central_round) -> None:
+    _, (device, *_) = phones
+    key = central_round.task_key
+    token = device.token(key)
+    assert upload(device.report(key, 1, token=token)).status_code == 201
+    replay = upload(device.report(key, 5, token=token))
+    assert replay.status_code == 409 and replay.json()["code"] == "token_reused"
+    assert rejections(key) == {"helper": {"token_reused": 1}, "leader": {"token_reused": 1}}
+    assert LeaderShare.objects.count() == 1
+
+
+def test_a_report_for_another_round_is_rejected_and_counted(api, phones, central_round) -> None:
+    _, (device, second, *_) = phones
+    other = start(api, {**CENTRAL, "recipeIdentifier": "central-2"})
+    # The token names the other round's collection: its signature does not verify for this one.
+    token = device.token(other.task_key)
+    moved = device.report(central_round.task_key, 1, token=token)
+    response = upload(moved)
+    assert response.status_code == 400 and response.json()["code"] == "token_invalid"
+    # Shares sealed for the other round do not open in this one, even with a good token.
+    sealed_elsewhere = second.report(other.task_key, 1)
+    relabelled = wire.Report(
+        central_round.task_key,
+        "",
+        device.token(central_round.task_key),
+        sealed_elsewhere.leader,
+        sealed_elsewhere.helper,
+    )
+    response = upload(relabelled)
+    assert response.status_code == 400 and response.json()["code"] == "share_unopened"
+    assert rejections(central_round.task_key) == {
+        "helper": {"share_unopened": 1, "token_invalid": 1},
+        "leader": {"share_unopened": 1, "token_invalid": 1},
+    }
+    assert not LeaderShare.objects.exists()
+
+
+def test_a_malformed_share_is_rejected_and_counted(phones, central_round) -> None:
+    _, (device, *_) = phones
+    key = central_round.task_key
+    good = device.report(key, 0)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (BUCKETS - 1), hpke.share_info(key, "helper"))
+    response = upload(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short)))
+    assert response.status_code == 400 and response.json()["code"] == "share_malformed"
+    assert rejections(key) == {"helper": {"share_malformed": 1}}
+    assert upload(good).status_code == 201  # the token was not spent by the rejection
+
+
+def test_garbage_base64_and_bad_json_get_field_messages(phones, central_round) -> None:
+    _, (device, *_) = phones
+    key = central_round.task_key
+    body = wire.report_json(device.report(key, 0))
+    body["leader"]["ct"] = "not base64!"
+    del body["helper"]["enc"]
+    response = upload(json.dumps(body).encode())
+    assert response.status_code == 400
+    assert set(response.json()["fields"]) == {"leader.ct", "helper.enc"}
+    assert rejections(key) == {"leader": {"report_malformed": 1}}
+    not_json = upload(b"{nope")
+    assert not_json.status_code == 400 and not_json.json()["fields"] == {"non_field_errors": ["The body is not JSON."]}
+    # A body naming no collection that exists is refused without creating counters.
+    assert upload(json.dumps({**body, "collection": "made-up"}).encode()).status_code == 400
+    assert rejections("made-up") == {}
+
+
+def test_an_oversize_body_is_refused_with_413_and_counted(phones, central_round) -> None:
+    _, (device, *_) = phones
+    key = central_round.task_key
+    body = wire.report_json(device.report(key, 0))
+    limit = wire.body_limit(BUCKETS)
+    body["leader"]["ct"] = base64.b64encode(b"\x00" * limit).decode()
+    response = upload(json.dumps(body).encode())
+    assert response.status_code == 413 and response.json()["code"] == "payload_too_large"
+    assert rejections(key) == {"leader": {"report_too_large": 1}}
+    assert not LeaderShare.objects.exists()
+
+
+def test_an_upload_after_close_is_rejected_as_closed(api, phones, central_round) -> None:
+    _, (device, *_) = phones
+    token = device.token(central_round.task_key)
+    with_close(api, central_round)
+    response = upload(device.report(central_round.task_key, 0, token=token))
+    assert response.status_code == 409 and response.json()["code"] == "collection_closed"
+
+
+# ---------------------------------------------------------------- closing and releasing
+
+
+def test_closing_the_round_aggregates_and_releases_the_uploads(
+    api, phones, central_round, django_capture_on_commit_callbacks
+) -> None:
+    _, devices = phones
+    key = central_round.task_key
+    buckets = [1, 1, 2, 2, 2, 5]
+    for device, bucket in zip(devices, buckets, strict=False):
+        assert upload(device.report(key, bucket, batch="")).status_code == 201
+    assert upload(b"[]").status_code == 400  # not counted: it names no collection
+    with django_capture_on_commit_callbacks(execute=True):
+        response = with_close(api, central_round)
+    assert response.json()["status"] == "running"  # answered before the aggregation ran
+    round_ = Round.objects.get(pk=central_round.pk)
+    assert round_.status == Round.Status.RELEASED, round_.error
+    release = api.get(f"/api/rounds/{round_.pk}/release/").json()
+    assert release["reports"] == 6 and release["epsilon_spent"] == 1.0
+    assert release["refusals"] == {}
+    truth = np.bincount(buckets, minlength=BUCKETS)
+    estimates = np.array([b["estimate"] for b in release["buckets"]])
+    errors = np.array([b["standard_error"] for b in release["buckets"]])
+    assert np.all(np.abs(estimates - truth) < 4 * errors)
+    progress = api.get(f"/api/rounds/{round_.pk}/").json()["progress"]
+    assert progress["reports_accepted"] == 6 and progress["collection"]["open"] is False
+    assert not LeaderShare.objects.exists()  # deleted once aggregated
+
+
+def test_a_batch_below_the_minimum_cohort_is_suppressed(
+    api, phones, phones_analysis, django_capture_on_commit_callbacks
+):
+    _, devices = phones
+    round_ = start(api, {**CENTRAL, "cohorts": ["locale"]})
+    for device in devices[:4]:
+        assert upload(device.report(round_.task_key, 3, batch="locale=en_US")).status_code == 201
+    assert upload(devices[4].report(round_.task_key, 3, batch="locale=fr_FR")).status_code == 201
+    with django_capture_on_commit_callbacks(execute=True):
+        with_close(api, round_)
+    release = api.get(f"/api/rounds/{round_.pk}/release/").json()
+    by_cohort = {b["cohort"]: b for b in release["batches"]}
+    assert by_cohort["locale=en_US"]["reports"] == 4 and not by_cohort["locale=en_US"]["suppressed"]
+    assert by_cohort["locale=fr_FR"]["suppressed"] and "minimum cohort" in by_cohort["locale=fr_FR"]["reason"]
+    assert release["reports"] == 4
+
+
+def test_a_client_noise_round_with_too_few_reports_releases_nothing(
+    api, phones, phones_analysis, django_capture_on_commit_callbacks
+) -> None:
+    _, (device, *_) = phones
+    round_ = start(api, CLIENT)
+    assert round_.recipe.min_cohort == 974
+    offered = device.tasks()["tasks"][0]
+    assert offered["task"]["mechanism"] == "asymmetric_ohe" and offered["report_length"] == BUCKETS
+    assert upload(device.report(round_.task_key, 0)).status_code == 201
+    with django_capture_on_commit_callbacks(execute=True):
+        with_close(api, round_)
+    release = Round.objects.get(pk=round_.pk).release.content
+    assert release["reports"] == 0 and release["batches"][0]["suppressed"]
+    assert release["batches"][0]["reports"] == 1
+
+
+def test_a_deadline_closes_the_round_through_the_reaper(api, phones, central_round, django_capture_on_commit_callbacks):
+    _, (device, *_) = phones
+    deadline = timezone.now() + timedelta(hours=1)
+    with_close(api, central_round, at=deadline.isoformat())
+    window = CollectionWindow.objects.get(task_key=central_round.task_key)
+    assert window.closes_at == deadline and window.closed_at is None
+    assert device.tasks()["tasks"][0]["closes_at"] is not None
+    # Long past the stuck and fail limits, but before the deadline: waiting for reports, not stuck.
+    later = timezone.now() + timedelta(minutes=59)
+    reaped = rounds_reap(stuck_after=timedelta(seconds=1), fail_after=timedelta(seconds=2), now=later)
+    assert reaped.failed == [] and reaped.closed == []
+    with django_capture_on_commit_callbacks(execute=True):
+        reaped = rounds_reap(stuck_after=timedelta(seconds=1), fail_after=timedelta(seconds=2), now=deadline)
+    assert reaped.closed == [central_round.pk]
+    assert Round.objects.get(pk=central_round.pk).status == Round.Status.RELEASED
+    assert CollectionRules.objects.get(key=central_round.task_key).closed
+
+
+def test_a_simulated_round_cannot_be_closed_by_hand(api, analysis, recipe) -> None:
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    started = api.post(f"/api/recipes/{created['id']}/rounds/").json()
+    response = api.post(f"/api/rounds/{started['id']}/close/")
+    assert response.status_code == 409 and "simulated" in response.json()["detail"]
+
+
+def test_a_finished_round_cannot_be_closed_again(api, central_round, django_capture_on_commit_callbacks) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        with_close(api, central_round)
+    response = api.post(f"/api/rounds/{central_round.pk}/close/")
+    assert response.status_code == 409 and "released" in response.json()["detail"]
+
+
+def test_a_lost_aggregation_is_sent_again_by_the_reaper(api, central_round, django_capture_on_commit_callbacks) -> None:
+    with_close(api, central_round)  # its aggregation task is never run: lost
+    assert Round.objects.get(pk=central_round.pk).status == Round.Status.RUNNING
+    later = timezone.now() + timedelta(minutes=30)
+    with django_capture_on_commit_callbacks(execute=True):
+        reaped = rounds_reap(stuck_after=timedelta(minutes=15), fail_after=timedelta(days=1), now=later)
+    assert reaped.closed == [central_round.pk]
+    assert Round.objects.get(pk=central_round.pk).status == Round.Status.RELEASED
+
+
+def test_a_round_on_a_simulated_fleet_opens_no_window(api, analysis, recipe) -> None:
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    assert api.post(f"/api/recipes/{created['id']}/rounds/").status_code == 202
+    assert Round.objects.count() == 1 and not CollectionWindow.objects.exists()
+
+
+def test_uploads_over_the_rate_of_an_address_get_429_with_retry_after(phones, central_round, settings) -> None:
+    _, devices = phones
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "uploads": "2/minute"},
+    }
+    reports = [device.report(central_round.task_key, 0) for device in devices[:3]]
+    cache.clear()  # earlier tests' uploads in this minute count from the same address
+    assert [upload(report).status_code for report in reports[:2]] == [201, 201]
+    refused = upload(reports[2])
+    assert refused.status_code == 429 and refused.json()["code"] == "throttled"
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert LeaderShare.objects.count() == 2  # the refused report was never read
+
+
+def test_a_body_over_the_api_limit_is_refused_before_it_is_read(phones, central_round) -> None:
+    response = upload(b" " * (1_048_576 + 1))
+    assert response.status_code == 413 and response.json()["code"] == "payload_too_large"
