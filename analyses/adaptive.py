@@ -30,7 +30,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from analyses.errors import NotAllowed, ValidationFailed
+from analyses.audit_log import refusal_log
+from analyses.errors import Conflict, NotAllowed, ValidationFailed
 from analyses.models import AdaptiveRun, Analysis, Release, Round
 from analyses.services import (
     budget_plan_refusal,
@@ -315,8 +316,14 @@ def adaptive_start(*, spec: Any, user: AbstractBaseUser) -> AdaptiveRun:
     """Validate the spec and its budget plan, then start round 1; all or nothing."""
     named = Analysis.objects.filter(identifier=spec.get("analysis")).first() if isinstance(spec, dict) else None
     if named is not None and named.owner_id != user.pk and not user.is_staff:
+        refusal_log(user=user, action="adaptive.start", target=named.identifier, reasons="owned by another analyst")
         raise NotAllowed("Only the analysis's owner can run it.")
-    parsed = adaptive_validate(spec=spec)
+    try:
+        parsed = adaptive_validate(spec=spec)
+    except ValidationFailed as invalid:
+        target = named.identifier if named is not None else "unknown analysis"
+        refusal_log(user=user, action="adaptive.start", target=target, reasons=invalid.errors)
+        raise
     with transaction.atomic():
         run = AdaptiveRun.objects.create(
             analysis=parsed.analysis, kind=parsed.kind, spec=spec, plan=parsed.plan, created_by=user
@@ -554,7 +561,7 @@ def adaptive_pause(*, run: AdaptiveRun, user: AbstractBaseUser) -> AdaptiveRun:
     )
     run.refresh_from_db()
     if not updated:
-        raise NotAllowed(f"Only a running analysis can be paused (this one is {run.get_status_display().lower()}).")
+        raise Conflict(f"Only a running analysis can be paused (this one is {run.get_status_display().lower()}).")
     return run
 
 
@@ -564,7 +571,7 @@ def adaptive_next_edit(*, run: AdaptiveRun, recipe: Any, user: AbstractBaseUser)
     with transaction.atomic():
         run = AdaptiveRun.objects.select_for_update().get(pk=run.pk)
         if run.status != AdaptiveRun.Status.PAUSED or run.next_recipe is None:
-            raise NotAllowed("Only a paused analysis whose next round is waiting can be edited.")
+            raise Conflict("Only a paused analysis whose next round is waiting can be edited.")
         analysis = Analysis.objects.get(identifier=run.next_recipe["analysis"])
         planned = run.next_recipe["recipe"]
         if not isinstance(recipe, dict):
@@ -619,7 +626,7 @@ def adaptive_resume(*, run: AdaptiveRun, user: AbstractBaseUser) -> AdaptiveRun:
     with transaction.atomic():
         run = AdaptiveRun.objects.select_for_update().get(pk=run.pk)
         if run.status != AdaptiveRun.Status.PAUSED:
-            raise NotAllowed("Only a paused analysis can continue.")
+            raise Conflict("Only a paused analysis can continue.")
         run.status = AdaptiveRun.Status.RUNNING
         if run.next_recipe is None:
             run.save(update_fields=["status"])

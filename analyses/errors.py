@@ -11,3 +11,10 @@ class ValidationFailed(ValueError):
 
 class NotAllowed(PermissionError):
     """The action is not allowed in the object's current state (e.g. running an unapproved analysis)."""
+
+
+class Conflict(NotAllowed):
+    """Not allowed because of the object's state, not the user's rights (cancelling a finished round).
+
+    The API answers 409 rather than 403; callers that catch NotAllowed still catch it.
+    """

@@ -231,3 +231,27 @@ class AdaptiveRun(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in (self.Status.FINISHED, self.Status.FAILED)
+
+
+class IdempotentRequest(models.Model):
+    """The first answer to a request sent with an Idempotency-Key, replayed to its repeats (docs/api.md).
+
+    Stored in the transaction that creates what the request creates (a round, an adaptive run),
+    so a key is either used with its result or unused; the unique constraint makes a concurrent
+    duplicate wait for the first and then read its answer.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    endpoint = models.CharField(max_length=200, help_text="The operation and its target, e.g. round-start:recipe=7.")
+    request_digest = models.CharField(max_length=64, help_text="SHA-256 of the request body's canonical JSON.")
+    response_status = models.PositiveSmallIntegerField()
+    response_body = models.JSONField()
+    response_headers = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="unique_idempotency_key_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint} with key {self.key!r}"

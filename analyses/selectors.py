@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 
+from analyses.audit_log import refusal_log
 from analyses.models import AdaptiveRun, Analysis, Recipe, Round
+from devices.models import Fleet
 
 
 def analysis_list(*, user: AbstractBaseUser) -> QuerySet[Analysis]:
@@ -15,21 +18,33 @@ def analysis_list(*, user: AbstractBaseUser) -> QuerySet[Analysis]:
 
 
 def analysis_get(*, user: AbstractBaseUser, identifier: str) -> Analysis:
-    return get_object_or_404(analysis_list(user=user), identifier=identifier)
+    return _visible_or_404(analysis_list(user=user), user, identifier=identifier)
 
 
 def recipe_get(*, user: AbstractBaseUser, pk: int) -> Recipe:
     recipes = Recipe.objects.select_related("analysis")
     if not user.is_staff:
         recipes = recipes.filter(analysis__owner=user)
-    return get_object_or_404(recipes, pk=pk)
+    return _visible_or_404(recipes, user, pk=pk)
+
+
+def round_list(*, user: AbstractBaseUser) -> QuerySet[Round]:
+    """The rounds of the analyses the user may see, newest first."""
+    rounds = Round.objects.select_related("recipe__analysis__fleet", "created_by").order_by("-created_at", "-pk")
+    return rounds if user.is_staff else rounds.filter(recipe__analysis__owner=user)
 
 
 def round_get(*, user: AbstractBaseUser, pk: int) -> Round:
-    rounds = Round.objects.select_related("recipe__analysis__fleet", "created_by")
-    if not user.is_staff:
-        rounds = rounds.filter(recipe__analysis__owner=user)
-    return get_object_or_404(rounds, pk=pk)
+    return _visible_or_404(round_list(user=user), user, pk=pk)
+
+
+def fleet_list() -> QuerySet[Fleet]:
+    """Every fleet with its shard count; a fleet's devices and their data are never part of it."""
+    return Fleet.objects.defer("vocabularies").annotate(shard_count=Count("shards")).order_by("name")
+
+
+def fleet_get(*, name: str) -> Fleet:
+    return get_object_or_404(fleet_list(), name=name)
 
 
 def adaptive_run_list(*, user: AbstractBaseUser) -> QuerySet[AdaptiveRun]:
@@ -38,4 +53,16 @@ def adaptive_run_list(*, user: AbstractBaseUser) -> QuerySet[AdaptiveRun]:
 
 
 def adaptive_run_get(*, user: AbstractBaseUser, pk: int) -> AdaptiveRun:
-    return get_object_or_404(adaptive_run_list(user=user), pk=pk)
+    return _visible_or_404(adaptive_run_list(user=user), user, pk=pk)
+
+
+def _visible_or_404(visible: QuerySet, user: AbstractBaseUser, **lookup: object) -> object:
+    """The object if ``user`` may see it, else 404, the same whether it is someone else's or does
+    not exist; asking for someone else's is logged."""
+    try:
+        return visible.get(**lookup)
+    except visible.model.DoesNotExist:
+        if visible.model._default_manager.filter(**lookup).exists():
+            target = f"{visible.model._meta.model_name} {next(iter(lookup.values()))}"
+            refusal_log(user=user, action="read", target=target, reasons="owned by another analyst")
+        raise Http404(f"No {visible.model._meta.verbose_name} matches the given query.") from None

@@ -6,6 +6,8 @@ is sent; the devices still decide for themselves (devices.services.shard_answer)
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import secrets
 from typing import Any
@@ -25,7 +27,9 @@ from aggregation.services import (
     collection_release,
     collection_rules_open,
 )
-from analyses.errors import NotAllowed, ValidationFailed
+from analyses import device_rounds
+from analyses.audit_log import refusal_log
+from analyses.errors import Conflict, NotAllowed, ValidationFailed
 from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
 from analyses.validation import Problems
 from devices.budget import COMPOSITIONS, NANO, Accountant, BasicComposition, BudgetRequest, Decision, ledger_empty
@@ -486,7 +490,12 @@ def _explain_one_field(
 
 
 def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Recipe:
-    recipe = _recipe_parsed(analysis, content, recipe_validate(analysis=analysis, content=content), user)
+    try:
+        parsed = recipe_validate(analysis=analysis, content=content)
+    except ValidationFailed as invalid:
+        refusal_log(user=user, action="recipe.create", target=analysis.identifier, reasons=invalid.errors)
+        raise
+    recipe = _recipe_parsed(analysis, content, parsed, user)
     recipe.save()
     return recipe
 
@@ -525,10 +534,12 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
     from analyses.tasks import dispatch_round  # tasks import services: import here, not at top
 
     if not recipe.analysis.is_approved:
-        raise NotAllowed("The analysis is not approved.")
+        refusal_log(user=user, action="round.start", target=recipe.analysis.identifier, reasons="not approved")
+        raise Conflict("The analysis is not approved.")
     with transaction.atomic():
         round_ = Round.objects.create(recipe=recipe, seed=secrets.randbits(63), created_by=user)
         _collection_rules_open(round_)
+        device_rounds.window_open(round_)  # a fleet of real devices fetches the task over HTTP
         enqueue(dispatch_round, round_.pk)
     return round_
 
@@ -680,7 +691,7 @@ def round_cancel(*, round_: Round, user: AbstractBaseUser) -> Round:
     with transaction.atomic():
         locked = Round.objects.select_for_update().get(pk=round_.pk)
         if locked.is_finished:
-            raise NotAllowed(f"Round {locked.pk} is already {locked.get_status_display().lower()}.")
+            raise Conflict(f"Round {locked.pk} is already {locked.get_status_display().lower()}.")
         locked.status = Round.Status.CANCELLED
         locked.error = f"cancelled by {user.get_username()}"
         locked.finished_at = timezone.now()
@@ -698,6 +709,8 @@ def _wake_adaptive_runs(round_: Round) -> None:
 
 def round_progress(round_: Round) -> dict[str, Any]:
     """Shards done and devices answered or refused by reason, derived from the shards' own records."""
+    if device_rounds.is_device_round(round_):
+        return device_rounds.round_progress_devices(round_)  # no shards: what the aggregators hold
     runs = ShardRun.objects.filter(task_key=round_.task_key)
     outcomes: dict[str, int] = {}
     answered = 0
@@ -705,14 +718,33 @@ def round_progress(round_: Round) -> dict[str, Any]:
         answered += run.answered
         for reason, count in run.outcomes.items():
             outcomes[reason] = outcomes.get(reason, 0) + count
+    done = runs.count()
+    elapsed, eta = _round_timing(round_, done)
     return {
         "status": round_.status,
         "shards_total": round_.shards_total,
-        "shards_done": runs.count(),
+        "shards_done": done,
         "devices_answered": answered,
         "devices_not_answering": outcomes,
         "error": round_.error,
+        "elapsed_seconds": elapsed,
+        "eta_seconds": eta,
     }
+
+
+def _round_timing(round_: Round, shards_done: int) -> tuple[float | None, float | None]:
+    """(seconds since the round started, or until it finished; seconds left if shards keep their pace).
+
+    Shards run in any order at about the same speed, so the time left is the elapsed time scaled
+    by the shards remaining over those done. Before a shard is done (or once the round ended)
+    there is no estimate: None.
+    """
+    if round_.started_at is None:
+        return None, None
+    elapsed = max(((round_.finished_at or timezone.now()) - round_.started_at).total_seconds(), 0.0)
+    if round_.is_finished or not shards_done:
+        return elapsed, None
+    return elapsed, elapsed * max(round_.shards_total - shards_done, 0) / shards_done
 
 
 def _release_content(round_: Round, encoding: Encoding, batches: list, progress: dict) -> dict[str, Any]:
@@ -815,6 +847,18 @@ def release_table(release: Release, view: ReleaseView | None = None) -> list[dic
                 }
             )
     return rows
+
+
+RELEASE_CSV_COLUMNS = ("cohort", "bucket", "estimate", "standard_error", "ci_low", "ci_high")
+
+
+def release_as_csv(release: Release, view: ReleaseView | None = None) -> str:
+    """The release table (release_table) as CSV text with a header row, for the dashboard and the API."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=RELEASE_CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows(release_table(release, view))
+    return out.getvalue()
 
 
 def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from pfs_web.env import env_bool, env_int, env_list, env_str
+from pfs_web.rates import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -34,6 +35,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc as static files: no CDN
     "devices",
     "aggregation",
     "analyses",
@@ -41,6 +44,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "pfs_web.api_limits.ApiBodyLimitMiddleware",  # before anything reads a body
+    "pfs_web.api_limits.ApiNullCharacterMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -100,6 +105,19 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 
+
+def _env_rate(name: str, default: str) -> str:
+    """A request rate such as 30/minute, checked at start-up."""
+    rate = env_str(name, default) or default
+    try:
+        rate_parse(rate)
+    except ImproperlyConfigured as bad:
+        raise ImproperlyConfigured(f"{name}: {bad}") from None
+    return rate
+
+
+# The API (docs/api.md): errors in one format (pfs_web.api_errors), request rates per user (or per
+# address when anonymous) counted in the cache, and an OpenAPI schema at /api/schema/.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
@@ -108,6 +126,42 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "pfs_web.api_errors.api_exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "pfs_web.api_parsers.JSONParser",  # DRF's, refusing absurdly deep nesting with a 400
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["pfs_web.api_limits.UserRateThrottle", "pfs_web.api_limits.ScopeRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        # Reads and everything else a signed-in user does; the round page polls twice a second.
+        "user": _env_rate("PFS_API_USER_RATE", "1200/minute"),
+        # Anonymous requests (signing in for a token), per client address.
+        "anon": _env_rate("PFS_API_ANON_RATE", "60/minute"),
+        # Starting rounds and adaptive runs: each one asks every device of a fleet.
+        "round_start": _env_rate("PFS_ROUND_START_RATE", "30/minute"),
+        # Device reports, per client address: well above a benchmark of 2,000 reports a second
+        # from one machine, but a flood from one source stops.
+        "uploads": _env_rate("PFS_UPLOAD_RATE", "5000/second"),
+    },
+    # Proxies in front of the app whose X-Forwarded-For is trusted for the client's address;
+    # with 0 the address is the connection's, so a client cannot pick its own.
+    "NUM_PROXIES": env_int("PFS_NUM_PROXIES", 0),
+}
+# Larger request bodies to /api/ are refused with 413 (pfs_web.api_limits.ApiBodyLimitMiddleware).
+PFS_API_MAX_BODY_BYTES = env_int("PFS_API_MAX_BODY_BYTES", 1_048_576, minimum=1)
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "PFS Studio API",
+    "DESCRIPTION": "Private federated statistics: analyses, recipes, rounds, releases and adaptive runs. "
+    "Errors share one format: {detail, code, fields}. See docs/api.md.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # Tasks: with REDIS_URL a Celery worker consumes from Redis; without it they run in-process.
@@ -117,6 +171,12 @@ if PFS_TASK_MODE not in {"celery", "thread", "sync"}:
     raise ImproperlyConfigured(f"PFS_TASK_MODE must be celery, thread or sync, not {PFS_TASK_MODE!r}")
 if PFS_TASK_MODE == "celery" and not REDIS_URL:
     raise ImproperlyConfigured("PFS_TASK_MODE=celery needs REDIS_URL")
+# The cache holds the API's request counts: in Redis, shared by every process, when there is one.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "pfs"}}
+CACHES["default"]["KEY_PREFIX"] = "pfs"
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
 CELERY_TASK_ALWAYS_EAGER = PFS_TASK_MODE != "celery"

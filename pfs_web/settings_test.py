@@ -12,3 +12,10 @@ from pfs_web.settings import *  # noqa: E402,F403
 PFS_TASK_MODE = "sync"
 CELERY_TASK_ALWAYS_EAGER = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
+# Request counts in this process's memory, and rates no test reaches by accident: a test of the
+# limits sets its own rate (tests/unit/test_api_limits.py).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "pfs-tests"}}
+REST_FRAMEWORK = {  # noqa: F405
+    **REST_FRAMEWORK,  # noqa: F405
+    "DEFAULT_THROTTLE_RATES": {scope: "100000/minute" for scope in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]},  # noqa: F405
+}

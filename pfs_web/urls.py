@@ -1,11 +1,24 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from analyses.api.device_rounds import RoundClose
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # The OpenAPI 3 schema and its two readers, served from vendored files (drf-spectacular-sidecar).
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("api/device/", include("devices.api_urls")),  # real devices: tasks, tokens, report uploads
+    path("api/rounds/<int:pk>/close/", RoundClose.as_view(), name="api-round-close"),
     path("api/", include("analyses.api.urls")),
     path("", include("analyses.urls")),
 ]
+
+# An unknown /api/ path, or a crash outside the API's views, answers in the API's error format.
+handler404 = "pfs_web.api_errors.json_not_found"
+handler500 = "pfs_web.api_errors.json_server_error"

@@ -1,7 +1,8 @@
 """REST API for adaptive runs (docs/adaptive.md): start, list, poll, pause, edit the next round, resume.
 
 Thin views over analyses.adaptive, with the conventions of analyses.api.views: ValidationFailed is
-a 400 keyed by field, NotAllowed a 403, and a run of another analyst's analysis a 404.
+a 400 keyed by field, an action the run's state does not allow (Conflict) a 409, any other
+NotAllowed a 403, and a run of another analyst's analysis a 404 (pfs_web.api_errors).
 """
 
 from __future__ import annotations
@@ -12,20 +13,22 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from analyses import selectors
 from analyses.adaptive import adaptive_next_edit, adaptive_output, adaptive_pause, adaptive_resume, adaptive_start
-from analyses.api.serializers import RoundSerializer
-from analyses.errors import NotAllowed, ValidationFailed
+from analyses.api.idempotent import idempotent_response
+from analyses.api.schema import IDEMPOTENCY_KEY, JSON_OBJECT, body_errors, errors, status_parameter
+from analyses.api.serializers import AdaptiveRunSerializer, RoundSerializer
 from analyses.models import AdaptiveRun
 from analyses.selectors import adaptive_run_get, adaptive_run_list
+from pfs_web.api_parsers import JSONParser
 
 _DATETIME = serializers.DateTimeField()
 
@@ -58,6 +61,12 @@ def _hidden_analyses(user: AbstractBaseUser, spec: Any) -> dict[str, list[str]]:
 
 class AdaptiveRunList(GenericAPIView):
     parser_classes = [JSONParser]
+    serializer_class = AdaptiveRunSerializer  # for the schema; adaptive_run_json shapes the output
+
+    @property
+    def throttle_scope(self) -> str | None:
+        # Starting a run starts rounds; listing runs is an ordinary read.
+        return "round_start" if self.request.method == "POST" else None
 
     def get_queryset(self) -> QuerySet[AdaptiveRun]:
         runs = adaptive_run_list(user=self.request.user)
@@ -70,35 +79,62 @@ class AdaptiveRunList(GenericAPIView):
             runs = runs.filter(analysis__identifier=params["analysis"])
         return runs
 
+    @extend_schema(
+        summary="Your adaptive runs, newest first",
+        parameters=[
+            OpenApiParameter("analysis", str, required=False, description="Only runs of this analysis (identifier)."),
+            status_parameter(AdaptiveRun.Status.values, "runs"),
+        ],
+        responses={200: AdaptiveRunSerializer(many=True), **errors(400, 404)},
+    )
     def get(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response([adaptive_run_json(run) for run in page])
 
+    @extend_schema(
+        summary="Start an adaptive run",
+        description="The body is the run's spec (docs/adaptive.md). Its whole budget plan is checked before "
+        "round 1 starts. Send an Idempotency-Key to make a retry safe.",
+        request=JSON_OBJECT,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: AdaptiveRunSerializer, **body_errors(400, 403, 422)},
+    )
     def post(self, request: Request) -> Response:
         hidden = _hidden_analyses(request.user, request.data)
         if hidden:
             raise ValidationError(hidden)
-        try:
-            run = adaptive_start(spec=request.data, user=request.user)
-        except ValidationFailed as invalid:
-            raise ValidationError(invalid.errors) from invalid
-        except NotAllowed as refusal:
-            raise PermissionDenied(str(refusal)) from refusal
-        output = adaptive_run_json(run)
-        return Response(output, status=status.HTTP_201_CREATED, headers={"Location": output["url"]})
+
+        def start() -> tuple[int, Any, dict[str, str]]:
+            output = adaptive_run_json(adaptive_start(spec=request.data, user=request.user))
+            return status.HTTP_201_CREATED, output, {"Location": output["url"]}
+
+        return idempotent_response(request, endpoint="adaptive-run-start", respond=start)
 
 
+@extend_schema(summary="An adaptive run", responses={200: AdaptiveRunSerializer, **errors(404)})
 class AdaptiveRunDetail(APIView):
     def get(self, request: Request, pk: int) -> Response:
         return Response(adaptive_run_json(adaptive_run_get(user=request.user, pk=pk)))
 
 
+@extend_schema(
+    summary="Pause a running run",
+    description="The current round finishes; the next one then waits in next_recipe. 409 unless running.",
+    request=None,
+    responses={200: AdaptiveRunSerializer, **errors(403, 404, 409)},
+)
 class AdaptiveRunPause(APIView):
     def post(self, request: Request, pk: int) -> Response:
         run = adaptive_run_get(user=request.user, pk=pk)
         return _steer(lambda: adaptive_pause(run=run, user=request.user))
 
 
+@extend_schema(
+    summary="Resume a paused run",
+    description="Sends the waiting round, or lets the current one continue. 409 unless paused.",
+    request=None,
+    responses={200: AdaptiveRunSerializer, **errors(403, 404, 409)},
+)
 class AdaptiveRunResume(APIView):
     def post(self, request: Request, pk: int) -> Response:
         run = adaptive_run_get(user=request.user, pk=pk)
@@ -108,18 +144,20 @@ class AdaptiveRunResume(APIView):
 class AdaptiveRunNextRecipe(APIView):
     parser_classes = [JSONParser]
 
+    @extend_schema(
+        summary="Replace the waiting round's recipe",
+        description="The body is the recipe (docs/formats.md); its privacy and its question must stay the "
+        "planned ones. 409 unless paused with a round waiting.",
+        request=JSON_OBJECT,
+        responses={200: AdaptiveRunSerializer, **body_errors(400, 403, 404, 409)},
+    )
     def put(self, request: Request, pk: int) -> Response:
         run = adaptive_run_get(user=request.user, pk=pk)
         return _steer(lambda: adaptive_next_edit(run=run, recipe=request.data, user=request.user))
 
 
 def _steer(action: Callable[[], AdaptiveRun]) -> Response:
-    try:
-        run = action()
-    except ValidationFailed as invalid:
-        raise ValidationError(invalid.errors) from invalid
-    except NotAllowed as refusal:
-        raise PermissionDenied(str(refusal)) from refusal
+    run = action()
     # The services return the run re-read from the database; read it once more with its relations.
     return Response(
         adaptive_run_json(AdaptiveRun.objects.select_related("analysis", "current_round__recipe").get(pk=run.pk))

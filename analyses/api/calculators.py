@@ -35,3 +35,8 @@ class PrivacyMinCohort(APIView):
 class PrivacyGaussian(APIView):
     def get(self, request: Request) -> Response:
         return _answer(request, calculators.privacy_gaussian, ("epsilon", "delta", "sensitivity", "classical"))
+
+
+class PrivacyCurve(APIView):
+    def get(self, request: Request) -> Response:
+        return _answer(request, calculators.privacy_curve, ("epsilon0", "delta", "method", "points", "n_min", "n_max"))

@@ -1,9 +1,35 @@
+"""What the API answers, as serializers: they shape the output and describe it in the OpenAPI schema."""
+
 from __future__ import annotations
 
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from analyses.models import Analysis, Recipe, Round
+from analyses.models import AdaptiveRun, Analysis, Recipe, Round
 from analyses.services import analysis_spent, round_progress
+from devices.models import Fleet
+from devices.streams import RETENTION_DAYS, STREAMS
+from privacy.intervals import INTERVALS, VIEWS
+
+
+class FieldPolicySerializer(serializers.Serializer):
+    localEpsilon = serializers.FloatField()  # noqa: N815 - the policy's JSON key
+    epsilon = serializers.FloatField()
+    reports = serializers.IntegerField()
+
+
+class SpentFieldSerializer(serializers.Serializer):
+    epsilon = serializers.FloatField()
+    reports = serializers.IntegerField()
+
+
+class SpentSerializer(serializers.Serializer):
+    epsilon = serializers.FloatField()
+    reports = serializers.IntegerField()
+    fields = serializers.DictField(child=SpentFieldSerializer(), help_text="Spent per data field.")
 
 
 class AnalysisSerializer(serializers.ModelSerializer):
@@ -29,12 +55,14 @@ class AnalysisSerializer(serializers.ModelSerializer):
             "approved_at",
         ]
 
+    @extend_schema_field(serializers.DictField(child=FieldPolicySerializer()))
     def get_field_policies(self, analysis: Analysis) -> dict:
         return {
             p.field: {"localEpsilon": p.local_epsilon, "epsilon": p.epsilon, "reports": p.reports}
             for p in analysis.field_policies.all()
         }
 
+    @extend_schema_field(SpentSerializer)
     def get_spent(self, analysis: Analysis) -> dict:
         return analysis_spent(analysis)
 
@@ -60,8 +88,24 @@ class RecipeSerializer(serializers.ModelSerializer):
         ]
 
 
+class ProgressSerializer(serializers.Serializer):
+    shards_total = serializers.IntegerField()
+    shards_done = serializers.IntegerField()
+    devices_answered = serializers.IntegerField()
+    devices_not_answering = serializers.DictField(child=serializers.IntegerField(), help_text="Devices by reason.")
+    elapsed_seconds = serializers.FloatField(allow_null=True, help_text="Since the round started, or until it ended.")
+    eta_seconds = serializers.FloatField(allow_null=True, help_text="Left at the shards' pace; null when unknown.")
+    # A round on real devices (no shards) says what the aggregators hold instead.
+    reports_accepted = serializers.IntegerField(required=False)
+    reports_rejected = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField()), required=False, help_text="By aggregator."
+    )
+    collection = serializers.DictField(required=False, help_text="The collection window: open, opened_at, ...")
+
+
 class RoundSerializer(serializers.ModelSerializer):
     recipe = serializers.IntegerField(source="recipe.pk")
+    analysis = serializers.CharField(source="recipe.analysis.identifier")
     progress = serializers.SerializerMethodField()
     release_url = serializers.SerializerMethodField()
 
@@ -70,6 +114,7 @@ class RoundSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "recipe",
+            "analysis",
             "status",
             "progress",
             "error",
@@ -79,11 +124,150 @@ class RoundSerializer(serializers.ModelSerializer):
             "release_url",
         ]
 
+    @extend_schema_field(ProgressSerializer)
     def get_progress(self, round_: Round) -> dict:
         progress = round_progress(round_)
         return {k: v for k, v in progress.items() if k not in ("status", "error")}
 
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_release_url(self, round_: Round) -> str | None:
         if round_.status != Round.Status.RELEASED:
             return None
-        return f"/api/rounds/{round_.pk}/release/"
+        return reverse("api-release", kwargs={"pk": round_.pk})
+
+
+class StreamFieldSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["number", "category", "text"])
+
+
+class StreamSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    fields = StreamFieldSerializer(many=True)
+    retention_days = serializers.IntegerField(allow_null=True, help_text="Days an event is kept; null: state.")
+
+
+def streams_schema() -> list[dict[str, Any]]:
+    """The streams every fleet's devices hold and the fields each exposes to queries (devices.streams)."""
+    return [
+        {
+            "name": stream,
+            "fields": [{"name": name, "kind": kind} for name, kind in fields.items()],
+            "retention_days": RETENTION_DAYS[stream],
+        }
+        for stream, fields in STREAMS.items()
+    ]
+
+
+class FleetSerializer(serializers.ModelSerializer):
+    """A fleet as an analyst plans with it: size, shards, what it offers, and the user's analyses on it.
+
+    Never a device's data, nor the synthetic generator's seed (which would regenerate every device).
+    """
+
+    shards = serializers.IntegerField(source="shard_count")
+    synthetic = serializers.SerializerMethodField()
+    streams = serializers.SerializerMethodField()
+    analyses = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Fleet
+        fields = ["name", "size", "shards", "synthetic", "created_at", "streams", "analyses", "url"]
+
+    def get_synthetic(self, fleet: Fleet) -> bool:
+        return fleet.seed is not None
+
+    @extend_schema_field(StreamSerializer(many=True))
+    def get_streams(self, fleet: Fleet) -> list[dict[str, Any]]:
+        return streams_schema()
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_analyses(self, fleet: Fleet) -> list[str]:
+        """Identifiers of the analyses on the fleet that the user may see (context["analyses"])."""
+        return sorted(self.context["analyses"].get(fleet.pk, []))
+
+    def get_url(self, fleet: Fleet) -> str:
+        return reverse("api-fleet-detail", kwargs={"name": fleet.name})
+
+
+class DryRunSerializer(serializers.Serializer):
+    devices = serializers.IntegerField()
+    would_answer = serializers.IntegerField()
+    not_sampled = serializers.IntegerField()
+    would_refuse = serializers.DictField(child=serializers.IntegerField(), help_text="Devices by reason.")
+    min_cohort = serializers.IntegerField()
+    meets_min_cohort = serializers.BooleanField()
+
+
+class ReleaseBucketSerializer(serializers.Serializer):
+    label = serializers.CharField()
+    estimate = serializers.FloatField()
+    standard_error = serializers.FloatField()
+    ci95 = serializers.ListField(child=serializers.FloatField(), min_length=2, max_length=2)
+
+
+class ReleaseBatchSerializer(serializers.Serializer):
+    cohort = serializers.CharField()
+    reports = serializers.IntegerField()
+    min_cohort = serializers.IntegerField()
+    suppressed = serializers.BooleanField()
+    reason = serializers.CharField(required=False, help_text="Why a suppressed batch was not released.")
+    buckets = ReleaseBucketSerializer(many=True, required=False)
+
+
+class ReleaseJointSerializer(serializers.Serializer):
+    fields = serializers.ListField(child=serializers.CharField())
+    labels = serializers.ListField(child=serializers.ListField(child=serializers.CharField()))
+
+
+class ReleaseSerializer(serializers.Serializer):
+    """analyses.services.release_as_json; keys added since some releases were stored may be missing."""
+
+    analysis = serializers.CharField()
+    recipe = serializers.CharField()
+    round = serializers.IntegerField()
+    field = serializers.CharField()
+    noise = serializers.ChoiceField(choices=Recipe.Noise.values, required=False)
+    aggregator_sigma = serializers.FloatField(allow_null=True, required=False)
+    mechanism = serializers.CharField(allow_blank=True)
+    epsilon0 = serializers.FloatField(allow_null=True)
+    epsilon = serializers.FloatField()
+    delta = serializers.FloatField()
+    sampling_rate = serializers.FloatField()
+    min_cohort = serializers.IntegerField()
+    reports = serializers.IntegerField()
+    epsilon_spent = serializers.FloatField()
+    refusals = serializers.DictField(child=serializers.IntegerField())
+    rejected_reports = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField()),
+        required=False,
+        help_text="Per aggregator, uploaded reports rejected by reason.",
+    )
+    joint = ReleaseJointSerializer(allow_null=True, required=False)
+    intervals = serializers.ChoiceField(choices=INTERVALS)
+    view = serializers.ChoiceField(choices=VIEWS)
+    interval = serializers.CharField()
+    rule = serializers.CharField()
+    notes = serializers.ListField(child=serializers.CharField())
+    buckets = ReleaseBucketSerializer(many=True, required=False, help_text="With no cohorts: the one batch's.")
+    batches = ReleaseBatchSerializer(many=True)
+
+
+class AdaptiveRunSerializer(serializers.Serializer):
+    """analyses.api.adaptive.adaptive_run_json (docs/adaptive.md)."""
+
+    id = serializers.IntegerField()
+    url = serializers.CharField()
+    analysis = serializers.CharField()
+    kind = serializers.ChoiceField(choices=AdaptiveRun.Kind.values)
+    status = serializers.ChoiceField(choices=AdaptiveRun.Status.values)
+    stop_reason = serializers.CharField(allow_blank=True)
+    plan = serializers.ListField(child=serializers.DictField(), help_text="Per round: epsilon0, epsilon, delta.")
+    epsilon_spent = serializers.FloatField()
+    levels = serializers.ListField(child=serializers.DictField(), help_text="What each finished round found.")
+    next_recipe = serializers.DictField(required=False, help_text="While paused: the waiting round's recipe.")
+    comparison = serializers.DictField(required=False, help_text="With a baseline: interactive against static.")
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    current_round = RoundSerializer(allow_null=True)

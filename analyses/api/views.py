@@ -1,55 +1,146 @@
-"""REST API: thin views that validate through services and shape the output."""
+"""REST API: thin views that validate through services and shape the output.
+
+Errors leave as exceptions and pfs_web.api_errors gives them the one format: a service's
+ValidationFailed is a 400 by field, Conflict a 409, NotAllowed a 403, a missing or hidden object
+a 404. Each operation is described for the OpenAPI schema (analyses.api.schema).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import ListAPIView, RetrieveAPIView
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from analyses import selectors, services
-from analyses.api.serializers import AnalysisSerializer, RecipeSerializer, RoundSerializer
-from analyses.errors import NotAllowed, ValidationFailed
-from analyses.models import Round
+from analyses.api.idempotent import idempotent_response
+from analyses.api.schema import IDEMPOTENCY_KEY, JSON_OBJECT, body_errors, errors, status_parameter
+from analyses.api.serializers import (
+    AnalysisSerializer,
+    DryRunSerializer,
+    FleetSerializer,
+    RecipeSerializer,
+    ReleaseSerializer,
+    RoundSerializer,
+)
+from analyses.errors import ValidationFailed
+from analyses.models import Analysis, Recipe, Round
+from analyses.recipe_preview import recipe_preview
+from devices.models import Fleet
+from pfs_web.api_limits import UserRateThrottle
+from pfs_web.api_parsers import JSONParser
+from privacy.intervals import INTERVALS, VIEWS
 
 
+class TokenObtain(ObtainAuthToken):
+    """DRF's token view, but counted against the anonymous rate per address: guessing passwords is slow."""
+
+    throttle_classes = [UserRateThrottle]
+    parser_classes = [JSONParser, FormParser, MultiPartParser]  # DRF's names its own JSON parser
+
+
+def _choice(params: Any, name: str, choices: list[str]) -> str | None:
+    """A query parameter that must be one of ``choices`` when given; a 400 by parameter otherwise."""
+    value = params.get(name)
+    if value and value not in choices:
+        raise ValidationError({name: [f"Must be one of {', '.join(choices)}."]})
+    return value or None
+
+
+@extend_schema(
+    summary="The analyses you may see",
+    parameters=[
+        status_parameter(Analysis.Status.values, "analyses"),
+        OpenApiParameter("fleet", str, required=False, description="Only analyses on this fleet (its name)."),
+    ],
+    responses={200: AnalysisSerializer(many=True), **errors(400, 404)},
+)
 class AnalysisList(ListAPIView):
     serializer_class = AnalysisSerializer
 
-    def get_queryset(self):
-        return selectors.analysis_list(user=self.request.user).prefetch_related("field_policies")
+    def get_queryset(self) -> QuerySet[Analysis]:
+        analyses = selectors.analysis_list(user=self.request.user).prefetch_related("field_policies")
+        wanted = _choice(self.request.query_params, "status", Analysis.Status.values)
+        if wanted:
+            analyses = analyses.filter(status=wanted)
+        if self.request.query_params.get("fleet"):
+            analyses = analyses.filter(fleet__name=self.request.query_params["fleet"])
+        return analyses
 
 
+@extend_schema(summary="One analysis", responses={200: AnalysisSerializer, **errors(404)})
 class AnalysisDetail(RetrieveAPIView):
     serializer_class = AnalysisSerializer
 
-    def get_object(self):
+    def get_object(self) -> Analysis:
         return selectors.analysis_get(user=self.request.user, identifier=self.kwargs["identifier"])
 
 
-class RecipeCreate(APIView):
+class RecipeCreate(ListAPIView):
+    """The analysis's stored recipes (GET, newest first), and storing a new one (POST)."""
+
+    serializer_class = RecipeSerializer
+
+    @extend_schema(summary="The analysis's stored recipes, newest first", responses={200: RecipeSerializer})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[Recipe]:
+        analysis = selectors.analysis_get(user=self.request.user, identifier=self.kwargs["identifier"])
+        return analysis.recipes.select_related("analysis").order_by("-created_at", "-pk")
+
+    @extend_schema(
+        summary="Validate and store a recipe",
+        description="The body is a recipe (docs/formats.md). A bad recipe is a 400 keyed by recipe key. "
+        "Send an Idempotency-Key to make a retry safe: a repeat answers the stored recipe again.",
+        request=JSON_OBJECT,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: RecipeSerializer, **body_errors(400, 404, 422)},
+    )
     def post(self, request: Request, identifier: str) -> Response:
         analysis = selectors.analysis_get(user=request.user, identifier=identifier)
-        try:
+
+        def store() -> tuple[int, Any, dict[str, str]]:
             recipe = services.recipe_create(analysis=analysis, content=request.data, user=request.user)
-        except ValidationFailed as invalid:
-            raise ValidationError(invalid.errors) from invalid
-        return Response(RecipeSerializer(recipe).data, status=status.HTTP_201_CREATED)
+            return status.HTTP_201_CREATED, RecipeSerializer(recipe).data, {}
+
+        return idempotent_response(request, endpoint=f"recipe-create:analysis={analysis.pk}", respond=store)
 
 
 class RecipeDryRun(APIView):
     """What the devices would do with a recipe, without starting a round or spending anything."""
 
+    @extend_schema(
+        summary="Dry-run a recipe on the fleet",
+        request=JSON_OBJECT,
+        responses={200: DryRunSerializer, **body_errors(400, 404)},
+    )
     def post(self, request: Request, identifier: str) -> Response:
         analysis = selectors.analysis_get(user=request.user, identifier=identifier)
-        try:
-            return Response(services.round_dry_run(analysis=analysis, content=request.data))
-        except ValidationFailed as invalid:
-            raise ValidationError(invalid.errors) from invalid
+        return Response(services.round_dry_run(analysis=analysis, content=request.data))
 
 
+class RecipeValidate(APIView):
+    """The recipe editor's check as you type: recipe_validate's verdict and the recipe's figures; creates nothing."""
+
+    def post(self, request: Request, identifier: str) -> Response:
+        analysis = selectors.analysis_get(user=request.user, identifier=identifier)
+        return Response(recipe_preview(analysis=analysis, content=request.data))
+
+
+@extend_schema(summary="One recipe", responses={200: RecipeSerializer, **errors(404)})
 class RecipeDetail(RetrieveAPIView):
     serializer_class = RecipeSerializer
 
@@ -58,32 +149,158 @@ class RecipeDetail(RetrieveAPIView):
 
 
 class RoundStart(APIView):
+    throttle_scope = "round_start"
+
+    @extend_schema(
+        summary="Start a round of a recipe",
+        description="Every device of the analysis's fleet is asked; the round is queued and answers 202. "
+        "Send an Idempotency-Key to make a retry safe.",
+        request=None,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={202: RoundSerializer, **errors(400, 404, 409, 413, 422)},
+    )
     def post(self, request: Request, pk: int) -> Response:
         recipe = selectors.recipe_get(user=request.user, pk=pk)
-        try:
+
+        def start() -> tuple[int, Any, dict[str, str]]:
             round_ = services.round_start(recipe=recipe, user=request.user)
-        except NotAllowed as refusal:
-            raise PermissionDenied(str(refusal)) from refusal
-        return Response(RoundSerializer(round_).data, status=status.HTTP_202_ACCEPTED)
+            return status.HTTP_202_ACCEPTED, RoundSerializer(round_).data, {}
+
+        return idempotent_response(request, endpoint=f"round-start:recipe={recipe.pk}", respond=start)
 
 
+@extend_schema(
+    summary="Your rounds, newest first",
+    parameters=[
+        OpenApiParameter("analysis", str, required=False, description="Only rounds of this analysis (identifier)."),
+        status_parameter(Round.Status.values, "rounds"),
+    ],
+    responses={200: RoundSerializer(many=True), **errors(400, 404)},
+)
+class RoundList(ListAPIView):
+    serializer_class = RoundSerializer
+
+    def get_queryset(self) -> QuerySet[Round]:
+        rounds = selectors.round_list(user=self.request.user)
+        wanted = _choice(self.request.query_params, "status", Round.Status.values)
+        if wanted:
+            rounds = rounds.filter(status=wanted)
+        if self.request.query_params.get("analysis"):
+            rounds = rounds.filter(recipe__analysis__identifier=self.request.query_params["analysis"])
+        return rounds
+
+
+@extend_schema(summary="A round: status and progress", responses={200: RoundSerializer, **errors(404)})
 class RoundDetail(RetrieveAPIView):
     serializer_class = RoundSerializer
 
-    def get_object(self):
+    def get_object(self) -> Round:
         return selectors.round_get(user=self.request.user, pk=self.kwargs["pk"])
 
 
-class ReleaseDetail(APIView):
-    def get(self, request: Request, pk: int) -> Response:
+class RoundCancel(APIView):
+    @extend_schema(
+        summary="Cancel a round that has not finished",
+        description="Nothing is released and the stored shares are dropped; devices that already answered "
+        "keep their budget spent. A finished round is a 409.",
+        request=None,
+        responses={200: RoundSerializer, **errors(404, 409)},
+    )
+    def post(self, request: Request, pk: int) -> Response:
         round_ = selectors.round_get(user=request.user, pk=pk)
-        if round_.status != Round.Status.RELEASED:
-            raise NotFound(f"No release: the round is {round_.get_status_display().lower()}.")
-        try:
-            view = services.ReleaseView(
-                intervals=request.query_params.get("intervals", "per-bucket"),
-                view=request.query_params.get("view", "raw"),
-            )
-        except ValidationFailed as invalid:
-            raise ValidationError(invalid.errors) from invalid
+        cancelled = services.round_cancel(round_=round_, user=request.user)
+        return Response(RoundSerializer(selectors.round_get(user=request.user, pk=cancelled.pk)).data)
+
+
+RELEASE_OPTIONS = [
+    OpenApiParameter("intervals", str, enum=list(INTERVALS), required=False, description="Default per-bucket."),
+    OpenApiParameter("view", str, enum=list(VIEWS), required=False, description="Default raw."),
+]
+
+
+def _released_round(request: Request, pk: int) -> tuple[Round, services.ReleaseView]:
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    if round_.status != Round.Status.RELEASED:
+        raise NotFound(f"No release: the round is {round_.get_status_display().lower()}.")
+    try:
+        view = services.ReleaseView(
+            intervals=request.query_params.get("intervals", "per-bucket"),
+            view=request.query_params.get("view", "raw"),
+        )
+    except ValidationFailed as invalid:
+        raise ValidationError(invalid.errors) from invalid
+    return round_, view
+
+
+class ReleaseDetail(APIView):
+    @extend_schema(
+        summary="A round's release",
+        description="404 until the round is released.",
+        parameters=RELEASE_OPTIONS,
+        responses={200: ReleaseSerializer, **errors(400, 404)},
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        round_, view = _released_round(request, pk)
         return Response(services.release_as_json(round_.release, view))
+
+
+class JsonErrorsNegotiation(BaseContentNegotiation):
+    """Whatever the client accepts: the view answers CSV itself, and an error is JSON in the API's format."""
+
+    def select_parser(self, request: Request, parsers: list) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Request, renderers: list, format_suffix: str | None = None) -> Any:
+        json_renderer = next(r for r in renderers if isinstance(r, JSONRenderer))
+        return json_renderer, json_renderer.media_type
+
+
+class ReleaseCsv(APIView):
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonErrorsNegotiation
+
+    @extend_schema(
+        summary="A round's release as CSV",
+        operation_id="rounds_release_csv_retrieve",
+        description="Columns: cohort, bucket, estimate, standard_error, ci_low, ci_high. 404 until released.",
+        parameters=RELEASE_OPTIONS,
+        responses={
+            (200, "text/csv"): OpenApiResponse(response=OpenApiTypes.STR, description="The release table."),
+            **errors(400, 404),
+        },
+    )
+    def get(self, request: Request, pk: int) -> HttpResponse:
+        round_, view = _released_round(request, pk)
+        response = HttpResponse(services.release_as_csv(round_.release, view), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.csv"'
+        return response
+
+
+def _fleet_analyses(request: Request) -> dict[int, list[str]]:
+    """The identifiers of the analyses the user may see, by fleet."""
+    by_fleet: dict[int, list[str]] = {}
+    for fleet_id, identifier in selectors.analysis_list(user=request.user).values_list("fleet_id", "identifier"):
+        by_fleet.setdefault(fleet_id, []).append(identifier)
+    return by_fleet
+
+
+@extend_schema(summary="The fleets", responses={200: FleetSerializer(many=True), **errors(404)})
+class FleetList(ListAPIView):
+    serializer_class = FleetSerializer
+
+    def get_queryset(self) -> QuerySet[Fleet]:
+        return selectors.fleet_list()
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "analyses": _fleet_analyses(self.request)}
+
+
+@extend_schema(summary="One fleet", responses={200: FleetSerializer, **errors(404)})
+class FleetDetail(RetrieveAPIView):
+    serializer_class = FleetSerializer
+
+    def get_object(self) -> Fleet:
+        return selectors.fleet_get(name=self.kwargs["name"])
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "analyses": _fleet_analyses(self.request)}

@@ -81,7 +81,7 @@ def test_runs_are_listed_newest_first_and_filtered(api, discovery, spec, django_
     assert [r["id"] for r in api.get(f"{RUNS}?status=running").json()["results"]] == [second]
     assert api.get(f"{RUNS}?analysis=test.ages").json()["results"] == []
     refused = api.get(f"{RUNS}?status=done")
-    assert refused.status_code == 400 and "status" in refused.json()
+    assert refused.status_code == 400 and "status" in refused.json()["fields"]
 
 
 def set_path(document: dict, path: str, value) -> dict:
@@ -111,19 +111,19 @@ def set_path(document: dict, path: str, value) -> dict:
 def test_bad_specs_are_refused_per_field_and_create_nothing(api, discovery, spec, path, value, error_key) -> None:
     response = api.post(RUNS, set_path(spec, path, value), format="json")
     assert response.status_code == 400
-    assert error_key in response.json(), response.json()
+    assert error_key in response.json()["fields"], response.json()
     assert_nothing_created()
 
 
 def test_a_budget_plan_beyond_the_policy_names_the_round(api, discovery, spec) -> None:
     spec["maxLength"] = 5
-    messages = api.post(RUNS, spec, format="json").json()["privacy.epsilonPerRound"]
+    messages = api.post(RUNS, spec, format="json").json()["fields"]["privacy.epsilonPerRound"]
     assert "exceeds the policy of t.discovery at round 4 of 5" in " ".join(messages)
 
 
 def test_a_spec_that_is_not_an_object_is_refused(api, discovery) -> None:
     response = api.post(RUNS, [1, 2], format="json")
-    assert response.status_code == 400 and "spec" in response.json()
+    assert response.status_code == 400 and "spec" in response.json()["fields"]
     assert api.post(RUNS, {"analysis": "t.discovery"}).status_code == 415  # a form, not JSON
     assert_nothing_created()
 
@@ -134,7 +134,11 @@ def test_another_analyst_can_neither_start_see_nor_steer_a_run(
     # Someone else's analysis reads as a missing one: no hint that it exists, nothing created.
     response = charlie.post(RUNS, spec, format="json")
     assert response.status_code == 400
-    assert response.json() == {"analysis": ["No analysis 't.discovery'."]}
+    assert response.json() == {
+        "detail": "Invalid input: analysis.",
+        "code": "invalid",
+        "fields": {"analysis": ["No analysis 't.discovery'."]},
+    }
     assert_nothing_created()
 
     created = api.post(RUNS, spec, format="json").json()
@@ -154,7 +158,7 @@ def test_a_baseline_in_another_analysts_analysis_is_refused(api, other_analyst, 
     spec["baseline"] = {"analysis": "charlie.static", "rows": 2, "columns": 256, "topK": 5}
     response = api.post(RUNS, spec, format="json")
     assert response.status_code == 400
-    assert response.json() == {"baseline.analysis": ["No analysis 'charlie.static'."]}
+    assert response.json()["fields"] == {"baseline.analysis": ["No analysis 'charlie.static'."]}
     assert_nothing_created()
 
 
@@ -197,18 +201,18 @@ def test_pause_edit_the_next_round_and_resume(api, discovery, spec, django_captu
     recipe = waiting["recipe"]
     assert recipe["privacy"]["epsilon"] == 1.0
 
-    # Pausing twice is a state conflict (403, as for any action the object's state forbids).
+    # Pausing twice is a state conflict (409, as for any action the object's state forbids).
     again = api.post(f"{created['url']}pause/")
-    assert again.status_code == 403 and "running" in again.json()["detail"]
+    assert again.status_code == 409 and again.json()["code"] == "conflict" and "running" in again.json()["detail"]
 
     # The budget split is fixed at start: another privacy is refused, and the waiting recipe kept.
     greedy = copy.deepcopy(recipe)
     greedy["privacy"]["epsilon"] = 2.0
     refused = api.put(f"{created['url']}next-recipe/", greedy, format="json")
-    assert refused.status_code == 400 and "privacy" in refused.json()
+    assert refused.status_code == 400 and "privacy" in refused.json()["fields"]
     assert api.get(created["url"]).json()["next_recipe"]["recipe"] == recipe
     not_an_object = api.put(f"{created['url']}next-recipe/", [recipe], format="json")
-    assert not_an_object.status_code == 400 and "recipe" in not_an_object.json()
+    assert not_an_object.status_code == 400 and "recipe" in not_an_object.json()["fields"]
 
     edited = copy.deepcopy(recipe)
     edited["recipeIdentifier"] = "level2-edited"
@@ -225,15 +229,15 @@ def test_pause_edit_the_next_round_and_resume(api, discovery, spec, django_captu
 
     # A finished run can be neither paused, resumed nor edited.
     for action in ("pause", "resume"):
-        assert api.post(f"{created['url']}{action}/").status_code == 403
-    assert api.put(f"{created['url']}next-recipe/", edited, format="json").status_code == 403
+        assert api.post(f"{created['url']}{action}/").status_code == 409
+    assert api.put(f"{created['url']}next-recipe/", edited, format="json").status_code == 409
 
 
 def test_the_next_round_cannot_be_edited_while_running(api, discovery, spec) -> None:
     created = api.post(RUNS, spec, format="json").json()
     response = api.put(f"{created['url']}next-recipe/", {}, format="json")
-    assert response.status_code == 403 and "paused" in response.json()["detail"]
-    assert api.post(f"{created['url']}resume/").status_code == 403
+    assert response.status_code == 409 and "paused" in response.json()["detail"]
+    assert api.post(f"{created['url']}resume/").status_code == 409
 
 
 def test_anonymous_requests_are_refused(discovery, spec) -> None:

@@ -101,7 +101,7 @@ def set_path(document: dict, path: str, value) -> dict:
 def test_bad_recipes_are_refused_per_field_and_change_nothing(api, analysis, recipe, path, value, error_key) -> None:
     response = api.post("/api/analyses/test.ages/recipes/", set_path(recipe, path, value), format="json")
     assert response.status_code == 400
-    assert error_key in response.json(), response.json()
+    assert error_key in response.json()["fields"], response.json()
     assert Recipe.objects.count() == 0
     assert Round.objects.count() == 0
     assert ShardRun.objects.count() == 0
@@ -112,7 +112,7 @@ def test_an_unknown_field_in_the_encoding_is_refused(api, analysis, recipe) -> N
     recipe["dataTypeContent"] = {"height": {"dataType": "BucketedType", "boundaries": [1, 2]}}
     response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
     assert response.status_code == 400
-    assert "dataTypeContent" in response.json()
+    assert "dataTypeContent" in response.json()["fields"]
 
 
 def test_a_recipe_beyond_the_remaining_budget_is_refused(
@@ -123,7 +123,7 @@ def test_a_recipe_beyond_the_remaining_budget_is_refused(
     recipe["privacy"]["epsilon"] = 1.5  # 1 + 1.5 > 2
     response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
     assert response.status_code == 400
-    assert "left" in " ".join(response.json()["privacy.epsilon"])
+    assert "left" in " ".join(response.json()["fields"]["privacy.epsilon"])
 
 
 def test_a_deletion_model_mechanism_is_charged_twice_its_epsilon0(api, analysis, recipe) -> None:
@@ -131,7 +131,7 @@ def test_a_deletion_model_mechanism_is_charged_twice_its_epsilon0(api, analysis,
     recipe["privacy"]["mechanism"] = "symmetric_rappor"
     response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
     assert response.status_code == 400
-    assert "replacement-model epsilon0 of this mechanism: 6" in " ".join(response.json()["privacy.epsilon0"])
+    assert "replacement-model epsilon0 of this mechanism: 6" in " ".join(response.json()["fields"]["privacy.epsilon0"])
     recipe["privacy"]["epsilon0"] = 1.5  # 3 in the replacement model: min cohort of Theorem 3.1 at eps0 = 3
     created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
     assert created.status_code == 201 and created.json()["min_cohort"] == 2935
@@ -141,7 +141,7 @@ def test_a_mechanism_that_cannot_encode_the_buckets_is_refused(api, analysis, re
     recipe["privacy"]["mechanism"] = "binary_rr"  # two buckets only; the recipe has eight
     response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
     assert response.status_code == 400
-    assert "Cannot encode 8 buckets" in " ".join(response.json()["privacy.mechanism"])
+    assert "Cannot encode 8 buckets" in " ".join(response.json()["fields"]["privacy.mechanism"])
 
 
 @pytest.mark.parametrize("mechanism", ["symmetric_rappor", "kary_rr", "hadamard_response"])
@@ -178,4 +178,104 @@ def test_unknown_release_options_are_refused_per_field(
 ) -> None:
     round_id = start_round(api, recipe, django_capture_on_commit_callbacks)
     response = api.get(f"/api/rounds/{round_id}/release/?intervals=joint&view=pretty")
-    assert response.status_code == 400 and set(response.json()) == {"intervals", "view"}
+    assert response.status_code == 400 and set(response.json()["fields"]) == {"intervals", "view"}
+
+
+# ---------------------------------------------------------------- rounds: list, cancel, CSV
+
+
+def test_a_queued_round_is_cancelled_once_and_then_is_a_conflict(api, analysis, recipe) -> None:
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    round_id = api.post(f"/api/recipes/{created['id']}/rounds/").json()["id"]  # not committed: stays queued
+    cancelled = api.post(f"/api/rounds/{round_id}/cancel/")
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] == "cancelled" and cancelled.json()["finished_at"]
+    assert Round.objects.get(pk=round_id).status == Round.Status.CANCELLED
+    again = api.post(f"/api/rounds/{round_id}/cancel/")
+    assert again.status_code == 409 and again.json()["code"] == "conflict"
+
+
+def test_another_analyst_cannot_cancel_a_round(api, analysis, recipe, other_analyst) -> None:
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    round_id = api.post(f"/api/recipes/{created['id']}/rounds/").json()["id"]
+    charlie = APIClient()
+    charlie.force_authenticate(other_analyst)
+    assert charlie.post(f"/api/rounds/{round_id}/cancel/").status_code == 404
+    assert Round.objects.get(pk=round_id).status == Round.Status.QUEUED
+
+
+def test_rounds_are_listed_newest_first_filtered_and_only_ones_own(
+    api, analysis, recipe, other_analyst, django_capture_on_commit_callbacks
+) -> None:
+    released = start_round(api, recipe, django_capture_on_commit_callbacks)
+    recipe["recipeIdentifier"] = "ages-again"
+    again = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    queued = api.post(f"/api/recipes/{again['id']}/rounds/").json()["id"]
+    listed = api.get("/api/rounds/").json()
+    assert listed["count"] == 2 and [r["id"] for r in listed["results"]] == [queued, released]
+    assert listed["results"][0]["analysis"] == "test.ages"
+    assert [r["id"] for r in api.get("/api/rounds/?status=released").json()["results"]] == [released]
+    assert [r["id"] for r in api.get("/api/rounds/?analysis=test.ages&status=queued").json()["results"]] == [queued]
+    assert api.get("/api/rounds/?analysis=test.other").json()["results"] == []
+    refused = api.get("/api/rounds/?status=done")
+    assert refused.status_code == 400 and list(refused.json()["fields"]) == ["status"]
+    charlie = APIClient()
+    charlie.force_authenticate(other_analyst)
+    assert charlie.get("/api/rounds/").json()["results"] == []
+
+
+def test_the_release_as_csv_is_the_dashboards_csv(
+    api, client, analyst, analysis, recipe, django_capture_on_commit_callbacks
+) -> None:
+    round_id = start_round(api, recipe, django_capture_on_commit_callbacks)
+    response = api.get(f"/api/rounds/{round_id}/release.csv?intervals=simultaneous", HTTP_ACCEPT="text/csv")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    lines = response.content.decode().splitlines()
+    assert lines[0] == "cohort,bucket,estimate,standard_error,ci_low,ci_high"
+    assert len(lines) == 1 + 8 and lines[1].split(",")[1] == "OOV"
+    client.force_login(analyst)
+    dashboard = client.get(f"/rounds/{round_id}/release.csv?intervals=simultaneous")
+    assert dashboard.content == response.content
+
+
+def test_the_release_csv_errors_are_json(api, analysis, recipe, django_capture_on_commit_callbacks) -> None:
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    queued = api.post(f"/api/recipes/{created['id']}/rounds/").json()["id"]
+    missing = api.get(f"/api/rounds/{queued}/release.csv", HTTP_ACCEPT="text/csv")
+    assert missing.status_code == 404 and "queued" in missing.json()["detail"]
+    round_id = start_round(api, {**recipe, "recipeIdentifier": "ages-2"}, django_capture_on_commit_callbacks)
+    refused = api.get(f"/api/rounds/{round_id}/release.csv?view=pretty")
+    assert refused.status_code == 400 and list(refused.json()["fields"]) == ["view"]
+
+
+# ---------------------------------------------------------------- analyses filter, fleets
+
+
+def test_analyses_are_filtered_by_status_and_fleet(api, analysis, analyst) -> None:
+    from analyses.services import analysis_create
+    from tests.conftest import SPEC
+
+    analysis_create(spec={**SPEC, "identifier": "test.draft"}, owner=analyst)
+    identifiers = lambda query: [a["identifier"] for a in api.get(f"/api/analyses/{query}").json()["results"]]  # noqa: E731
+    assert identifiers("") == ["test.ages", "test.draft"]
+    assert identifiers("?status=draft") == ["test.draft"]
+    assert identifiers("?status=approved&fleet=small") == ["test.ages"]
+    assert identifiers("?fleet=words") == []
+    refused = api.get("/api/analyses/?status=done")
+    assert refused.status_code == 400 and list(refused.json()["fields"]) == ["status"]
+
+
+def test_fleets_show_their_schema_and_only_the_users_analyses(api, analysis, other_analyst) -> None:
+    [small] = api.get("/api/fleets/").json()["results"]
+    assert small["name"] == "small" and small["size"] == FLEET_SIZE and small["shards"] == 5
+    assert small["synthetic"] is True and small["analyses"] == ["test.ages"]
+    streams = {s["name"]: s for s in small["streams"]}
+    assert {"name": "ngrams", "kind": "text"} in streams["KeyboardNGrams"]["fields"]
+    assert streams["KeyboardNGrams"]["retention_days"] == 30 and streams["Profile"]["retention_days"] is None
+    # Nothing that is, or regenerates, a device's data.
+    assert not {"seed", "vocabularies", "columns", "devices"} & set(small)
+    assert api.get("/api/fleets/small/").json() == small
+    assert api.get("/api/fleets/nothing/").status_code == 404
+    charlie = APIClient()
+    charlie.force_authenticate(other_analyst)
+    assert charlie.get("/api/fleets/small/").json()["analyses"] == []

@@ -160,8 +160,8 @@ def test_calculator_endpoints_refuse_an_invalid_parameter_naming_it(api, endpoin
     assert api.get(f"/api/privacy/{endpoint}/", valid).status_code == 200
     response = api.get(f"/api/privacy/{endpoint}/", {**valid, name: value})
     assert response.status_code == 400
-    assert list(response.json()) == [name]
-    assert len(response.json()[name]) == 1
+    assert list(response.json()["fields"]) == [name]
+    assert len(response.json()["fields"][name]) == 1
 
 
 @pytest.mark.parametrize(("subcommand", "valid", "name", "value"), INVALID)
@@ -178,10 +178,14 @@ def test_calculator_endpoints_report_every_invalid_parameter_at_once(api) -> Non
     response = api.get("/api/privacy/amplify/", {"epsilon0": "-1", "delta": "2", "method": "x"})
     assert response.status_code == 400
     assert response.json() == {
-        "epsilon0": ["Must be greater than 0."],
-        "n": ["This parameter is required."],
-        "delta": ["Must lie strictly between 0 and 1."],
-        "method": ["Must be one of stronger-2022, clones-2020, closed-form."],
+        "detail": "Invalid input: epsilon0, n, delta, method.",
+        "code": "invalid",
+        "fields": {
+            "epsilon0": ["Must be greater than 0."],
+            "n": ["This parameter is required."],
+            "delta": ["Must lie strictly between 0 and 1."],
+            "method": ["Must be one of stronger-2022, clones-2020, closed-form."],
+        },
     }
 
 
@@ -190,7 +194,7 @@ def test_amplify_endpoint_refuses_n_outside_the_closed_form_validity(api) -> Non
     # Theorem 3.1 needs epsilon0 <= log(n / (8 log(2 / delta)) - 1): n = 10,000 is too few at epsilon0 = 4.
     response = api.get("/api/privacy/amplify/", {**AMPLIFY, "method": "closed-form"})
     assert response.status_code == 400
-    assert "Theorem 3.1" in response.json()["n"][0]
+    assert "Theorem 3.1" in response.json()["fields"]["n"][0]
 
 
 @pytest.mark.django_db
@@ -198,14 +202,14 @@ def test_gaussian_endpoint_refuses_the_classical_bound_at_epsilon_1(api) -> None
     assert api.get("/api/privacy/gaussian/", {**GAUSSIAN, "epsilon": "1"}).status_code == 200
     response = api.get("/api/privacy/gaussian/", {**GAUSSIAN, "epsilon": "1", "classical": "true"})
     assert response.status_code == 400
-    assert list(response.json()) == ["epsilon"]
+    assert list(response.json()["fields"]) == ["epsilon"]
 
 
 @pytest.mark.django_db
 def test_gaussian_endpoint_refuses_a_classical_flag_that_is_not_a_boolean(api) -> None:
     response = api.get("/api/privacy/gaussian/", {**GAUSSIAN, "classical": "maybe"})
     assert response.status_code == 400
-    assert list(response.json()) == ["classical"]
+    assert list(response.json()["fields"]) == ["classical"]
 
 
 def test_privacy_command_missing_a_parameter_exits_2_from_the_command_line(capsys) -> None:

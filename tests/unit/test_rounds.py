@@ -142,7 +142,7 @@ def test_after_re_approval_devices_refuse_tasks_under_the_old_snapshot(analysis,
 def test_a_recipe_naming_another_snapshot_is_refused_by_the_server(api, analysis, recipe) -> None:
     recipe["policySnapshot"] = "f" * 64
     response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
-    assert response.status_code == 400 and "policySnapshot" in response.json()
+    assert response.status_code == 400 and "policySnapshot" in response.json()["fields"]
     recipe["policySnapshot"] = analysis.snapshot.digest
     assert api.post("/api/analyses/test.ages/recipes/", recipe, format="json").status_code == 201
 
