@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
+import numpy as np
+
 from analyses.errors import ValidationFailed
 from privacy.amplification import MAX_COHORT, UnreachableEpsilon
 from privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
@@ -27,6 +29,13 @@ EPSILON_MAX: Final = 100.0
 DELTA_MIN: Final = 1e-300
 SENSITIVITY_MIN: Final = 1e-100
 SENSITIVITY_MAX: Final = 1e100
+# The curve of aggregate epsilon against n (Figure 1 of seed 000): its default range and density.
+# Each numerical point costs about 10-50 ms (up to 0.5 s near n = 1e12 with a tiny epsilon0), so
+# the number of points is capped to keep one request within a few seconds.
+CURVE_N_MIN: Final = 100
+CURVE_N_MAX: Final = 10**8
+CURVE_POINTS: Final = 25
+CURVE_POINTS_MAX: Final = 50
 
 _TRUE: Final = frozenset({"true", "1", "yes", "on"})
 _FALSE: Final = frozenset({"false", "0", "no", "off", ""})
@@ -67,6 +76,33 @@ def privacy_min_cohort(*, epsilon0: Raw, epsilon: Raw, delta: Raw, method: Raw =
         message = f"No cohort of up to {MAX_COHORT:.0e} reports reaches this epsilon from this epsilon0 and delta ({method_})."
         raise ValidationFailed({"epsilon": [message]}) from error
     return {"epsilon0": epsilon0_, "epsilon": epsilon_, "delta": delta_, "method": method_, "min_cohort": cohort}
+
+
+def privacy_curve(
+    *, epsilon0: Raw, delta: Raw, method: Raw = None, points: Raw = None, n_min: Raw = None, n_max: Raw = None
+) -> dict[str, Any]:
+    """Aggregate epsilon against cohort size n, as Figure 1 of seed 000 plots it.
+
+    Up to ``points`` integer cohorts spaced evenly in log n from n_min to n_max (both included),
+    each with privacy.shuffling.amplified_epsilon(epsilon0, n, delta, method). Where the closed
+    form says nothing (below its validity condition) the point's epsilon is None, not infinity.
+    """
+    params = _Params()
+    epsilon0_ = params.epsilon("epsilon0", epsilon0)
+    delta_ = params.delta("delta", delta)
+    method_ = params.method("method", method)
+    points_ = params.whole("points", points, default=CURVE_POINTS, low=2, high=CURVE_POINTS_MAX)
+    low = params.cohort("n_min", CURVE_N_MIN if n_min is None or n_min == "" else n_min)
+    high = params.cohort("n_max", CURVE_N_MAX if n_max is None or n_max == "" else n_max)
+    if low and high and low >= high:
+        params.add("n_max", "Must be greater than n_min.")
+    params.raise_if_invalid()
+    cohorts = np.unique(np.rint(np.geomspace(low, high, points_)).astype(np.int64))
+    curve = []
+    for n in cohorts.tolist():
+        epsilon = amplified_epsilon(epsilon0_, n, delta_, method=method_)
+        curve.append({"n": n, "epsilon": None if math.isinf(epsilon) else epsilon})
+    return {"epsilon0": epsilon0_, "delta": delta_, "method": method_, "n_min": low, "n_max": high, "points": curve}
 
 
 def privacy_gaussian(*, epsilon: Raw, delta: Raw, sensitivity: Raw, classical: Raw = False) -> dict[str, Any]:
@@ -138,6 +174,21 @@ class _Params:
         else:
             return int(value)
         return 0
+
+    def whole(self, name: str, raw: Raw, *, default: int, low: int, high: int) -> int:
+        """An optional whole number in [low, high]."""
+        if raw is None or raw == "":
+            return default
+        value = self._float(name, raw)
+        if math.isnan(value):
+            return default
+        if not value.is_integer():
+            self.add(name, "A whole number is required.")
+        elif not low <= value <= high:
+            self.add(name, f"Must be between {low} and {high}.")
+        else:
+            return int(value)
+        return default
 
     def method(self, name: str, raw: Raw) -> Method:
         if raw is None or raw == "":

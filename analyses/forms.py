@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
+from functools import cached_property
 from typing import Any
 
 from django import forms
 
+from analyses import calculators
+from analyses.errors import ValidationFailed
 from analyses.models import Analysis, Recipe
 from devices.streams import field_kind
 from privacy.mechanisms import MECHANISMS
 
-# Dotted JSON paths of recipe errors, and the form field that shows each.
+# Dotted JSON paths of recipe errors, and the form field that shows each. The editor's script
+# (static/js/recipe_form.js) reads this table from the page to place its messages.
 _FIELD_FOR_PATH = {
     "privacy.epsilon0": "epsilon0",
     "privacy.epsilon": "epsilon",
@@ -23,6 +28,20 @@ _FIELD_FOR_PATH = {
     "cohorts": "cohorts",
     "query": "field",
 }
+# Which side of the editor is the recipe: the form's fields, or the JSON textarea.
+SOURCE_FORM = "form"
+SOURCE_JSON = "json"
+# The table under the curve of aggregate epsilon against n, readable without JavaScript.
+_CURVE_METHODS = ("closed-form", "stronger-2022")
+_CURVE_ROWS = 7  # n = 10^2, 10^3, ..., 10^8
+
+
+def form_field_for(path: str) -> str | None:
+    """The form field that shows errors at a recipe key, or None when no field does."""
+    name = _FIELD_FOR_PATH.get(path)
+    if name is None and path.endswith(".boundaries"):
+        name = "boundaries"
+    return name
 
 
 class RecipeForm(forms.Form):
@@ -59,17 +78,78 @@ class RecipeForm(forms.Form):
         help_text="Optional. Client noise: raises the computed minimum, never lowers it. "
         "Aggregator noise: defaults to 1,000.",
     )
+    # The JSON side: Figure 4's recipe, run as written when ``source`` says so. Without JavaScript
+    # the analyst picks the side; the editor's script keeps both in sync and picks it itself.
+    source = forms.ChoiceField(
+        label="Run from",
+        choices=[(SOURCE_FORM, "the form fields"), (SOURCE_JSON, "the recipe JSON")],
+        initial=SOURCE_FORM,
+        required=False,  # a post without it (the form as it always was) runs the fields
+        widget=forms.RadioSelect,
+    )
+    recipe_json = forms.CharField(
+        label="Recipe JSON",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 20, "cols": 60, "spellcheck": "false"}),
+        help_text="Figure 4 of seed 000 for the values above (docs/formats.md). Keys the form has no field "
+        "for (recipeIdentifier, a PrefixTree, …) can be written here.",
+    )
+
+    # The fields that make up the form side of the editor, in the order they are shown.
+    FORM_SIDE = (
+        "field",
+        "boundaries",
+        "cohorts",
+        "noise",
+        "mechanism",
+        "epsilon0",
+        "epsilon",
+        "delta",
+        "sampling_rate",
+        "min_cohort",
+    )
 
     def __init__(self, *args: Any, analysis: Analysis, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.analysis = analysis
+        self._fields_recipe: dict[str, Any] | None = None
         stream = analysis.query_class["stream"]
         numeric = [f for f in analysis.query_class["fields"] if field_kind(stream, f) == "number"]
         self.fields["field"].choices = [(f, f) for f in numeric]
+        self.fields["field"].initial = numeric[0] if numeric else None
+        self.fields["mechanism"].initial = "asymmetric_ohe"  # the recipe format's default
         self.fields["cohorts"].choices = [(c, c) for c in analysis.query_class.get("cohortFields", [])]
+        if not self.is_bound and self.initial.get("recipe_json"):
+            # A recipe given as JSON (a drill-down's refinement) runs as written unless the analyst
+            # picks the fields: they may not hold all of it.
+            self.initial = {**self.initial, "source": SOURCE_JSON}
+
+    @property
+    def json_is_source(self) -> bool:
+        return self.is_bound and self.data.get("source") == SOURCE_JSON
+
+    def form_side(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.FORM_SIDE]
 
     def clean_noise(self) -> str:
         return self.cleaned_data["noise"] or Recipe.Noise.CLIENT
+
+    def clean_recipe_json(self) -> Any:
+        text = self.cleaned_data["recipe_json"]
+        if not self.json_is_source:
+            return text
+        return json_object(text)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.json_is_source:
+            # The JSON is the recipe: the fields' own complaints do not count, recipe_validate judges it.
+            for name in self.FORM_SIDE:
+                self.errors.pop(name, None)
+        elif not any(name in self.errors for name in self.FORM_SIDE):
+            # Kept now: errors the recipe gets later (add_recipe_errors) take fields out of cleaned_data.
+            self._fields_recipe = self._recipe_from_fields(data)
+        return data
 
     def clean_boundaries(self) -> list[float]:
         text = self.cleaned_data["boundaries"]
@@ -79,8 +159,13 @@ class RecipeForm(forms.Form):
             raise forms.ValidationError("Every boundary must be a number.") from None
 
     def recipe(self) -> dict[str, Any]:
-        """Figure 4's recipe (seed 000) for the cleaned input."""
-        data = self.cleaned_data
+        """The recipe to run: the JSON as written when it is the source, else Figure 4's recipe for the fields."""
+        if self.json_is_source:
+            return self.cleaned_data["recipe_json"]
+        return self._recipe_from_fields(self.cleaned_data)
+
+    def _recipe_from_fields(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Figure 4's recipe (seed 000) for the cleaned fields: the one form-to-JSON mapping."""
         field = data["field"]
         return {
             "version": "1",
@@ -104,11 +189,90 @@ class RecipeForm(forms.Form):
 
     def add_recipe_errors(self, errors: dict[str, list[str]]) -> None:
         for path, messages in errors.items():
-            name = _FIELD_FOR_PATH.get(path)
-            if name is None and path.endswith(".boundaries"):
-                name = "boundaries"
             for message in messages:
-                self.add_error(name, message)
+                if self.json_is_source:
+                    # The fields may not show what the JSON says: every message goes with the JSON, by key.
+                    self.add_error("recipe_json", f"{path}: {message}")
+                else:
+                    self.add_error(form_field_for(path), message)
+
+    @property
+    def recipe_paths(self) -> dict[str, str]:
+        """Form field -> recipe key, for the editor's script (the JSON side of the same mapping)."""
+        return {name: path for path, name in _FIELD_FOR_PATH.items()}
+
+    @cached_property
+    def json_text(self) -> str:
+        """What the Recipe JSON textarea shows: the JSON posted when it was run, else the fields' recipe."""
+        if not self.is_bound:
+            if self.initial.get("recipe_json"):
+                return self.initial["recipe_json"]
+            initial = self._initial_recipe()
+            return _dumps(initial) if initial is not None else ""
+        if self._fields_recipe is not None:
+            return _dumps(self._fields_recipe)
+        return self.data.get("recipe_json", "")
+
+    def _initial_recipe(self) -> dict[str, Any] | None:
+        """The fields' recipe for their initial values; None when they do not make one."""
+        values = {name: self.get_initial_for_field(self.fields[name], name) for name in self.FORM_SIDE}
+        probe = RecipeForm(values, analysis=self.analysis)
+        return probe._recipe_from_fields(probe.cleaned_data) if probe.is_valid() else None
+
+    @cached_property
+    def curve_table(self) -> dict[str, Any] | None:
+        """Aggregate epsilon at n = 10^2 ... 10^8 by both bounds for the recipe shown; None without figures.
+
+        The table alternative of the editor's curve, there without JavaScript too.
+        """
+        try:
+            content = json.loads(self.json_text)
+            privacy = content["privacy"]
+            if privacy.get("noise", Recipe.Noise.CLIENT) != Recipe.Noise.CLIENT:
+                return None
+            epsilon0 = float(privacy["epsilon0"])
+            if MECHANISMS[privacy["mechanism"]].privacy_model == "deletion":
+                epsilon0 *= 2  # charged in the replacement model, as check 3 does
+            curves = [
+                calculators.privacy_curve(epsilon0=epsilon0, delta=privacy["delta"], method=method, points=_CURVE_ROWS)
+                for method in _CURVE_METHODS
+            ]
+        except (AttributeError, KeyError, TypeError, ValueError, ValidationFailed):
+            return None
+        rows = [
+            {
+                "n": closed["n"],
+                "n_label": f"{closed['n']:,}",
+                "closed_form": closed["epsilon"],
+                "stronger_2022": numerical["epsilon"],
+            }
+            for closed, numerical in zip(curves[0]["points"], curves[1]["points"], strict=True)
+        ]
+        return {"epsilon0": curves[0]["epsilon0"], "delta": curves[0]["delta"], "rows": rows}
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """The JSON object in ``text``; a ValidationError saying where the JSON breaks, or that it is no object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise forms.ValidationError(
+            f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
+        ) from None
+    if not isinstance(value, dict):
+        raise forms.ValidationError("Must be a JSON object.")
+    return value
+
+
+# An array of numbers or strings as json.dumps(indent=2) spreads it, one item a line. JSON strings
+# hold no raw newline, so ",\n" only ever separates items.
+_SPREAD_ARRAY = re.compile(r"\[\n\s+([^\[\]{}]*?)\n\s*\]")
+
+
+def _dumps(recipe: dict[str, Any]) -> str:
+    """Indented JSON with short arrays on one line (static/js/recipe_form.js writes it the same way)."""
+    text = json.dumps(recipe, indent=2, ensure_ascii=False)
+    return _SPREAD_ARRAY.sub(lambda match: "[" + re.sub(r",\n\s*", ", ", match.group(1)) + "]", text)
 
 
 class AdaptiveJsonForm(forms.Form):
@@ -125,16 +289,7 @@ class AdaptiveJsonForm(forms.Form):
         self.fields["document"].help_text = help_text
 
     def clean_document(self) -> dict[str, Any]:
-        text = self.cleaned_data["document"]
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise forms.ValidationError(
-                f"Not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
-            ) from None
-        if not isinstance(value, dict):
-            raise forms.ValidationError("Must be a JSON object.")
-        return value
+        return json_object(self.cleaned_data["document"])
 
     def add_problems(self, errors: dict[str, list[str]]) -> None:
         for path, messages in errors.items():

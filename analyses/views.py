@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import csv
+import json
+from typing import Any
+from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from analyses import selectors, services
+from analyses import drilldown, selectors, services
 from analyses.errors import NotAllowed, ValidationFailed
 from analyses.forms import RecipeForm
 from analyses.models import Round
@@ -28,7 +34,13 @@ def analysis_list(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     analysis = selectors.analysis_get(user=request.user, identifier=identifier)
-    form = RecipeForm(request.POST or None, analysis=analysis)
+    # Drill-down from a round page: ?refine=<round>&cohort=<c>&bucket=<i> prefills a refined recipe.
+    refine = (
+        drilldown.refinement_for_page(user=request.user, analysis=analysis, query=request.GET)
+        if "refine" in request.GET
+        else None
+    )
+    form = RecipeForm(request.POST or None, analysis=analysis, initial=(refine or {}).get("initial"))
     dry_run = None
     if request.method == "POST" and form.is_valid():
         try:
@@ -55,8 +67,10 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         "rounds": rounds,
         "dry_run": dry_run,
         "deletion_model_mechanisms": [name for name, cls in MECHANISMS.items() if cls.privacy_model == "deletion"],
+        "refine": refine,
     }
-    return render(request, "analyses/detail.html", context, status=400 if form.errors else 200)
+    invalid = form.errors or (refine and refine["error"])
+    return render(request, "analyses/detail.html", context, status=400 if invalid else 200)
 
 
 def _release_view(request: HttpRequest) -> services.ReleaseView:
@@ -74,18 +88,120 @@ def round_detail(request: HttpRequest, pk: int) -> HttpResponse:
     round_ = selectors.round_get(user=request.user, pk=pk)
     release = getattr(round_, "release", None) if round_.status == Round.Status.RELEASED else None
     view = _release_view(request)
+    table = services.release_table(release, view) if release else []
+    refinable = drilldown.refinable_buckets(round_) if release else []
+    buckets = len(refinable)
+    for index, row in enumerate(table):
+        # release_table lists every bucket of each released batch in order.
+        row["bucket_index"] = index % buckets
+        row["refinable"] = refinable[row["bucket_index"]]
     context = {
         "round": round_,
         "recipe": round_.recipe,
-        "progress": services.round_progress(round_),
+        "progress": _progress(round_),
+        "can_cancel": not round_.is_finished and _owns(request.user, round_),
         "release": release,
         "release_view": view,
         "interval_choices": INTERVALS,
         "view_choices": VIEWS,
         "release_json": services.release_as_json(release, view) if release else None,
-        "table": services.release_table(release, view) if release else [],
+        "table": table,
+        "drilldown": {
+            "url": reverse("analysis-detail", args=[round_.recipe.analysis.identifier]),
+            "round": round_.pk,
+            "refinable": refinable,
+        },
     }
     return render(request, "analyses/round.html", context)
+
+
+@login_required
+@require_GET
+def round_status(request: HttpRequest, pk: int) -> JsonResponse:
+    """What the round page's script polls: the progress as the page shows it."""
+    return JsonResponse(_progress(selectors.round_get(user=request.user, pk=pk)))
+
+
+@login_required
+@require_POST
+def round_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    if not _owns(request.user, round_):
+        raise PermissionDenied("Only the analyst who owns the analysis can cancel its rounds.")
+    try:
+        services.round_cancel(round_=round_, user=request.user)
+        messages.success(request, f"Round {round_.pk} cancelled: nothing will be released.")
+    except NotAllowed as refusal:
+        messages.error(request, str(refusal))
+    return redirect("round-detail", pk=round_.pk)
+
+
+@login_required
+@require_POST
+def round_refine(request: HttpRequest, pk: int) -> HttpResponse:
+    """Run the drill-down's refined recipe as it was shown (rebuilt here from the round and the bucket)."""
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    analysis = round_.recipe.analysis
+    query = {
+        "refine": str(round_.pk),
+        "cohort": request.POST.get("cohort", ""),
+        "bucket": request.POST.get("bucket", ""),
+    }
+    back = f"{reverse('analysis-detail', args=[analysis.identifier])}?{urlencode(query)}"
+    try:
+        refinement = drilldown.refined_recipe(round_=round_, cohort=query["cohort"], bucket=int(query["bucket"]))
+        if refinement["recipe"] is None:
+            raise NotAllowed(refinement["explanation"])
+        new_round = services.round_create_and_start(analysis=analysis, content=refinement["recipe"], user=request.user)
+    except ValueError:
+        messages.error(request, "bucket must be a whole number.")
+    except ValidationFailed as invalid:
+        for path, problems in invalid.errors.items():
+            for problem in problems:
+                messages.error(request, f"{path}: {problem}")
+    except NotAllowed as refusal:
+        messages.error(request, str(refusal))
+    else:
+        return redirect("round-detail", pk=new_round.pk)
+    return redirect(back)
+
+
+def _owns(user: AbstractBaseUser, round_: Round) -> bool:
+    return round_.recipe.analysis.owner_id == user.pk
+
+
+def _progress(round_: Round) -> dict[str, Any]:
+    """round_progress with what the page says in words: status, elapsed time, time left."""
+    progress = services.round_progress(round_)
+    if round_.is_finished:
+        eta = "done"
+    elif progress["elapsed_seconds"] is None:
+        eta = "waiting for a worker to start"
+    elif progress["eta_seconds"] is None:
+        eta = "estimating…"
+    else:
+        eta = f"about {_duration(progress['eta_seconds'])}"
+    return {
+        **progress,
+        "finished": round_.is_finished,
+        "status_display": round_.get_status_display(),
+        "elapsed_text": "not started"
+        if progress["elapsed_seconds"] is None
+        else _duration(progress["elapsed_seconds"]),
+        "eta_text": eta,
+    }
+
+
+def _duration(seconds: float) -> str:
+    """1 h 02 min, 3 min 05 s, 12 s."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
 
 
 @login_required
@@ -93,12 +209,18 @@ def release_csv(request: HttpRequest, pk: int) -> HttpResponse:
     round_ = selectors.round_get(user=request.user, pk=pk)
     if round_.status != Round.Status.RELEASED:
         return HttpResponse("No release yet.", status=404, content_type="text/plain")
-    response = HttpResponse(content_type="text/csv")
+    response = HttpResponse(services.release_as_csv(round_.release, _release_view(request)), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.csv"'
-    rows = services.release_table(round_.release, _release_view(request))
-    writer = csv.DictWriter(
-        response, fieldnames=["cohort", "bucket", "estimate", "standard_error", "ci_low", "ci_high"]
-    )
-    writer.writeheader()
-    writer.writerows(rows)
+    return response
+
+
+@login_required
+def release_json(request: HttpRequest, pk: int) -> HttpResponse:
+    """The release as the API gives it, as a file to download (the API's browsable page is not one)."""
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    if round_.status != Round.Status.RELEASED:
+        return HttpResponse("No release yet.", status=404, content_type="text/plain")
+    body = json.dumps(services.release_as_json(round_.release, _release_view(request)), indent=2, ensure_ascii=False)
+    response = HttpResponse(body, content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.json"'
     return response

@@ -1,14 +1,310 @@
-// The recipe editor's live privacy figures, from the same calculators as the API and CLI
-// (/api/privacy/*): the minimum cohort devices will enforce, or the aggregators' noise.
+// The recipe editor (templates/analyses/detail.html), on top of a form that works without it:
+// - the form and Figure 4's JSON kept in sync (the server's mapping is RecipeForm._recipe_from_fields;
+//   this mirrors it, and the page gives the field -> recipe key table in #recipe-paths);
+// - the recipe checked as you type by POST .../recipes/validate/ (recipe_validate is the only judge),
+//   its messages placed next to the fields they name, and the budget it would cost;
+// - the live privacy figures from the calculators API (/api/privacy/*): the minimum cohort devices
+//   will enforce, or the aggregators' noise, and the curve of aggregate epsilon against cohort size.
 (function () {
   "use strict";
   const form = document.getElementById("recipe-form");
   const out = document.getElementById("privacy-preview");
   if (!form || !out) return;
+  const jsonBox = form.elements.recipe_json;
+  const jsonStatus = document.getElementById("recipe-json-status");
+  const alertBox = document.getElementById("recipe-alert");
+  const summaryBox = document.getElementById("recipe-summary");
+  const errorLine = document.getElementById("standard-error");
+  const chart = document.getElementById("curve-chart");
+  const curveBody = document.querySelector("#curve-table tbody");
+  const caption = document.getElementById("curve-caption");
+  const paths = JSON.parse(document.getElementById("recipe-paths").textContent); // form field -> recipe key
+  const fieldFor = Object.fromEntries(Object.entries(paths).map(([name, path]) => [path, name]));
   const fleetSize = Number(out.dataset.fleetSize);
   const deletionModel = (out.dataset.deletionModel || "").split(",");
+  const csrf = form.elements.csrfmiddlewaretoken.value;
+  const PRIVACY_FIELDS = ["noise", "mechanism", "epsilon0", "epsilon", "delta", "sampling_rate", "min_cohort"];
   const value = (name) => (form.elements[name] ? form.elements[name].value.trim() : "");
+  const key = (name) => paths[name].split(".").pop(); // privacy.epsilon0 -> epsilon0
+  const isObject = (x) => x !== null && typeof x === "object" && !Array.isArray(x);
+  const count = (n) => Number(n).toLocaleString("en-US");
   let pending = null;
+
+  // ------------------------------------------------------------ form <-> JSON
+
+  // Indented JSON with short arrays on one line, as the server writes it (forms._dumps). JSON
+  // strings hold no raw newline, so ",\n" only ever separates items.
+  function stringify(recipe) {
+    return JSON.stringify(recipe, null, 2).replace(
+      /\[\n\s+([^[\]{}]*?)\n\s*\]/g,
+      (_, items) => `[${items.replace(/,\n\s*/g, ", ")}]`
+    );
+  }
+
+  // A form value as the JSON holds it: a number when it reads as one, null when empty, else the
+  // text itself (so that the server names the problem at its key).
+  function asJson(text) {
+    if (text === "") return null;
+    const number = Number(text);
+    return Number.isFinite(number) ? number : text;
+  }
+
+  function boundaries() {
+    return value("boundaries")
+      .replace(/;/g, ",")
+      .split(",")
+      .filter((part) => part.trim())
+      .map((part) => asJson(part.trim()));
+  }
+
+  function checkedCohorts() {
+    return Array.from(form.querySelectorAll('input[name="cohorts"]:checked')).map((box) => box.value);
+  }
+
+  function privacyFromForm(previous) {
+    const privacy = { noise: value("noise") || "client" };
+    if (privacy.noise === "client") {
+      privacy[key("mechanism")] = value("mechanism");
+      privacy[key("epsilon0")] = asJson(value("epsilon0"));
+    }
+    for (const name of ["epsilon", "delta", "sampling_rate"]) privacy[key(name)] = asJson(value(name));
+    if (value("min_cohort") !== "") privacy[key("min_cohort")] = asJson(value("min_cohort"));
+    // Keys the form has no field for stay as the analyst wrote them.
+    const kept = isObject(previous) ? { ...previous } : {};
+    for (const name of PRIVACY_FIELDS) delete kept[key(name)];
+    return { ...privacy, ...kept };
+  }
+
+  // What each form field writes into the recipe. A form edit rewrites only its own keys, so keys
+  // the form cannot show (a recipeIdentifier, another data type) survive edits elsewhere.
+  const writers = {
+    field(recipe) {
+      recipe.query = `select ${value("field")} from ${form.dataset.stream}`;
+      writers.boundaries(recipe);
+    },
+    boundaries(recipe) {
+      recipe.dataTypeContent = { [value("field")]: { dataType: "BucketedType", boundaries: boundaries() } };
+    },
+    cohorts(recipe) {
+      recipe.cohorts = checkedCohorts();
+    },
+    privacy(recipe) {
+      recipe.privacy = privacyFromForm(recipe.privacy);
+    },
+  };
+
+  function writerOf(name) {
+    return writers[name] || (PRIVACY_FIELDS.includes(name) ? writers.privacy : null);
+  }
+
+  function recipeFromForm() {
+    const recipe = { version: "1", AnalysisIdentifier: form.dataset.analysis };
+    writers.field(recipe);
+    writers.cohorts(recipe);
+    // The server's key order: query, cohorts, dataTypeContent, privacy.
+    const { dataTypeContent } = recipe;
+    delete recipe.dataTypeContent;
+    recipe.dataTypeContent = dataTypeContent;
+    writers.privacy(recipe);
+    return recipe;
+  }
+
+  function setControl(name, text) {
+    const control = form.elements[name];
+    if (!control) return;
+    if (control.tagName === "SELECT" && !Array.from(control.options).some((o) => o.value === text)) return;
+    control.value = text;
+  }
+
+  // The JSON's values into the fields they map to; what a field cannot show is left alone.
+  function formFromRecipe(recipe) {
+    const selected = /^\s*select\s+(\w+)\s+from\s+\w+\s*$/i.exec(typeof recipe.query === "string" ? recipe.query : "");
+    if (selected) setControl("field", selected[1]);
+    const schema = isObject(recipe.dataTypeContent) ? recipe.dataTypeContent[value("field")] : null;
+    if (isObject(schema) && Array.isArray(schema.boundaries)) setControl("boundaries", schema.boundaries.join(", "));
+    if (Array.isArray(recipe.cohorts)) {
+      for (const box of form.querySelectorAll('input[name="cohorts"]')) box.checked = recipe.cohorts.includes(box.value);
+    }
+    const privacy = isObject(recipe.privacy) ? recipe.privacy : {};
+    // Defaults of the recipe format (docs/formats.md) where a key is left out.
+    const defaults = { noise: "client", sampling_rate: "1", min_cohort: "" };
+    for (const name of PRIVACY_FIELDS) {
+      const raw = privacy[key(name)];
+      if (raw === undefined || raw === null) setControl(name, defaults[name] ?? "");
+      else if (typeof raw === "number" || typeof raw === "string") setControl(name, String(raw));
+    }
+  }
+
+  // The JSON textarea: {ok, recipe} or {ok: false, message} saying where it breaks.
+  function parseJson() {
+    const text = jsonBox.value;
+    let recipe;
+    try {
+      recipe = JSON.parse(text);
+    } catch (error) {
+      return { ok: false, message: whereItBreaks(text, error) };
+    }
+    if (!isObject(recipe)) return { ok: false, message: "Must be a JSON object." };
+    return { ok: true, recipe };
+  }
+
+  function whereItBreaks(text, error) {
+    const reason = error.message.replace(/ in JSON at position \d+.*$/, "").replace(/^JSON\.parse: /, "");
+    const given = /line (\d+) column (\d+)/.exec(error.message);
+    if (given) return `Not valid JSON at line ${given[1]}, column ${given[2]}: ${reason}.`;
+    const at = /position (\d+)/.exec(error.message);
+    const position = at ? Number(at[1]) : text.length; // "Unexpected end of JSON input" has none
+    const before = text.slice(0, position);
+    const line = before.split("\n").length;
+    const column = position - before.lastIndexOf("\n");
+    return `Not valid JSON at line ${line}, column ${column}: ${reason}.`;
+  }
+
+  // Which side runs. Without this script the analyst picks it; with it, the JSON whenever it parses
+  // (it then holds everything the form says, and maybe more).
+  function runFrom(side) {
+    for (const radio of form.querySelectorAll('input[name="source"]')) radio.checked = radio.value === side;
+  }
+
+  function showJsonState(parsed) {
+    jsonBox.setAttribute("aria-invalid", parsed.ok ? "false" : "true");
+    jsonBox.closest(".field").classList.toggle("invalid", !parsed.ok);
+    jsonStatus.className = parsed.ok ? "hint" : "error";
+    jsonStatus.textContent = parsed.ok
+      ? "In sync with the form; Run and Dry run use this JSON."
+      : `${parsed.message} The form keeps its values, and Run uses the form until the JSON parses.`;
+    runFrom(parsed.ok ? "json" : "form");
+  }
+
+  function formEdited(name) {
+    const write = writerOf(name);
+    if (!write) return;
+    const parsed = parseJson();
+    let recipe;
+    if (parsed.ok) {
+      recipe = parsed.recipe;
+      write(recipe);
+    } else {
+      recipe = recipeFromForm(); // the form was edited last: it wins over JSON that does not parse
+    }
+    jsonBox.value = stringify(recipe);
+    showJsonState({ ok: true });
+  }
+
+  function jsonEdited() {
+    const parsed = parseJson();
+    if (parsed.ok) formFromRecipe(parsed.recipe);
+    showJsonState(parsed);
+  }
+
+  // ------------------------------------------------------------ validation as you type
+
+  let validation = 0; // only the latest answer is shown
+
+  function clearMessages() {
+    for (const message of form.querySelectorAll(".field .error:not(#recipe-json-status)")) message.remove();
+    for (const field of form.querySelectorAll(".field.invalid")) {
+      if (field.dataset.field !== "recipe_json") field.classList.remove("invalid");
+    }
+    for (const control of form.querySelectorAll("[data-live-error]")) {
+      control.removeAttribute("aria-invalid");
+      const ids = (control.getAttribute("aria-describedby") || "").split(" ");
+      control.setAttribute("aria-describedby", ids.filter((id) => !id.startsWith("live-error-")).join(" "));
+      delete control.dataset.liveError;
+    }
+    alertBox.replaceChildren();
+  }
+
+  function formFieldOf(path) {
+    if (fieldFor[path]) return fieldFor[path];
+    if (path.endsWith(".boundaries")) return "boundaries";
+    return null;
+  }
+
+  function placeMessages(fields) {
+    const general = [];
+    for (const [path, messages] of Object.entries(fields)) {
+      const name = formFieldOf(path);
+      const box = name && form.querySelector(`.field[data-field="${name}"]`);
+      if (!box) {
+        for (const message of [].concat(messages)) general.push(`${path}: ${message}`);
+        continue;
+      }
+      const note = document.createElement("p");
+      note.className = "error";
+      note.id = `live-error-${name}`;
+      note.textContent = [].concat(messages).join(" ");
+      box.append(note);
+      box.classList.add("invalid");
+      for (const control of box.querySelectorAll("input, select, textarea")) {
+        control.setAttribute("aria-invalid", "true");
+        const ids = (control.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
+        control.setAttribute("aria-describedby", [...ids, note.id].join(" "));
+        control.dataset.liveError = "1";
+      }
+    }
+    if (general.length) {
+      const list = document.createElement("ul");
+      list.className = "errors";
+      for (const text of general) list.append(Object.assign(document.createElement("li"), { textContent: text }));
+      alertBox.append(list);
+    }
+    return Object.keys(fields).length;
+  }
+
+  function currentRecipe() {
+    const parsed = parseJson();
+    return parsed.ok ? parsed.recipe : recipeFromForm();
+  }
+
+  async function validate() {
+    const mine = ++validation;
+    let response;
+    let body;
+    try {
+      response = await fetch(form.dataset.validateUrl, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
+        body: JSON.stringify(currentRecipe()),
+      });
+      body = await response.json();
+    } catch (error) {
+      if (mine === validation) summaryBox.textContent = `The recipe could not be checked: ${error.message}`;
+      return null;
+    }
+    if (mine !== validation) return null;
+    clearMessages();
+    if (response.ok) {
+      summaryBox.textContent =
+        `Valid: ${body.field} in ${count(body.buckets)} buckets, minimum cohort ${count(body.min_cohort)}. ` +
+        body.summary;
+      showStandardError(body);
+      return body;
+    }
+    // The API's error format: {"detail", "code", "fields": {key: [messages]}}; older answers were
+    // the fields alone.
+    const fields = body.fields || body;
+    const problems = response.status === 400 ? placeMessages(fields) : 0;
+    if (!problems) alertBox.textContent = body.detail || `The recipe could not be checked (HTTP ${response.status}).`;
+    summaryBox.textContent = `Not valid yet: ${problems || 1} problem${problems > 1 ? "s" : ""}, shown by the field or above the form.`;
+    errorLine.textContent = "Standard errors: shown once the recipe is valid.";
+    return null;
+  }
+
+  function showStandardError(summary) {
+    const se = summary.standard_error;
+    const digits = (x) => x.toLocaleString("en-US", { maximumFractionDigits: 1 });
+    errorLine.textContent =
+      summary.noise === "aggregator"
+        ? `Expected standard error per bucket: ±${digits(se.empty_bucket)} devices in every bucket ` +
+          `(both aggregators' noise), for the ${count(se.devices)} devices expected.`
+        : `Expected standard error per bucket for the ${count(se.devices)} devices expected ` +
+          `(fleet × sampling rate, one release): ±${digits(se.empty_bucket)} devices for an empty bucket, ` +
+          `±${digits(se.full_bucket)} for a bucket holding all of them.`;
+  }
+
+  // ------------------------------------------------------------ privacy figures and the curve
 
   async function calculator(path, params) {
     const response = await fetch(`/api/privacy/${path}/?${new URLSearchParams(params)}`, {
@@ -17,7 +313,7 @@
     });
     const body = await response.json();
     if (!response.ok) {
-      const [field, messages] = Object.entries(body)[0] || ["", ["invalid"]];
+      const [field, messages] = Object.entries(body.fields || body)[0] || ["", [body.detail || "invalid"]];
       throw new Error(`${field}: ${[].concat(messages).join(" ")}`);
     }
     return body;
@@ -40,6 +336,7 @@
             `every count's standard error is σ·√2 = ${(g.sigma * Math.SQRT2).toFixed(4)}. ` +
             `Devices expected at this sampling rate: ${expected}.`
         );
+        noCurve("No curve: with aggregator noise the guarantee does not depend on the cohort size.");
         return;
       }
       let epsilon0 = Number(value("epsilon0"));
@@ -53,14 +350,140 @@
           `the numerical bound of Feldman–McMillan–Talwar 2022 would need ${tight.min_cohort.toLocaleString()}. ` +
           `Devices expected at this sampling rate: ${expected}.`
       );
+      const minCohort = Math.max(closed.min_cohort, Number(value("min_cohort")) || 0);
+      await drawCurve(epsilon0, Number(epsilon), Number(delta), minCohort, fleetSize * rate);
     } catch (error) {
       say(`Privacy figures unavailable: ${error.message}`);
+      noCurve("No curve until ε₀, ε and δ are valid.");
     }
   }
 
-  form.addEventListener("input", () => {
+  const cache = new Map(); // calculator answers by request: the curves only change with ε₀ and δ
+
+  async function cached(path, params) {
+    const id = `${path}?${new URLSearchParams(params)}`;
+    if (!cache.has(id)) {
+      if (cache.size > 200) cache.clear(); // one page's typing; no need to keep it all
+      const answer = calculator(path, params);
+      cache.set(id, answer);
+      answer.catch(() => cache.delete(id)); // a refusal is asked again next time
+    }
+    return cache.get(id);
+  }
+
+  // Figure 1 of seed 000's range (10^2 to 10^8 reports), widened to hold the recipe's minimum cohort,
+  // with four points a decade so that every power of ten is on the curve (the table's rows).
+  function curveRange(minCohort) {
+    const low = Math.max(0, Math.min(2, Math.floor(Math.log10(minCohort))));
+    const high = Math.min(12, Math.max(8, Math.ceil(Math.log10(minCohort))));
+    return { n_min: 10 ** low, n_max: 10 ** high, points: 4 * (high - low) + 1 };
+  }
+
+  async function drawCurve(epsilon0, epsilon, delta, minCohort, expected) {
+    const range = curveRange(minCohort);
+    const [closed, numerical, closedAt, numericalAt] = await Promise.all([
+      cached("curve", { epsilon0, delta, method: "closed-form", ...range }),
+      cached("curve", { epsilon0, delta, method: "stronger-2022", ...range }),
+      cached("amplify", { epsilon0, delta, n: minCohort, method: "closed-form" }),
+      cached("amplify", { epsilon0, delta, n: minCohort, method: "stronger-2022" }),
+    ]);
+    fillTable(epsilon0, delta, closed, numerical, minCohort, [closedAt.epsilon, numericalAt.epsilon]);
+    if (!window.Plotly) return;
+    chart.hidden = false;
+    const n = closed.points.map((p) => p.n);
+    const top = Math.max(epsilon0, epsilon) * 1.05;
+    const traces = [
+      { name: "Theorem 3.1 (devices enforce it)", x: n, y: closed.points.map((p) => p.epsilon), mode: "lines" },
+      { name: "FMT 2022 numerical bound", x: n, y: numerical.points.map((p) => p.epsilon), mode: "lines" },
+      {
+        name: `this recipe: minimum cohort ${count(minCohort)}, ε = ${epsilon}`,
+        x: [minCohort],
+        y: [epsilon],
+        mode: "markers",
+        marker: { size: 12, symbol: "diamond" },
+      },
+      {
+        name: `devices expected: ${count(Math.round(expected))}`,
+        x: [expected, expected],
+        y: [0, top],
+        mode: "lines",
+        line: { dash: "dot", width: 1, color: "#5b6475" },
+      },
+    ];
+    const layout = {
+      margin: { t: 20 },
+      height: 400,
+      xaxis: { type: "log", title: { text: "cohort size n (reports)" } },
+      yaxis: { title: { text: `aggregate ε at δ = ${delta}` }, range: [0, top] },
+      legend: { orientation: "h", y: -0.3 },
+    };
+    Plotly.react(chart, traces, layout, { responsive: true, displaylogo: false });
+  }
+
+  function cell(text, header) {
+    const element = document.createElement(header ? "th" : "td");
+    if (header) element.scope = "row";
+    element.className = "num";
+    element.textContent = text;
+    return element;
+  }
+
+  const epsilonText = (x) => (x === null ? "no bound" : x.toFixed(4));
+
+  // The table alternative: the curve at every power of ten, and at the recipe's minimum cohort.
+  function fillTable(epsilon0, delta, closed, numerical, minCohort, at) {
+    caption.textContent =
+      `Aggregate ε of n reports for ε₀ = ${epsilon0} (replacement model) at δ = ${delta}; ` +
+      `the marked row is this recipe's minimum cohort.`;
+    const rows = closed.points
+      .map((p, i) => ({ n: p.n, values: [p.epsilon, numerical.points[i].epsilon] }))
+      .filter((row) => Number.isInteger(Math.log10(row.n)) && row.n !== minCohort);
+    rows.push({ n: minCohort, values: at, recipe: true });
+    rows.sort((a, b) => a.n - b.n);
+    curveBody.replaceChildren(
+      ...rows.map((row) => {
+        const tr = document.createElement("tr");
+        tr.append(cell(row.recipe ? `${count(row.n)} (this recipe's minimum cohort)` : count(row.n), row.recipe));
+        for (const x of row.values) tr.append(cell(epsilonText(x)));
+        if (row.recipe) tr.className = "recipe-row";
+        return tr;
+      })
+    );
+  }
+
+  function noCurve(text) {
+    caption.textContent = text;
+    curveBody.replaceChildren();
+    chart.hidden = true;
+  }
+
+  // ------------------------------------------------------------ wiring
+
+  function schedule() {
     clearTimeout(pending);
-    pending = setTimeout(refresh, 250);
+    pending = setTimeout(() => {
+      validate();
+      refresh();
+    }, 300);
+  }
+
+  form.addEventListener("input", (event) => {
+    const target = event.target;
+    if (target === jsonBox) jsonEdited();
+    else if (target.name !== "source") formEdited(target.name);
+    schedule();
   });
+
+  // The choice of side is this script's; the analyst sees which side runs by the JSON.
+  document.getElementById("recipe-source").hidden = true;
+  const posted = form.querySelector('input[name="source"]:checked');
+  if ((posted && posted.value === "json") || !form.elements.field.options.length) {
+    jsonEdited();
+  } else {
+    // The posted (or initial) fields are the recipe: the JSON follows them.
+    jsonBox.value = stringify(recipeFromForm());
+    showJsonState({ ok: true });
+  }
+  validate();
   refresh();
 })();

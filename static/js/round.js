@@ -1,23 +1,72 @@
-// Follows a running round: polls the round's API every half second and reloads once it ends.
+// Follows a running round: polls its status.json every half second, shows shards done, devices
+// answered and not answering by reason, elapsed time and time left, and reloads once the round
+// ends (released, failed or cancelled) to show what it came to. The cancel button asks first.
 (function () {
   "use strict";
+  const cancel = document.getElementById("cancel-form");
+  if (cancel) {
+    cancel.addEventListener("submit", (event) => {
+      const sure = window.confirm(
+        "Cancel this round? Nothing will be released; devices that already answered keep their budget spent."
+      );
+      if (!sure) event.preventDefault();
+    });
+  }
+
   const section = document.getElementById("progress");
   if (!section || section.dataset.finished === "true") return;
   const bar = document.getElementById("round-progress");
-  const show = (id, value) => { document.getElementById(id).textContent = value; };
+  const show = (id, value) => {
+    const element = document.getElementById(id);
+    if (element.textContent !== String(value)) element.textContent = value;
+  };
+
+  function showRefusals(reasons) {
+    const body = document.querySelector("#refusals tbody");
+    const entries = Object.entries(reasons);
+    const rows = entries.length ? entries : [["None so far.", null]];
+    body.replaceChildren(
+      ...rows.map(([reason, count]) => {
+        const row = document.createElement("tr");
+        const name = document.createElement("td");
+        name.textContent = reason;
+        row.append(name);
+        if (count === null) {
+          name.colSpan = 2;
+        } else {
+          const cell = document.createElement("td");
+          cell.className = "num";
+          cell.textContent = count;
+          row.append(cell);
+        }
+        return row;
+      })
+    );
+  }
 
   async function poll() {
-    const response = await fetch(section.dataset.url, { headers: { Accept: "application/json" } });
-    if (!response.ok) return setTimeout(poll, 2000);
-    const round = await response.json();
-    const progress = round.progress;
+    let progress;
+    try {
+      const response = await fetch(section.dataset.url, {
+        headers: { Accept: "application/json" },
+        credentials: "same-origin",
+      });
+      if (!response.ok) throw new Error(response.statusText);
+      progress = await response.json();
+    } catch (error) {
+      return setTimeout(poll, 2000); // a restart of the server, say: try again a little later
+    }
+    if (progress.finished) return window.location.reload();
     bar.max = Math.max(progress.shards_total, 1);
     bar.value = progress.shards_done;
-    show("round-status", round.status);
+    bar.textContent = `${progress.shards_done} of ${progress.shards_total} shards`;
+    show("round-status", progress.status_display);
     show("shards-done", progress.shards_done);
     show("shards-total", progress.shards_total);
     show("devices-answered", progress.devices_answered);
-    if (round.status === "released" || round.status === "failed") return window.location.reload();
+    show("elapsed", progress.elapsed_text);
+    show("eta", progress.eta_text);
+    showRefusals(progress.devices_not_answering);
     setTimeout(poll, 500);
   }
   poll();

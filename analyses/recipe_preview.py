@@ -1,0 +1,136 @@
+"""What a recipe would do, checked as you type: recipe_validate's verdict plus the figures around it.
+
+The dashboard's recipe editor (and POST /api/analyses/<id>/recipes/validate/) asks this before
+anything runs. It reads only: no recipe, round or ledger is created or charged.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import numpy as np
+
+from analyses import services
+from analyses.models import Analysis, Recipe
+from devices.budget import BudgetRequest
+from privacy.aggregator_noise import AggregatorGaussian
+from privacy.mechanisms import mechanism_get
+
+# Budgets are kept in nano-epsilon on devices; rounding the figures shown to that unit hides
+# float noise such as 2 - 0.3 - 0.3 = 1.4000000000000001.
+_DIGITS: Final = 9
+# "Rounds like this one that still fit" is counted up to here (each is one accountant check).
+_MAX_ROUNDS_COUNTED: Final = 100
+
+
+def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
+    """The parsed recipe's key figures, its budget cost and what would remain, and its expected error.
+
+    Raises ValidationFailed (by recipe key) exactly when ``services.recipe_validate`` does: it is
+    the only judge of a recipe.
+    """
+    parsed = services.recipe_validate(analysis=analysis, content=content)
+    request = services.parsed_budget_request(parsed)
+    devices_expected = analysis.fleet.size * parsed["sampling_rate"]
+    budget = _budget(analysis, parsed, request)
+    return {
+        "field": parsed["field"],
+        "buckets": parsed["encoding"].size,
+        "cohorts": parsed["cohorts"],
+        "noise": parsed["noise"],
+        "mechanism": parsed["mechanism"] or None,
+        "epsilon0": parsed["epsilon0"],
+        "replacement_epsilon0": None if math.isinf(request.epsilon0) else request.epsilon0,
+        "epsilon": parsed["epsilon"],
+        "delta": parsed["delta"],
+        "sampling_rate": parsed["sampling_rate"],
+        "min_cohort": parsed["min_cohort"],
+        "devices": analysis.fleet.size,
+        "devices_expected": round(devices_expected),
+        "budget": budget,
+        "standard_error": _standard_error(parsed, round(devices_expected)),
+        "summary": _summary(analysis, budget),
+    }
+
+
+def _budget(analysis: Analysis, parsed: dict[str, Any], request: BudgetRequest) -> dict[str, Any]:
+    """Cost, left before and remaining after, for the analysis and each field the recipe reads.
+
+    "Left" is what the budget table on the analysis page shows (every round started counts in
+    full, epsilons summed); ``rounds_that_fit`` asks the analysis's own accountant, so with the
+    advanced or Rényi accountant it can exceed what the sums suggest.
+    """
+    spent = services.analysis_spent(analysis)
+    cost = parsed["epsilon"]
+    policies = {p.field: p for p in analysis.field_policies.all()}
+    fields = []
+    for name in services.fields_of(parsed["field"]):
+        used = spent["fields"].get(name, {"epsilon": 0.0, "reports": 0})
+        policy = policies[name]  # recipe_validate refuses a field without a policy
+        fields.append(
+            _scope(name, cost, policy.epsilon - used["epsilon"], policy.reports - used["reports"]),
+        )
+    scope = _scope(
+        analysis.identifier,
+        cost,
+        analysis.epsilon_allowed - spent["epsilon"],
+        analysis.reports_allowed - spent["reports"],
+    )
+    reports_left = min([scope["reports_left"], *(f["reports_left"] for f in fields)])
+    planned = max(1, min(reports_left, _MAX_ROUNDS_COUNTED))
+    refusal = services.budget_plan_refusal(analysis, parsed["field"], [request] * planned)
+    return {
+        "accountant": analysis.accountant,
+        "analysis": scope,
+        "fields": fields,
+        "rounds_that_fit": planned if refusal is None else refusal[0],
+    }
+
+
+def _scope(name: str, cost: float, left: float, reports_left: int) -> dict[str, Any]:
+    left = round(left, _DIGITS)
+    return {
+        "name": name,
+        "epsilon": cost,
+        "left": left,
+        "remaining": round(left - cost, _DIGITS),
+        "reports": 1,
+        "reports_left": reports_left,
+        "reports_remaining": reports_left - 1,
+    }
+
+
+def _standard_error(parsed: dict[str, Any], devices: int) -> dict[str, Any]:
+    """Standard error of one bucket's count in a release over ``devices`` reports.
+
+    Client noise: the mechanism's own variance (the one releases use for their error bars), for a
+    bucket holding no device and for one holding every device; it grows with the count for most
+    mechanisms. Aggregator noise: both aggregators' Gaussian noise, the same for every bucket.
+    A recipe split by cohort releases one batch per cohort value, each over fewer devices.
+    """
+    size = parsed["encoding"].size
+    if parsed["noise"] == Recipe.Noise.AGGREGATOR:
+        error = AggregatorGaussian(parsed["epsilon"], parsed["delta"]).standard_error()
+        return {"devices": devices, "empty_bucket": error, "full_bucket": error}
+    oracle = mechanism_get(parsed["mechanism"], parsed["epsilon0"])
+    empty = np.zeros(size)
+    full = np.zeros(size)
+    full[0] = devices
+    return {
+        "devices": devices,
+        "empty_bucket": math.sqrt(oracle.variance(empty, devices, size)[0]),
+        "full_bucket": math.sqrt(oracle.variance(full, devices, size)[0]),
+    }
+
+
+def _summary(analysis: Analysis, budget: dict[str, Any]) -> str:
+    """One sentence for the editor: "This round will spend ε = 1 of the 3 left for the analysis; …"."""
+    scope = budget["analysis"]
+    parts = [f"This round will spend ε = {scope['epsilon']:g} of the {scope['left']:g} left for the analysis"]
+    parts += [f"field {f['name']}: {f['epsilon']:g} of {f['left']:g} left" for f in budget["fields"]]
+    sentence = "; ".join(parts) + f". Rounds like this one that fit, this one included: {budget['rounds_that_fit']}"
+    if analysis.accountant != "basic":
+        # The figures left are plain sums; the advanced or Rényi accountant may fit more rounds.
+        sentence += f" (by the {analysis.accountant} accountant; the figures left are plain sums)"
+    return sentence + "."

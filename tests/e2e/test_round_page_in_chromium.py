@@ -1,0 +1,126 @@
+"""In a real Chromium against a live server and a real worker: follow a round, drill down, cancel one."""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from analyses import services
+from analyses.models import Analysis, Round
+
+pytestmark = pytest.mark.e2e
+
+SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
+
+# demo.refinement: perplexity, 4 rounds of epsilon 1 allowed. epsilon0 4, epsilon 1 and delta 1e-6
+# need a minimum cohort of 8,762 of the 100,000 demo devices.
+PERPLEXITY = {
+    "recipeIdentifier": "perplexity",
+    "query": "select perplexity from ModelMetrics",
+    "dataTypeContent": {"perplexity": {"dataType": "BucketedType", "boundaries": [0, 25, 50, 75, 100, 125]}},
+    "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 4.0, "epsilon": 1.0, "delta": 1e-6},
+}
+
+
+def shot(page, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
+
+
+def sign_in(page, url: str) -> None:
+    page.goto(url)
+    page.get_by_label("Username").fill("analyst")
+    page.get_by_label("Password").fill("analyst-demo-password")
+    page.get_by_role("button", name="Sign in").click()
+
+
+def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinement(demo, live_server, page) -> None:
+    sign_in(page, f"{live_server.url}/analyses/demo.refinement/")
+    page.get_by_label("Bucket boundaries").fill("0, 25, 50, 75, 100, 125")
+    page.get_by_label("Local epsilon (ε₀)").fill("4")
+    page.get_by_label("Aggregate epsilon (ε)").fill("1")
+    page.get_by_role("button", name="Run", exact=True).click()
+
+    # The page follows the round (status.json) until it is released, then reloads with the release.
+    expect(page.get_by_role("progressbar", name="Shards done")).to_be_attached()
+    expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
+    bar = page.get_by_role("progressbar", name="Shards done")
+    expect(bar).to_have_attribute("value", "10")
+    expect(bar).to_have_attribute("max", "10")
+    expect(page.locator("#progress-text")).to_contain_text("10 of 10 shards done")
+    expect(page.locator("#progress-text")).to_contain_text("100000 devices answered")
+    expect(page.locator("#eta")).to_have_text("done")
+    expect(page.locator("#elapsed")).to_have_text(re.compile(r"^\d+ (s|min \d\d s)$"))
+    expect(page.locator("#refusals")).to_contain_text("None so far.")
+
+    # Chart and table: OOV + 6 buckets, each with a Refine link for keyboard and screen-reader users.
+    expect(page.locator("#chart .bars .point")).to_have_count(7, timeout=15_000)
+    rows = page.locator("#release-table tbody tr")
+    expect(rows).to_have_count(7)
+    expect(rows.nth(2)).to_contain_text("[25, 50)")
+    expect(page.get_by_role("link", name="Refine bucket [25, 50)")).to_be_visible()
+    expect(page.get_by_role("link", name="Download JSON")).to_be_visible()
+    first_round = Round.objects.get()
+
+    # One click on the bar of [25, 50) opens the analysis page with the refined recipe and its cost.
+    bar_25_50 = page.locator("#chart .bars .point path").nth(2)
+    bar_25_50.scroll_into_view_if_needed()
+    box = bar_25_50.bounding_box()
+    # plotly's drag layer lies over the bars and takes the click: a pointer click at the bar's centre.
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.up()
+    expect(page).to_have_url(f"{live_server.url}/analyses/demo.refinement/?refine={first_round.pk}&cohort=&bucket=2")
+    expect(page.get_by_label("Bucket boundaries")).to_have_value("25, 30, 35, 40, 45, 50")
+    cost = page.locator("#refine-cost")
+    expect(cost).to_contain_text(f"Refining bucket [25, 50) of round #{first_round.pk}: this round will spend ε = 1")
+    expect(cost).to_contain_text("analysis: ε 3 of 4 left, 3 of 4 reports; field perplexity: ε 3 of 4 left")
+    expect(page.locator("#refine-explanation")).to_contain_text("Splits perplexity bucket [25, 50) into 5 buckets")
+    shot(page, "drilldown")
+
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
+    expect(page.locator("#release-table tbody tr")).to_have_count(7)
+    expect(page.locator("#release-table tbody tr").nth(1)).to_contain_text("[25, 30)")
+    assert Round.objects.count() == 2
+
+
+def test_a_half_run_round_shows_its_time_left_and_can_be_cancelled(demo, live_server, page) -> None:
+    # Dispatched by hand and never sent to the worker, 3 of the 10 shards answered: the round
+    # stays half run for as long as the test looks at it.
+    analyst = get_user_model().objects.get(username="analyst")
+    analysis = Analysis.objects.get(identifier="demo.refinement")
+    recipe = services.recipe_create(analysis=analysis, content=PERPLEXITY, user=analyst)
+    round_ = Round.objects.create(recipe=recipe, seed=7, created_by=analyst)
+    for shard_id in services.round_dispatch(round_id=round_.pk)[:3]:
+        services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    Round.objects.filter(pk=round_.pk).update(started_at=timezone.now() - timedelta(seconds=60))
+
+    sign_in(page, f"{live_server.url}/rounds/{round_.pk}/")
+    bar = page.get_by_role("progressbar", name="Shards done")
+    expect(bar).to_have_attribute("value", "3")
+    expect(page.locator("#round-status")).to_have_text("Running on devices")
+    expect(page.locator("#progress-text")).to_contain_text("3 of 10 shards done")
+    expect(page.locator("#progress-text")).to_contain_text("30000 devices answered")
+    # 3 shards in a minute: the 7 left take about 7/3 of that, 2 min 20 s and counting.
+    expect(page.locator("#eta")).to_have_text(re.compile(r"^about 2 min [2-5]\d s$"))
+    shot(page, "round_progress")
+
+    page.on("dialog", lambda dialog: dialog.accept())  # "Cancel this round?"
+    page.get_by_role("button", name="Cancel round").click()
+    expect(page.locator("#round-status")).to_have_text("Cancelled")
+    expect(page.locator("#cancelled")).to_contain_text("Cancelled by analyst")
+    expect(page.locator("#cancelled")).to_contain_text("Nothing was released")
+    expect(page.locator("#cancelled")).to_contain_text(
+        "The 30000 devices that answered before the cancel keep their budget spent"
+    )
+    expect(page.get_by_role("button", name="Cancel round")).to_have_count(0)
+    assert Round.objects.get(pk=round_.pk).status == Round.Status.CANCELLED
