@@ -75,7 +75,10 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'pfs.sqlite3'}"),
-        conn_max_age=0,
+        # Persistent connections: opening one per request costs PostgreSQL a process fork, more
+        # than most of our requests. Health checks drop one the server closed.
+        conn_max_age=env_int("PFS_DB_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
