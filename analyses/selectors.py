@@ -38,6 +38,19 @@ def round_get(*, user: AbstractBaseUser, pk: int) -> Round:
     return _visible_or_404(round_list(user=user), user, pk=pk)
 
 
+def last_releases(*, analyses: list[Analysis]) -> dict[int, Round]:
+    """Each analysis's most recently released round, by analysis id (one query for the list page)."""
+    released = (
+        Round.objects.filter(recipe__analysis__in=analyses, status=Round.Status.RELEASED)
+        .select_related("recipe")
+        .order_by("recipe__analysis_id", "-finished_at", "-pk")
+    )
+    latest: dict[int, Round] = {}
+    for round_ in released:
+        latest.setdefault(round_.recipe.analysis_id, round_)
+    return latest
+
+
 def fleet_list() -> QuerySet[Fleet]:
     """Every fleet with its shard count; a fleet's devices and their data are never part of it."""
     return Fleet.objects.defer("vocabularies").annotate(shard_count=Count("shards")).order_by("name")

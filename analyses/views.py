@@ -25,8 +25,9 @@ from privacy.mechanisms import MECHANISMS
 
 @login_required
 def analysis_list(request: HttpRequest) -> HttpResponse:
-    analyses = selectors.analysis_list(user=request.user)
-    rows = [{"analysis": a, "spent": services.analysis_spent(a)} for a in analyses]
+    analyses = list(selectors.analysis_list(user=request.user))
+    latest = selectors.last_releases(analyses=analyses)
+    rows = [{"analysis": a, "spent": services.analysis_spent(a), "last_release": latest.get(a.pk)} for a in analyses]
     return render(request, "analyses/list.html", {"rows": rows})
 
 

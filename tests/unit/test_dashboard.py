@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from analyses import services
 from analyses.models import Recipe, Round
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +28,20 @@ def test_pages_need_sign_in(client, analysis) -> None:
 def test_analysis_list_shows_budget_bars(client, analysis, analyst) -> None:
     client.force_login(analyst)
     page = client.get("/").content.decode()
-    assert "test.ages" in page and "<meter" in page
+    assert "test.ages" in page and "<meter" in page and "none yet" in page
+
+
+def test_analysis_list_links_the_last_release(
+    client, analysis, analyst, recipe, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        first = services.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+        second = services.round_create_and_start(
+            analysis=analysis, content={**recipe, "recipeIdentifier": "again"}, user=analyst
+        )
+    client.force_login(analyst)
+    page = client.get("/").content.decode()
+    assert f"/rounds/{second.pk}/" in page and f"/rounds/{first.pk}/" not in page
 
 
 def test_running_from_the_form_starts_a_round_and_shows_its_release(
