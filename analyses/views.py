@@ -27,7 +27,8 @@ from privacy.mechanisms import MECHANISMS
 def analysis_list(request: HttpRequest) -> HttpResponse:
     analyses = list(selectors.analysis_list(user=request.user))
     latest = selectors.last_releases(analyses=analyses)
-    rows = [{"analysis": a, "spent": services.analysis_spent(a), "last_release": latest.get(a.pk)} for a in analyses]
+    spent = services.analyses_spent(analyses)
+    rows = [{"analysis": a, "spent": spent[a.pk], "last_release": latest.get(a.pk)} for a in analyses]
     return render(request, "analyses/list.html", {"rows": rows})
 
 

@@ -64,7 +64,9 @@ class AnalysisSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(SpentSerializer)
     def get_spent(self, analysis: Analysis) -> dict:
-        return analysis_spent(analysis)
+        # A list view computes every analysis's spending in one query and passes it in the context.
+        known = self.context.get("spent", {})
+        return known[analysis.pk] if analysis.pk in known else analysis_spent(analysis)
 
 
 class RecipeSerializer(serializers.ModelSerializer):

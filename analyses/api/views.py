@@ -79,6 +79,11 @@ class AnalysisList(ListAPIView):
             analyses = analyses.filter(fleet__name=self.request.query_params["fleet"])
         return analyses
 
+    def get_serializer(self, *args: Any, **kwargs: Any) -> AnalysisSerializer:
+        if args and isinstance(args[0], list | QuerySet):  # a page of analyses: their spending in one query
+            kwargs["context"] = {**self.get_serializer_context(), "spent": services.analyses_spent(args[0])}
+        return super().get_serializer(*args, **kwargs)
+
 
 @extend_schema(summary="One analysis", responses={200: AnalysisSerializer, **errors(404)})
 class AnalysisDetail(RetrieveAPIView):

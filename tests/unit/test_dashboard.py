@@ -79,3 +79,9 @@ def test_release_csv_download(client, analysis, analyst, django_capture_on_commi
     csv_text = client.get(location + "release.csv").content.decode()
     assert csv_text.splitlines()[0] == "cohort,bucket,estimate,standard_error,ci_low,ci_high"
     assert len(csv_text.splitlines()) == 1 + 8
+
+
+def test_release_numbers_are_shown_with_one_decimal() -> None:
+    from analyses.templatetags.numbers import decimal1
+
+    assert [decimal1(v) for v in (12.345, -0.04, 3, None)] == ["12.3", "-0.0", "3.0", ""]
