@@ -8,7 +8,7 @@ PORT ?= 8000
 # Local development runs with DEBUG on (development secret key, static files served by runserver).
 export DEBUG ?= 1
 
-.PHONY: run setup worker test lint bench clean
+.PHONY: run setup worker test lint bench bench-load clean
 
 run: setup ## serve the dashboard with the demo at http://$(HOST):$(PORT)
 	$(PY) manage.py runserver $(HOST):$(PORT) --noreload
@@ -33,6 +33,9 @@ lint: $(VENV)/.dev
 bench: $(VENV)/.dev static/vendor/plotly.min.js
 	$(PY) bench/fleet_round.py
 	$(PY) bench/ngram_discovery.py
+
+bench-load: $(VENV)/.runtime ## the API and dashboard load test (PostgreSQL and Redis on 127.0.0.1, wrk: bench/README.md)
+	$(PY) bench/api_load.py
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

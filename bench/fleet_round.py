@@ -1,16 +1,30 @@
-"""Benchmark: one round over a simulated fleet, dispatch to release, on the embedded default.
+"""Benchmark: one round over a simulated fleet, from the API call that starts it to its release.
 
-Runs each workload in a fresh process: a temporary SQLite database, tasks inline (no broker), a
-synthetic fleet, an approved analysis, and a BucketedType recipe of K buckets under asymmetric OHE
-at epsilon0 = 4, every device privatizing with its own coins. Reports wall time from dispatch to
-release and the peak resident memory of the process. Writes bench/results/fleet_round.md.
+Three paths, each workload in a fresh process and a fresh database:
 
-    .venv/bin/python bench/fleet_round.py            # the default table
-    .venv/bin/python bench/fleet_round.py 100000 1024
+- ``inline``: the embedded default, Celery-less: a SQLite file, tasks inline (the API call
+  returns once the round is released).
+- ``inline-pg``: the same in-process path on PostgreSQL, to separate the database from the task path.
+- ``worker``: as deployed: PostgreSQL, and a real ``celery -A pfs_web worker --concurrency=2``
+  consuming from Redis; the clock runs from the API call until the Release row exists.
+
+Each run: a synthetic fleet (``PFS_SHARD_SIZE`` devices per shard, default 10,000), an approved
+analysis, and a BucketedType recipe of K buckets under asymmetric OHE at epsilon0 = 4, started
+with ``POST /api/recipes/<id>/rounds/`` (DRF's test client in the process). Devices privatize
+with their own coins, except where a shard's devices × buckets exceed 2^26 coins: there the
+shard draws the sum of its reports from its exact distribution (privacy.randomizer_support), as
+the product does. Writes bench/results/fleet_round.md (or ``--out``).
+
+    .venv/bin/python bench/fleet_round.py                                  # the committed table
+    .venv/bin/python bench/fleet_round.py --devices 10000 --buckets 64 --out /tmp/fleet.md   # a quick check
+
+The inline-pg and worker paths need PostgreSQL (``--postgres``, a database ``pfs_bench_fleet``
+dropped and made anew for each run) and Redis (``--redis-url``, a database of the bench's own).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -18,23 +32,36 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOADS = [(10_000, 64), (100_000, 64), (100_000, 1_024), (1_000_000, 1_024)]
+DEVICES = [10_000, 100_000, 1_000_000]
+BUCKETS = [64, 1_024, 16_384]
+PATHS = {
+    "inline": "in-process, tasks inline, SQLite (the embedded default)",
+    "inline-pg": "in-process, tasks inline, PostgreSQL",
+    "worker": "Celery worker (--concurrency=2) over Redis, PostgreSQL",
+}
+RUN_TIMEOUT = 240.0  # seconds for one workload, fleet building included; a slower one is reported, not waited for
+EXACT_SUM_ABOVE = 1 << 26  # privacy.randomizer_support's default, restated for the table's sampler column
+BENCH_DB = "pfs_bench_fleet"
 
 
-def run_one(devices: int, buckets: int) -> dict:
+# --- one workload, in its own process -----------------------------------------------------------
+
+
+def run_one(path: str, devices: int, buckets: int) -> dict:
     import django
 
     sys.path.insert(0, str(ROOT))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "pfs_web.settings_test"
     django.setup()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
+    from rest_framework.test import APIClient
 
     from analyses import services
-    from analyses.models import Round
+    from analyses.models import Release
     from devices.fleet_io import fleet_create
 
     call_command("migrate", verbosity=0)
@@ -56,69 +83,271 @@ def run_one(devices: int, buckets: int) -> dict:
         "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 4.0, "epsilon": 2.0, "delta": 1e-6},
     }
     recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=officer)
-    round_ = Round.objects.create(recipe=recipe_obj, seed=7, created_by=officer)
-    from analyses import tasks
-
-    start = time.perf_counter()
-    tasks.dispatch_round.apply(args=(round_.pk,), throw=True)
-    elapsed = time.perf_counter() - start
-    round_.refresh_from_db()
-    assert round_.status == Round.Status.RELEASED, round_.error
+    client = APIClient()
+    client.force_authenticate(officer)
+    worker = CeleryWorker() if path == "worker" else None
+    try:
+        if worker is not None:
+            worker.wait_ready()
+        start = time.perf_counter()
+        answer = client.post(f"/api/recipes/{recipe_obj.pk}/rounds/")
+        assert answer.status_code == 202, answer.content
+        round_id = answer.json()["id"]
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not Release.objects.filter(round_id=round_id).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no release after {RUN_TIMEOUT:.0f} s")
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - start
+        worker_rss = worker.peak_rss_mib() if worker is not None else None
+    finally:
+        if worker is not None:
+            worker.stop()
+    release = Release.objects.get(round_id=round_id)
     return {
+        "path": path,
         "devices": devices,
         "buckets": buckets,
         "shards": fleet.shards.count(),
         "seconds": elapsed,
-        "reports": round_.release.content["reports"],
+        "reports": release.content["reports"],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "worker_peak_rss_mib": worker_rss,
     }
+
+
+class CeleryWorker:
+    """``celery -A pfs_web worker --concurrency=2`` on this process's database and a queue of its own."""
+
+    def __init__(self) -> None:
+        self.hostname = f"pfs-bench-{os.getpid()}"
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="pfs-bench-worker-")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "pfs_web", "worker", "--loglevel=WARNING", "--concurrency=2"]
+            + ["--hostname", f"{self.hostname}@%h", "--without-gossip", "--without-mingle"]
+            + ["--queues", os.environ["PFS_TASK_QUEUE"]],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        from pfs_web.celery import app
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the worker exited with {self.process.returncode}: {self._log_tail()}")
+            if app.control.ping(destination=[f"{self.hostname}@{os.uname().nodename}"], timeout=0.5):
+                return
+        raise RuntimeError(f"the worker did not answer within {timeout:.0f} s: {self._log_tail()}")
+
+    def peak_rss_mib(self) -> float:
+        """The largest peak RSS among the worker's processes (the main one and its pool)."""
+        pids, peaks = [self.process.pid], []
+        while pids:
+            pid = pids.pop()
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+                pids += [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+            except OSError:
+                continue
+            peaks += [int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")]
+        return max(peaks, default=0.0)
+
+    def stop(self) -> None:
+        import signal
+
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
+
+    def _log_tail(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()[-3000:]
+
+
+# --- the grid -----------------------------------------------------------------------------------
+
+
+def fresh_database(admin_url: str, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return urllib.parse.urlsplit(admin_url)._replace(path=f"/{name}").geturl()
+
+
+def child_env(path: str, tmp: str, args: argparse.Namespace) -> dict[str, str]:
+    env = {**os.environ, "SECRET_KEY": "bench", "ALLOWED_HOSTS": "testserver", "LOG_LEVEL": "WARNING"}
+    # No request limit in the way: one round start per run is far below any rate anyway.
+    env["PFS_ROUND_START_RATE"] = "1000/minute"
+    if path == "inline":
+        return {**env, "DJANGO_SETTINGS_MODULE": "pfs_web.settings_test", "DATABASE_URL": f"sqlite:///{tmp}/b.sqlite3"}
+    database_url = fresh_database(args.postgres, BENCH_DB)
+    if path == "inline-pg":
+        return {**env, "DJANGO_SETTINGS_MODULE": "pfs_web.settings_test", "DATABASE_URL": database_url}
+    return {
+        **env,
+        "DJANGO_SETTINGS_MODULE": "pfs_web.settings",
+        "DEBUG": "0",
+        "DATABASE_URL": database_url,
+        "REDIS_URL": args.redis_url,
+        "PFS_TASK_MODE": "celery",
+        "PFS_TASK_QUEUE": f"bench-fleet-{os.getpid()}",
+    }
+
+
+def run_workload(path: str, devices: int, buckets: int, args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = child_env(path, tmp, args)
+        try:
+            done = subprocess.run(
+                [sys.executable, __file__, "--one", path, str(devices), str(buckets)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT + 120,  # fleet building and migrations on top of the round
+            )
+        except subprocess.TimeoutExpired:
+            return {"path": path, "devices": devices, "buckets": buckets, "failed": "stopped: over the time limit"}
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return {"path": path, "devices": devices, "buckets": buckets, "failed": last[:200]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def sampler(devices: int, buckets: int) -> str:
+    per_shard = min(devices, int(os.environ.get("PFS_SHARD_SIZE", 10_000))) * buckets
+    return "exact sum" if per_shard > EXACT_SUM_ABOVE else "per-device coins"
 
 
 def machine() -> str:
     from host import describe  # bench/host.py: this script's folder is on sys.path
 
-    return describe(tasks="tasks inline")
+    return describe(tasks="tasks as each path says", memory=True, database="SQLite or PostgreSQL as each path says")
+
+
+def load_text() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def render(rows: list[dict], paths: list[str], context: dict) -> str:
+    lines = [
+        "# Fleet round: API call to release",
+        "",
+        f"Machine: {context['machine']}. Date: {time.strftime('%Y-%m-%d')}.",
+        f"Load average (1, 5, 15 min) before the run: {context['load_before']}; after: {context['load_after']}."
+        + (
+            " **Measured while other work shared the two cores**: the numbers are noisy and slow."
+            if context["busy"]
+            else ""
+        ),
+        "",
+        "Reproduce:",
+        "",
+        "```",
+        context["command"],
+        "```",
+        "",
+        "Asymmetric OHE at epsilon0 = 4, one batch (no cohorts), 10,000 devices per shard. The clock runs from "
+        "`POST /api/recipes/<id>/rounds/` until the release exists; building the fleet and starting the worker "
+        "are not timed. Sampler: per-device coins, or, where one shard's devices × buckets exceed 2^26, the sum "
+        "of the shard's reports drawn from its exact distribution (what the product does, "
+        "privacy.randomizer_support). Paths:",
+        "",
+    ]
+    lines += [f"- `{p}`: {PATHS[p]}" for p in paths]
+    lines += [
+        "",
+        "Peak RSS: the in-process paths' whole process (building the fleet included); for the worker, the "
+        "largest of its processes (each pool process holds one shard at a time).",
+        "",
+        "| devices | buckets | shards | sampler | "
+        + " | ".join(f"{p} (s)" for p in paths)
+        + " | "
+        + " | ".join(f"{p} peak RSS (MiB)" for p in paths)
+        + " |",
+        "|---:|---:|---:|---|" + "---:|" * (2 * len(paths)),
+    ]
+    by_key = {(r["path"], r["devices"], r["buckets"]): r for r in rows}
+    failures = []
+    for devices, buckets in context["grid"]:
+        cells = [by_key.get((p, devices, buckets)) for p in paths]
+        shards = next((c["shards"] for c in cells if c and "shards" in c), -(-devices // 10_000))
+        secs, rss = [], []
+        for p, c in zip(paths, cells, strict=True):
+            if c is None or "failed" in c:
+                secs.append("—")
+                rss.append("—")
+                if c is not None:
+                    failures.append(f"{p}, {devices:,} × {buckets:,}: {c['failed']}")
+                continue
+            secs.append(f"{c['seconds']:.2f}")
+            peak = c["worker_peak_rss_mib"] if c.get("worker_peak_rss_mib") is not None else c["peak_rss_mib"]
+            rss.append(f"{peak:.0f}")
+        lines.append(
+            f"| {devices:,} | {buckets:,} | {shards} | {sampler(devices, buckets)} | " + " | ".join(secs + rss) + " |"
+        )
+    if failures:
+        lines += ["", "Not measured:", ""] + [f"- {f}" for f in failures]
+    else:
+        lines += ["", "Every combination of the grid ran: none was skipped for memory (2 GiB) or time (2 min)."]
+    lines.append("")
+    return "\n".join(lines)
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--one":
-        print(json.dumps(run_one(int(sys.argv[2]), int(sys.argv[3]))))
+    if len(sys.argv) == 5 and sys.argv[1] == "--one":
+        print(json.dumps(run_one(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
         return
-    workloads = [(int(sys.argv[1]), int(sys.argv[2]))] if len(sys.argv) == 3 else WORKLOADS
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
+    parser.add_argument("--devices", type=ints, default=DEVICES, help="fleet sizes, comma-separated")
+    parser.add_argument("--buckets", type=ints, default=BUCKETS, help="bucket counts, comma-separated")
+    parser.add_argument("--paths", type=lambda text: text.split(","), default=list(PATHS), help=", ".join(PATHS))
+    parser.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432/postgres", help="admin URL")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14", help="a Redis database of the bench's own")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fleet_round.md")
+    args = parser.parse_args()
+    unknown = set(args.paths) - set(PATHS)
+    if unknown:
+        parser.error(f"unknown paths {sorted(unknown)}: choose from {', '.join(PATHS)}")
+    load_before = load_text()
+    grid = [(d, b) for d in args.devices for b in args.buckets]
     rows = []
-    for devices, buckets in workloads:
-        with tempfile.TemporaryDirectory() as tmp:
-            env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3", "SECRET_KEY": "bench"}
-            out = subprocess.run(
-                [sys.executable, __file__, "--one", str(devices), str(buckets)],
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        row = json.loads(out.strip().splitlines()[-1])
-        rows.append(row)
-        print(
-            f"{devices:>9,} devices × {buckets:>5} buckets: {row['seconds']:6.2f} s, peak {row['peak_rss_mib']:.0f} MiB",
-            flush=True,
-        )
-    table = [
-        "| devices | buckets | shards | dispatch → release (s) | devices/s | peak RSS (MiB) |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        table.append(
-            f"| {r['devices']:,} | {r['buckets']:,} | {r['shards']} | {r['seconds']:.2f} | {r['devices'] / r['seconds']:,.0f} | {r['peak_rss_mib']:.0f} |"
-        )
-    results = ROOT / "bench" / "results"
-    results.mkdir(exist_ok=True)
-    (results / "fleet_round.md").write_text(
-        f"# Fleet round: dispatch to release\n\nMachine: {machine()}. Date: {time.strftime('%Y-%m-%d')}.\n"
-        f"Asymmetric OHE, epsilon0 = 4, every device with its own coins; `bench/fleet_round.py`.\n\n"
-        + "\n".join(table)
-        + "\n"
-    )
-    print("\n".join(table))
+    for devices, buckets in grid:
+        for path in args.paths:
+            row = run_workload(path, devices, buckets, args)
+            rows.append(row)
+            if "failed" in row:
+                print(f"{path:>9} {devices:>9,} devices × {buckets:>6,} buckets: {row['failed']}", flush=True)
+                continue
+            print(
+                f"{path:>9} {devices:>9,} devices × {buckets:>6,} buckets: {row['seconds']:7.2f} s, "
+                f"peak {row['worker_peak_rss_mib'] or row['peak_rss_mib']:.0f} MiB",
+                flush=True,
+            )
+    context = {
+        "machine": machine(),
+        "load_before": load_before,
+        "load_after": load_text(),
+        "busy": max(float(x) for x in load_before.split()[:2]) > 0.5,
+        "command": f".venv/bin/python bench/fleet_round.py {' '.join(sys.argv[1:])}".strip(),
+        "grid": grid,
+    }
+    text = render(rows, args.paths, context)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ def _first(path: str, prefix: str, default: str) -> str:
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(prefix)), default)
 
 
-def describe(*, tasks: str, memory: bool = False) -> str:
+def describe(*, tasks: str, memory: bool = False, database: str = "SQLite") -> str:
     """e.g. "2 cores (AMD EPYC ...), 24 GiB, Python 3.11.7, numpy 2.4.6, SQLite, tasks inline"."""
     import numpy
 
@@ -20,5 +20,5 @@ def describe(*, tasks: str, memory: bool = False) -> str:
     if memory:
         kib = int(_first("/proc/meminfo", "MemTotal", "0 kB").split()[0])
         parts.append(f"{kib / 2**20:.0f} GiB")
-    parts += [f"Python {platform.python_version()}", f"numpy {numpy.__version__}", "SQLite", tasks]
+    parts += [f"Python {platform.python_version()}", f"numpy {numpy.__version__}", database, tasks]
     return ", ".join(parts)

@@ -4,10 +4,11 @@
 #   Redis     REDIS_URL if set; else a Redis on 127.0.0.1:6379 (database 15); else a private
 #             redis-server started here on port 6399 and stopped afterwards.
 #   Chromium  PFS_CHROMIUM if set, else /usr/bin/chromium (Debian's package).
+#   wrk       on the PATH (Debian's package): the load smoke test drives gunicorn with it.
 #   Database  DATABASE_URL if set; else PostgreSQL on 127.0.0.1:5432 if it answers; else SQLite.
 #
-# In CI (CI=true), or with PFS_INSTALL_SERVICES=1, as root it installs a missing redis-server or
-# chromium with apt-get. Whatever is still missing is named, and the run fails: integration and
+# In CI (CI=true), or with PFS_INSTALL_SERVICES=1, as root it installs a missing redis-server,
+# chromium or wrk with apt-get. Whatever is still missing is named, and the run fails: integration and
 # browser tests are never skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,10 @@ fi
 export PFS_CHROMIUM="${PFS_CHROMIUM:-/usr/bin/chromium}"
 if [ ! -x "$PFS_CHROMIUM" ] && can_install; then apt_install chromium; fi
 [ -x "$PFS_CHROMIUM" ] || missing+=("Chromium: install it (apt-get install chromium) or export PFS_CHROMIUM")
+
+# ---- wrk (tests/integration/test_api_load_smoke.py, as bench/api_load.py)
+if ! command -v wrk >/dev/null && can_install; then apt_install wrk; fi
+command -v wrk >/dev/null || missing+=("wrk: install it (apt-get install wrk)")
 
 # ---- Database
 if [ -z "${DATABASE_URL:-}" ] && command -v psql >/dev/null \
