@@ -68,15 +68,22 @@ class Aggregator:
                 )
         return key
 
-    def open_share(self, rules: CollectionRules, enc: bytes, ciphertext: bytes) -> FieldVector:
+    def private_key(self) -> bytes:
+        """Read once per batch of reports by a caller that opens many (aggregation.ingest)."""
+        return bytes(self._key().private_key)
+
+    def open_share(
+        self, rules: CollectionRules, enc: bytes, ciphertext: bytes, *, private_key: bytes | None = None
+    ) -> FieldVector:
         """This aggregator's share of one report: opened, and checked to be ``rules.length`` residues mod p.
 
         Raises hpke.OpenFailed for a share not sealed to this aggregator for this collection, and
-        ValueError for one of the wrong length or with a residue >= p.
+        ValueError for one of the wrong length or with a residue >= p. ``private_key``: this
+        aggregator's key when the caller has read it already.
         """
-        plaintext = hpke.open_sealed(
-            bytes(self._key().private_key), enc, ciphertext, hpke.share_info(rules.key, self.role)
-        )
+        if private_key is None:
+            private_key = self.private_key()
+        plaintext = hpke.open_sealed(private_key, enc, ciphertext, hpke.share_info(rules.key, self.role))
         if len(plaintext) != 8 * rules.length:
             raise ValueError(f"share of {len(plaintext)} bytes, expected {8 * rules.length}")
         vector = np.frombuffer(plaintext, dtype="<u8").astype(np.uint64)
@@ -125,12 +132,11 @@ class Aggregator:
         return results
 
     def _flooded(self, key: str, rules: CollectionRules) -> bool:
-        arrivals = self.model.objects.filter(collection__key=key, source__startswith=REPORT_SOURCE).values_list(
-            "created_at", flat=True
+        shares = self.model.objects.filter(collection__key=key, source__startswith=REPORT_SOURCE).only(
+            "arrivals", "created_at"
         )
-        return rate_exceeded(
-            [at.timestamp() for at in arrivals], expected_rate=rules.expected_rate, window=rules.rate_window
-        )
+        arrivals = [at for share in shares for at in share.load_arrivals()]
+        return rate_exceeded(arrivals, expected_rate=rules.expected_rate, window=rules.rate_window)
 
     def _noised_sum(self, shares: list[StoredShare], length: int, rules: CollectionRules | None) -> FieldVector:
         vector = field_sum([share.load_vector() for share in shares], length)

@@ -34,6 +34,10 @@ class StoredShare(models.Model):
     vector = models.BinaryField(help_text="uint64 residues modulo the Field64 prime.")
     reports = models.PositiveIntegerField()
     min_cohort = models.PositiveIntegerField(help_text="The minimum cohort the devices routed with it.")
+    # Reports verified in bulk (aggregation.ingest) are stored summed, one share per chunk and batch:
+    # their arrival times (float64 seconds since the epoch, for rate validation) travel with it.
+    # Empty for a share of one report (its created_at is its arrival) or of a simulated shard.
+    arrivals = models.BinaryField(default=b"", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -42,6 +46,11 @@ class StoredShare(models.Model):
 
     def load_vector(self) -> FieldVector:
         return np.frombuffer(bytes(self.vector), dtype=np.uint64)
+
+    def load_arrivals(self) -> list[float]:
+        """When the reports summed here arrived (seconds since the epoch)."""
+        stored = bytes(self.arrivals)
+        return np.frombuffer(stored, dtype="<f8").tolist() if stored else [self.created_at.timestamp()]
 
 
 class LeaderShare(StoredShare):
@@ -81,6 +90,25 @@ class CollectionRules(models.Model):
 
     def __str__(self) -> str:
         return f"rules of {self.key}"
+
+
+class PendingReport(models.Model):
+    """An uploaded report as the leader received it, waiting for both aggregators' checks.
+
+    The upload endpoint only appends here (aggregation.intake); aggregation.ingest verifies the
+    rows in bulk, stores the accepted shares summed, and deletes the rows. The body is the sealed
+    report: neither aggregator can read a share of it without its own private key.
+    """
+
+    collection_key = models.CharField(max_length=200)
+    body = models.BinaryField()
+    received_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["collection_key", "id"], name="pending_report_collection")]
+
+    def __str__(self) -> str:
+        return f"pending report {self.pk} for {self.collection_key}"
 
 
 class AggregatorKey(models.Model):

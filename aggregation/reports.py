@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
@@ -32,9 +31,10 @@ from aggregation import hpke, wire
 from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, ReportRejection, SpentToken
-from aggregation.tokens import token_message, verify
+from aggregation.tokens import IssuerPublicKey, token_message, verify
 from aggregation.upload import CollectionClosed, Report, share_pair_upload
 from privacy import field as prime_field
+from privacy.field import FieldVector
 
 # Why a report is rejected; each aggregator counts its own.
 UNKNOWN_COLLECTION = "unknown_collection"
@@ -56,38 +56,51 @@ class ReportOutcome:
     reason: str = ""  # the first aggregator's reason when rejected
 
 
-def report_submit(report: Report, *, rules: CollectionRules | None = None) -> ReportOutcome:
-    """Run both aggregators' checks on one report and store its shares if both accept.
+@dataclass(frozen=True)
+class ReportCheck:
+    """Both aggregators' verdicts on one report: each one's opened share, or why each rejected it."""
 
-    ``rules``: the collection's rules when the caller has read them already (saves a query).
+    shares: dict[str, FieldVector]
+    reasons: dict[str, str]  # role -> reason; empty when both accept
+
+    @property
+    def accepted(self) -> bool:
+        return not self.reasons
+
+
+def report_check(
+    report: Report,
+    *,
+    rules: CollectionRules,
+    issuer: IssuerPublicKey,
+    spent_at: set[str],
+    private_keys: dict[str, bytes] | None = None,
+) -> ReportCheck:
+    """Every check the aggregators run on one report, with nothing read or written (the one copy).
+
+    ``spent_at``: the roles that have accepted the report's token before; ``private_keys``: each
+    aggregator's HPKE key by role, when the caller has read them (else each open reads its own).
+    Used one report at a time by report_submit and in bulk by aggregation.ingest.
     """
-    if rules is None or rules.key != report.collection_key:
-        rules = collection_rules_get(collection_key=report.collection_key)
-    if rules is None:
-        return ReportOutcome(accepted=False, reason=UNKNOWN_COLLECTION)
-    if rules.closed:
-        return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
     message = token_message(report.collection_key, report.token.nonce)
-    issuer = issuer_public_key()
-
-    shares: dict[str, np.ndarray] = {}
+    shares: dict[str, FieldVector] = {}
     reasons: dict[str, str] = {}
-    spent = _spent_at(report)
     for aggregator in AGGREGATORS:
         if not verify(issuer, message, report.token.signature):
             reasons[aggregator.role] = TOKEN_INVALID
-        elif aggregator.role in spent:
+        elif aggregator.role in spent_at:
             reasons[aggregator.role] = TOKEN_REUSED
         else:
             sealed = report.share_for(aggregator.role)
+            key = private_keys.get(aggregator.role) if private_keys else None
             try:
-                shares[aggregator.role] = aggregator.open_share(rules, sealed.enc, sealed.ciphertext)
+                shares[aggregator.role] = aggregator.open_share(rules, sealed.enc, sealed.ciphertext, private_key=key)
             except hpke.OpenFailed:
                 reasons[aggregator.role] = SHARE_UNOPENED
             except ValueError:
                 reasons[aggregator.role] = SHARE_MALFORMED
     if reasons:
-        return _rejected(report.collection_key, reasons)
+        return ReportCheck(shares={}, reasons=reasons)
 
     # The weight-share exchange: each aggregator sums its own share; the two sums add to the weight.
     # Skipped when no 0/1 vector can exceed the bound (binary RR's single bit: its weight would be
@@ -95,8 +108,25 @@ def report_submit(report: Report, *, rules: CollectionRules | None = None) -> Re
     if rules.weight_bound < rules.length:
         weight = sum(prime_field.total(shares[a.role]) for a in AGGREGATORS) % prime_field.MODULUS
         if weight > rules.weight_bound:
-            return _rejected(report.collection_key, {a.role: OVER_WEIGHT for a in AGGREGATORS})
+            return ReportCheck(shares={}, reasons={a.role: OVER_WEIGHT for a in AGGREGATORS})
+    return ReportCheck(shares=shares, reasons={})
 
+
+def report_submit(report: Report, *, rules: CollectionRules | None = None) -> ReportOutcome:
+    """Run both aggregators' checks on one report and store its shares if both accept.
+
+    The per-report path (tests, and a reference for aggregation.ingest, which verifies uploads in
+    bulk). ``rules``: the collection's rules when the caller has read them already (saves a query).
+    """
+    if rules is None or rules.key != report.collection_key:
+        rules = collection_rules_get(collection_key=report.collection_key)
+    if rules is None:
+        return ReportOutcome(accepted=False, reason=UNKNOWN_COLLECTION)
+    if rules.closed:
+        return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
+    check = report_check(report, rules=rules, issuer=issuer_public_key(), spent_at=_spent_at(report))
+    if not check.accepted:
+        return _rejected(report.collection_key, check.reasons)
     try:
         with transaction.atomic():
             _hold_open(report.collection_key)
@@ -108,8 +138,8 @@ def report_submit(report: Report, *, rules: CollectionRules | None = None) -> Re
                 collection_key=report.collection_key,
                 batch_key=report.batch_key,
                 source=f"{REPORT_SOURCE}{report.token.digest}",
-                leader_share=shares["leader"],
-                helper_share=shares["helper"],
+                leader_share=check.shares["leader"],
+                helper_share=check.shares["helper"],
                 reports=1,
                 min_cohort=rules.min_cohort,
             )
@@ -175,11 +205,16 @@ def _spent_at(report: Report) -> set[str]:
 
 
 def _rejected(collection_key: str, reasons: dict[str, str]) -> ReportOutcome:
-    with transaction.atomic():
-        for role, reason in reasons.items():
-            counter, _ = ReportRejection.objects.get_or_create(role=role, collection_key=collection_key, reason=reason)
-            ReportRejection.objects.filter(pk=counter.pk).update(count=F("count") + 1)
+    rejections_add(collection_key=collection_key, counts={(role, reason): 1 for role, reason in reasons.items()})
     return ReportOutcome(accepted=False, reason=next(iter(reasons.values())))
+
+
+def rejections_add(*, collection_key: str, counts: dict[tuple[str, str], int]) -> None:
+    """Add to the rejection counters: ``counts`` maps (role, reason) to how many more."""
+    with transaction.atomic():
+        for (role, reason), count in sorted(counts.items()):  # a fixed order: no deadlock between callers
+            counter, _ = ReportRejection.objects.get_or_create(role=role, collection_key=collection_key, reason=reason)
+            ReportRejection.objects.filter(pk=counter.pk).update(count=F("count") + count)
 
 
 def rejections(collection_key: str) -> dict[str, dict[str, int]]:

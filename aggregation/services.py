@@ -9,7 +9,8 @@ import numpy as np
 from django.db import transaction
 
 from aggregation.aggregators import HELPER, LEADER, AggregateShare, combine_aggregates
-from aggregation.models import Collection, CollectionRules
+from aggregation.ingest import reports_ingest
+from aggregation.models import Collection, CollectionRules, PendingReport
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, to_counts, to_signed
 from privacy.mechanisms import mechanism_get
@@ -105,6 +106,7 @@ def collection_discard(*, collection_key: str) -> None:
     with transaction.atomic():
         CollectionRules.objects.filter(key=collection_key).update(closed=True)
         Collection.objects.filter(key=collection_key).delete()
+        PendingReport.objects.filter(collection_key=collection_key).delete()
 
 
 def collection_release(*, collection_key: str, estimator: Estimator) -> list[BatchEstimate]:
@@ -112,13 +114,16 @@ def collection_release(*, collection_key: str, estimator: Estimator) -> list[Bat
 
     Runs in one transaction with the deletion of the shares, so that a failure releases nothing
     and loses nothing, and a caller that stores the release in the same transaction makes a
-    retried aggregation a no-op.
+    retried aggregation a no-op. The uploads still pending are verified first (aggregation.ingest):
+    a collection is closed before its release, so they are all the reports it received.
     """
     results: list[BatchEstimate] = []
     with transaction.atomic():
+        # From here on late reports are rejected: their shares would never be aggregated. (A device
+        # round's collection is closed already: no row lock then, so late uploads are answered at once.)
+        CollectionRules.objects.filter(key=collection_key, closed=False).update(closed=True)
+        reports_ingest(collection_key=collection_key, wait=True)
         collections = list(Collection.objects.select_for_update().filter(key=collection_key).order_by("batch_key"))
-        # From here on late reports are rejected: their shares would never be aggregated.
-        CollectionRules.objects.filter(key=collection_key).update(closed=True)
         leaders, helpers = LEADER.aggregate(collections), HELPER.aggregate(collections)
         for collection in collections:
             leader, helper = leaders[collection.batch_key], helpers[collection.batch_key]

@@ -3,14 +3,15 @@
 A round on a ``devices`` fleet starts as any other (round_start: the recipe's batch rules go to
 both aggregators) and opens a CollectionWindow: the task its devices fetch over HTTP
 (devices.api). Dispatch finds no shard and marks the round running. Devices decide, answer and
-upload on their own (devices.sdk); each accepted report is one LeaderShare and one HelperShare.
+upload on their own (devices.sdk). An upload is stored as received (aggregation.intake) and
+verified later in bulk (aggregation.ingest), which stores the accepted shares summed per chunk.
 The analyst closes the window (``round_close``), or the reaper does at its deadline; closing
-stops the aggregators accepting reports and sends aggregate_round, which releases as for a
-simulated round.
+stops the leader receiving reports and sends aggregate_round, which verifies what is still
+pending and releases as for a simulated round.
 
 The server never learns which devices refused or why: a device decides on its own ledger and
-says nothing unless it answers. Progress is what the aggregators know: reports accepted so far,
-and uploads rejected by reason.
+says nothing unless it answers. Progress is what the aggregators know: reports received and not
+yet verified, reports accepted so far, and uploads rejected by reason.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from aggregation.models import CollectionRules, LeaderShare
+from aggregation.models import CollectionRules, LeaderShare, PendingReport
 from aggregation.reports import collection_close, rejections
 from analyses.errors import Conflict
 from analyses.models import Round
@@ -99,6 +100,8 @@ def round_progress_devices(round_: Round) -> dict[str, Any]:
 
     ``devices_answered`` counts the reports accepted: the shares stored while the collection is
     open, the released batches' reports once it is released (the shares are deleted then).
+    ``reports_pending``: received and not yet verified (verification runs about once a second
+    with a Celery worker, and always before the release).
     """
     window = CollectionWindow.objects.filter(task_key=round_.task_key).first()
     release = getattr(round_, "release", None) if round_.status == Round.Status.RELEASED else None
@@ -119,6 +122,7 @@ def round_progress_devices(round_: Round) -> dict[str, Any]:
         "elapsed_seconds": _elapsed(round_),
         "eta_seconds": None,  # devices answer when they fetch the task: there is no pace to extrapolate
         "reports_accepted": accepted,
+        "reports_pending": PendingReport.objects.filter(collection_key=round_.task_key).count(),
         "reports_rejected": rejections(round_.task_key),
         "collection": {
             "open": bool(window and window.closed_at is None and rules and not rules.closed),

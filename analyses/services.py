@@ -687,7 +687,11 @@ def round_fail(*, round_id: int, error: str) -> None:
             .update(status=Round.Status.FAILED, error=error[:2000], finished_at=timezone.now())
         )
         if failed:
-            _wake_adaptive_runs(Round.objects.get(pk=round_id))
+            round_ = Round.objects.select_related("recipe__analysis").get(pk=round_id)
+            # A failed round is never released: what its collection holds (shares, reports still
+            # waiting for verification) would only be kept for nothing.
+            collection_discard(collection_key=round_.task_key)
+            _wake_adaptive_runs(round_)
 
 
 def round_cancel(*, round_: Round, user: AbstractBaseUser) -> Round:

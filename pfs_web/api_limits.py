@@ -61,7 +61,7 @@ class WindowRateThrottle(BaseThrottle):
         who = f"user-{user.pk}" if user and user.is_authenticated else f"addr-{self.get_ident(request)}"
         key = f"throttle:{scope}:{who}:{period}:{window}"
         try:
-            count = _count(key, timeout=period + 1)
+            count = request_count(key, timeout=period + 1)
         except (redis.RedisError, OSError):
             # A limit is not a privacy rule: without the cache, serve rather than fail every request.
             logger.warning("Rate limit not applied: the cache does not answer", exc_info=True)
@@ -75,7 +75,7 @@ class WindowRateThrottle(BaseThrottle):
         return self.retry_after
 
 
-def _count(key: str, *, timeout: int) -> int:
+def request_count(key: str, *, timeout: int) -> int:
     cache.add(key, 0, timeout=timeout)
     try:
         return cache.incr(key)

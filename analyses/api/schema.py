@@ -281,12 +281,14 @@ _DESCRIBED: dict[str, dict[str, Any]] = {
         "post": extend_schema(
             summary="Upload one report",
             description="Anonymous: the token, not the device, vouches for the report. The body is the sealed "
-            "report (docs/devices-sdk.md).",
+            "report (docs/devices-sdk.md). The upload is stored as received (202); both aggregators verify it "
+            "later, in bulk, and count a rejected report by reason, so a device never learns whether its own "
+            "report was accepted.",
             auth=[],
             request=JSON_OBJECT,
             responses={
-                201: inline_serializer(name="ReportAccepted", fields={"accepted": serializers.BooleanField()}),
-                **errors(400, 409, 413),
+                202: inline_serializer(name="ReportReceived", fields={"received": serializers.BooleanField()}),
+                **errors(400, 409, 413, 429),
             },
         )
     },

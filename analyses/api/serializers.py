@@ -99,6 +99,7 @@ class ProgressSerializer(serializers.Serializer):
     eta_seconds = serializers.FloatField(allow_null=True, help_text="Left at the shards' pace; null when unknown.")
     # A round on real devices (no shards) says what the aggregators hold instead.
     reports_accepted = serializers.IntegerField(required=False)
+    reports_pending = serializers.IntegerField(required=False, help_text="Received, not verified yet.")
     reports_rejected = serializers.DictField(
         child=serializers.DictField(child=serializers.IntegerField()), required=False, help_text="By aggregator."
     )

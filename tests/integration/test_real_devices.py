@@ -126,8 +126,14 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
     assert sum(s["decisions"].get("answered", 0) for s in summaries) == DEVICES
     assert sum(s["uploads"].get("accepted", 0) for s in summaries) == DEVICES
 
+    # Uploads are received at once and verified in bulk by the worker about a second later.
+    deadline = time.monotonic() + 60
     progress = api.call("GET", f"/api/rounds/{real_round}/")["progress"]
+    while progress["reports_accepted"] < DEVICES and time.monotonic() < deadline:
+        time.sleep(0.3)
+        progress = api.call("GET", f"/api/rounds/{real_round}/")["progress"]
     assert progress["reports_accepted"] == DEVICES and progress["reports_rejected"] == {}
+    assert progress["reports_pending"] == 0
     # Each device charged its own ledger: epsilon 1 and one report, on disk before it uploaded.
     ledger = json.loads((tmp_path / "ledgers" / f"{credentials[0].device_id}.json").read_text())
     assert ledger["analyses"]["t.real"]["epsilon_used"] == 1_000_000_000

@@ -1,14 +1,18 @@
 """Real devices over HTTP: tasks, tokens and anonymous uploads, rejections, closing and releasing a round.
 
 The devices here are the test itself, speaking the wire format with the device code
-(devices.report_client, aggregation.wire) through DRF's APIClient.
+(devices.report_client, aggregation.wire) through DRF's APIClient, and once through the WSGI
+fast path (pfs_web.wsgi). An upload is received (202) and verified later in bulk
+(aggregation.ingest): what the aggregators reject shows in the counters after ``verify``.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import io
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import numpy as np
@@ -21,8 +25,9 @@ from rest_framework.test import APIClient
 
 from aggregation import hpke, wire
 from aggregation.aggregators import HELPER, LEADER
+from aggregation.ingest import reports_ingest
 from aggregation.issuer import issuer_public_key
-from aggregation.models import CollectionRules, HelperShare, LeaderShare
+from aggregation.models import CollectionRules, HelperShare, LeaderShare, PendingReport
 from aggregation.reports import rejections
 from aggregation.tokens import Token
 from analyses.models import Round
@@ -95,6 +100,11 @@ class Device:
 def upload(body: bytes | wire.Report):
     data = wire.report_bytes(body) if isinstance(body, wire.Report) else body
     return APIClient().post("/api/device/reports/", data=data, content_type="application/json")
+
+
+def verify(key: str) -> int:
+    """Both aggregators' checks on every pending upload of the collection; how many were verified."""
+    return reports_ingest(collection_key=key).verified
 
 
 @pytest.fixture
@@ -241,35 +251,73 @@ def test_another_analyst_cannot_close_the_round(other_analyst, central_round) ->
 # ---------------------------------------------------------------- uploads
 
 
-def test_an_upload_is_accepted_anonymously_and_shows_in_progress(api, phones, central_round) -> None:
+def test_an_upload_is_received_anonymously_then_verified_and_shows_in_progress(api, phones, central_round) -> None:
     _, (device, *_) = phones
     response = upload(device.report(central_round.task_key, 2))
-    assert response.status_code == 201, response.json()
+    assert response.status_code == 202, response.json()
+    assert response.json() == {"received": True}
+    assert PendingReport.objects.count() == 1 and not LeaderShare.objects.exists()
+    progress = api.get(f"/api/rounds/{central_round.pk}/").json()["progress"]
+    assert (progress["reports_pending"], progress["reports_accepted"]) == (1, 0)
+    assert verify(central_round.task_key) == 1
     assert LeaderShare.objects.count() == HelperShare.objects.count() == 1
+    assert not PendingReport.objects.exists()
     progress = api.get(f"/api/rounds/{central_round.pk}/").json()["progress"]
     assert progress["reports_accepted"] == progress["devices_answered"] == 1
-    assert progress["collection"]["open"] is True
+    assert progress["reports_pending"] == 0 and progress["collection"]["open"] is True
 
 
-def test_a_replayed_token_is_rejected_with_409_and_counted(phones, central_round) -> None:
+@pytest.mark.django_db(transaction=True)  # the fast path checks the connection as a request would
+def test_the_wsgi_fast_path_stores_an_upload_without_django(phones, central_round) -> None:
+    from pfs_web.wsgi import application
+
+    _, (device, *_) = phones
+    body = wire.report_bytes(device.report(central_round.task_key, 2))
+    answered = {}
+
+    def call(payload: bytes, length: int) -> dict:
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": "/api/device/reports/",
+            "CONTENT_LENGTH": str(length),
+            "REMOTE_ADDR": "192.0.2.7",
+            "wsgi.input": io.BytesIO(payload),
+        }
+        chunks = application(environ, lambda status, headers: answered.update(status=status, headers=dict(headers)))
+        return json.loads(b"".join(chunks))
+
+    assert call(body, len(body)) == {"received": True}
+    assert answered["status"] == "202 Accepted" and answered["headers"]["Content-Type"] == "application/json"
+    assert bytes(PendingReport.objects.get().body) == body
+    refused = call(b"", 1_048_577)  # refused on its declared length: the body is never read
+    assert answered["status"] == "413 Request Entity Too Large" and refused["code"] == "payload_too_large"
+    assert verify(central_round.task_key) == 1 and LeaderShare.objects.count() == 1
+
+
+def test_a_replayed_token_is_counted_as_rejected_once_verified(phones, central_round) -> None:
     _, (device, *_) = phones
     key = central_round.task_key
     token = device.token(key)
-    assert upload(device.report(key, 1, token=token)).status_code == 201
-    replay = upload(device.report(key, 5, token=token))
-    assert replay.status_code == 409 and replay.json()["code"] == "token_reused"
+    # Two uploads of one token in one chunk: one is accepted, the other counted as a replay.
+    assert upload(device.report(key, 1, token=token)).status_code == 202
+    assert upload(device.report(key, 5, token=token)).status_code == 202
+    assert verify(key) == 2
     assert rejections(key) == {"helper": {"token_reused": 1}, "leader": {"token_reused": 1}}
+    assert LeaderShare.objects.get().reports == 1
+    # And in a later chunk, against the spent tokens.
+    assert upload(device.report(key, 3, token=token)).status_code == 202
+    assert verify(key) == 1
+    assert rejections(key) == {"helper": {"token_reused": 2}, "leader": {"token_reused": 2}}
     assert LeaderShare.objects.count() == 1
 
 
-def test_a_report_for_another_round_is_rejected_and_counted(api, phones, central_round) -> None:
+def test_a_report_for_another_round_is_counted_as_rejected_once_verified(api, phones, central_round) -> None:
     _, (device, second, *_) = phones
     other = start(api, {**CENTRAL, "recipeIdentifier": "central-2"})
     # The token names the other round's collection: its signature does not verify for this one.
     token = device.token(other.task_key)
     moved = device.report(central_round.task_key, 1, token=token)
-    response = upload(moved)
-    assert response.status_code == 400 and response.json()["code"] == "token_invalid"
+    assert upload(moved).status_code == 202
     # Shares sealed for the other round do not open in this one, even with a good token.
     sealed_elsewhere = second.report(other.task_key, 1)
     relabelled = wire.Report(
@@ -279,28 +327,31 @@ def test_a_report_for_another_round_is_rejected_and_counted(api, phones, central
         sealed_elsewhere.leader,
         sealed_elsewhere.helper,
     )
-    response = upload(relabelled)
-    assert response.status_code == 400 and response.json()["code"] == "share_unopened"
+    assert upload(relabelled).status_code == 202
+    assert rejections(central_round.task_key) == {}  # nothing is decided before verification
+    assert verify(central_round.task_key) == 2
     assert rejections(central_round.task_key) == {
         "helper": {"share_unopened": 1, "token_invalid": 1},
         "leader": {"share_unopened": 1, "token_invalid": 1},
     }
-    assert not LeaderShare.objects.exists()
+    assert not LeaderShare.objects.exists() and not PendingReport.objects.exists()
 
 
-def test_a_malformed_share_is_rejected_and_counted(phones, central_round) -> None:
+def test_a_malformed_share_is_counted_as_rejected_once_verified(phones, central_round) -> None:
     _, (device, *_) = phones
     key = central_round.task_key
     good = device.report(key, 0)
     short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (BUCKETS - 1), hpke.share_info(key, "helper"))
-    response = upload(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short)))
-    assert response.status_code == 400 and response.json()["code"] == "share_malformed"
+    assert upload(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short))).status_code == 202
+    verify(key)
     assert rejections(key) == {"helper": {"share_malformed": 1}}
-    assert upload(good).status_code == 201  # the token was not spent by the rejection
+    assert upload(good).status_code == 202
+    verify(key)
+    assert LeaderShare.objects.get().reports == 1  # the token was not spent by the rejection
 
 
 def test_garbage_base64_and_bad_json_get_field_messages(phones, central_round) -> None:
-    _, (device, *_) = phones
+    _, (device, other, *_) = phones
     key = central_round.task_key
     body = wire.report_json(device.report(key, 0))
     body["leader"]["ct"] = "not base64!"
@@ -309,11 +360,15 @@ def test_garbage_base64_and_bad_json_get_field_messages(phones, central_round) -
     assert response.status_code == 400
     assert set(response.json()["fields"]) == {"leader.ct", "helper.enc"}
     assert rejections(key) == {"leader": {"report_malformed": 1}}
+    assert not PendingReport.objects.exists()  # refused before it is stored
     not_json = upload(b"{nope")
     assert not_json.status_code == 400 and not_json.json()["fields"] == {"non_field_errors": ["The body is not JSON."]}
     # A body naming no collection that exists is refused without creating counters.
     assert upload(json.dumps({**body, "collection": "made-up"}).encode()).status_code == 400
     assert rejections("made-up") == {}
+    unknown = upload(replace(other.report(key, 0), collection_key="gone"))
+    assert unknown.status_code == 400 and unknown.json()["code"] == "unknown_collection"
+    assert rejections("gone") == {} and not PendingReport.objects.exists()
 
 
 def test_an_oversize_body_is_refused_with_413_and_counted(phones, central_round) -> None:
@@ -334,6 +389,7 @@ def test_an_upload_after_close_is_rejected_as_closed(api, phones, central_round)
     with_close(api, central_round)
     response = upload(device.report(central_round.task_key, 0, token=token))
     assert response.status_code == 409 and response.json()["code"] == "collection_closed"
+    assert not PendingReport.objects.exists()
 
 
 # ---------------------------------------------------------------- closing and releasing
@@ -345,23 +401,34 @@ def test_closing_the_round_aggregates_and_releases_the_uploads(
     _, devices = phones
     key = central_round.task_key
     buckets = [1, 1, 2, 2, 2, 5]
-    for device, bucket in zip(devices, buckets, strict=False):
-        assert upload(device.report(key, bucket, batch="")).status_code == 201
+    tokens = [device.token(key) for device in devices[: len(buckets)]]
+    for device, bucket, token in zip(devices, buckets, tokens, strict=False):
+        assert upload(device.report(key, bucket, batch="", token=token)).status_code == 202
+    assert upload(devices[0].report(key, 7, token=tokens[0])).status_code == 202  # a replay: rejected
     assert upload(b"[]").status_code == 400  # not counted: it names no collection
+    verify(key)  # these verified while the collection is open, as the worker's task does
+    for device, bucket in zip(devices[len(buckets) :], (3, 3), strict=True):
+        assert upload(device.report(key, bucket, batch="")).status_code == 202
+    buckets += [3, 3]
+    assert PendingReport.objects.count() == 2
     with django_capture_on_commit_callbacks(execute=True):
         response = with_close(api, central_round)
     assert response.json()["status"] == "running"  # answered before the aggregation ran
     round_ = Round.objects.get(pk=central_round.pk)
     assert round_.status == Round.Status.RELEASED, round_.error
     release = api.get(f"/api/rounds/{round_.pk}/release/").json()
-    assert release["reports"] == 6 and release["epsilon_spent"] == 1.0
+    # Every upload received before the close was verified (the last two at the close); the
+    # replay is not among the reports.
+    assert release["reports"] == 8 and release["epsilon_spent"] == 1.0
     assert release["refusals"] == {}
+    assert rejections(key) == {"helper": {"token_reused": 1}, "leader": {"token_reused": 1}}
+    assert not PendingReport.objects.exists()
     truth = np.bincount(buckets, minlength=BUCKETS)
     estimates = np.array([b["estimate"] for b in release["buckets"]])
     errors = np.array([b["standard_error"] for b in release["buckets"]])
     assert np.all(np.abs(estimates - truth) < 4 * errors)
     progress = api.get(f"/api/rounds/{round_.pk}/").json()["progress"]
-    assert progress["reports_accepted"] == 6 and progress["collection"]["open"] is False
+    assert progress["reports_accepted"] == 8 and progress["collection"]["open"] is False
     assert not LeaderShare.objects.exists()  # deleted once aggregated
 
 
@@ -371,8 +438,8 @@ def test_a_batch_below_the_minimum_cohort_is_suppressed(
     _, devices = phones
     round_ = start(api, {**CENTRAL, "cohorts": ["locale"]})
     for device in devices[:4]:
-        assert upload(device.report(round_.task_key, 3, batch="locale=en_US")).status_code == 201
-    assert upload(devices[4].report(round_.task_key, 3, batch="locale=fr_FR")).status_code == 201
+        assert upload(device.report(round_.task_key, 3, batch="locale=en_US")).status_code == 202
+    assert upload(devices[4].report(round_.task_key, 3, batch="locale=fr_FR")).status_code == 202
     with django_capture_on_commit_callbacks(execute=True):
         with_close(api, round_)
     release = api.get(f"/api/rounds/{round_.pk}/release/").json()
@@ -390,7 +457,7 @@ def test_a_client_noise_round_with_too_few_reports_releases_nothing(
     assert round_.recipe.min_cohort == 974
     offered = device.tasks()["tasks"][0]
     assert offered["task"]["mechanism"] == "asymmetric_ohe" and offered["report_length"] == BUCKETS
-    assert upload(device.report(round_.task_key, 0)).status_code == 201
+    assert upload(device.report(round_.task_key, 0)).status_code == 202
     with django_capture_on_commit_callbacks(execute=True):
         with_close(api, round_)
     release = Round.objects.get(pk=round_.pk).release.content
@@ -454,11 +521,11 @@ def test_uploads_over_the_rate_of_an_address_get_429_with_retry_after(phones, ce
     }
     reports = [device.report(central_round.task_key, 0) for device in devices[:3]]
     cache.clear()  # earlier tests' uploads in this minute count from the same address
-    assert [upload(report).status_code for report in reports[:2]] == [201, 201]
+    assert [upload(report).status_code for report in reports[:2]] == [202, 202]
     refused = upload(reports[2])
     assert refused.status_code == 429 and refused.json()["code"] == "throttled"
     assert int(refused.headers["Retry-After"]) >= 1
-    assert LeaderShare.objects.count() == 2  # the refused report was never read
+    assert PendingReport.objects.count() == 2  # the refused report was never read
 
 
 def test_a_body_over_the_api_limit_is_refused_before_it_is_read(phones, central_round) -> None:

@@ -264,3 +264,15 @@ def test_a_queued_round_cancelled_before_its_dispatch_never_runs(
     round_.refresh_from_db()
     assert round_.status == Round.Status.CANCELLED and round_.started_at is None
     assert not ShardRun.objects.filter(task_key=round_.task_key).exists()
+
+
+def test_a_failed_round_drops_what_its_collection_held(analysis, recipe, analyst) -> None:
+    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    round_ = Round.objects.create(recipe=recipe_obj, seed=5, created_by=analyst)
+    services._collection_rules_open(round_)
+    shard_id, *_ = services.round_dispatch(round_id=round_.pk)
+    services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    assert LeaderShare.objects.exists()
+    services.round_fail(round_id=round_.pk, error="the worker gave up")
+    assert not LeaderShare.objects.exists() and not HelperShare.objects.exists()
+    assert Round.objects.get(pk=round_.pk).status == Round.Status.FAILED

@@ -1,0 +1,170 @@
+"""Uploads verified in bulk (aggregation.ingest): the same checks and sums as the per-report path.
+
+Reports are received through aggregation.intake's answer (as the WSGI fast path and the DRF view
+call it) and verified a chunk at a time. Real crypto throughout, as in test_report_protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from aggregation import hpke, ingest, intake, wire
+from aggregation.aggregators import HELPER
+from aggregation.ingest import reports_ingest
+from aggregation.models import HelperShare, LeaderShare, PendingReport, SpentToken
+from aggregation.reports import rejections, report_submit
+from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
+from aggregation.upload import SealedShare
+from devices.report_client import report_seal
+from privacy.field import field_sum
+from privacy.mechanisms import report_weight_bound
+from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, keys, one_hot, report, token
+
+pytestmark = pytest.mark.django_db
+
+KARY = ClientNoiseEstimator(mechanism="kary_rr", epsilon0=3.0, domain_size=DOMAIN)
+
+
+@pytest.fixture
+def rules():
+    return collection_rules_open(
+        key=KEY, length=DOMAIN, min_cohort=3, weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9)
+    )
+
+
+def receive(sealed: wire.Report) -> None:
+    body = wire.report_bytes(sealed)
+    meta = {"REMOTE_ADDR": "192.0.2.1", "CONTENT_LENGTH": str(len(body))}
+    answer = intake.upload_answer(meta, lambda _size: body)
+    assert answer.status == 202, answer.body
+
+
+def batched(device: str, value: int, batch: str) -> wire.Report:
+    return report_seal(collection_key=KEY, batch_key=batch, vector=one_hot(value), keys=keys(), token=token(device))
+
+
+def stored_sums() -> dict[str, tuple[list[int], list[int], int]]:
+    """Per batch: the sum of the leader's stored shares, of the helper's, and the reports in them."""
+    sums = {}
+    for batch in sorted(set(LeaderShare.objects.values_list("collection__batch_key", flat=True))):
+        leader = list(LeaderShare.objects.filter(collection__batch_key=batch))
+        helper = list(HelperShare.objects.filter(collection__batch_key=batch))
+        sums[batch] = (
+            field_sum([s.load_vector() for s in leader], DOMAIN).tolist(),
+            field_sum([s.load_vector() for s in helper], DOMAIN).tolist(),
+            sum(s.reports for s in leader),
+        )
+    return sums
+
+
+class RolledBack(Exception):
+    pass
+
+
+def test_bulk_sums_equal_the_per_report_sums(rules) -> None:
+    sealed = [batched(f"d{i}", i % DOMAIN, "locale=en_US" if i % 3 else "locale=fr_FR") for i in range(7)]
+    with pytest.raises(RolledBack), transaction.atomic():
+        for one in sealed:
+            assert report_submit(one).accepted
+        per_report = stored_sums()
+        raise RolledBack  # the same tokens again below, in bulk
+    assert not LeaderShare.objects.exists()
+
+    for one in sealed:
+        receive(one)
+    result = reports_ingest(collection_key=KEY, chunk=3)
+    assert (result.accepted, result.rejected, result.chunks) == (7, 0, 3)
+    assert stored_sums() == per_report
+    assert per_report["locale=en_US"][2] == 4 and per_report["locale=fr_FR"][2] == 3
+    # Summed: one share per chunk and batch, not one per report.
+    assert LeaderShare.objects.count() == HelperShare.objects.count() == 5
+    assert SpentToken.objects.count() == 2 * 7 and not PendingReport.objects.exists()
+
+
+def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rules) -> None:
+    good = report("d1", one_hot(2))
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (DOMAIN - 1), hpke.share_info(KEY, "helper"))
+    receive(replace(report("d2", one_hot(0)), helper=SealedShare(*short)))
+    receive(report("d3", np.ones(DOMAIN, dtype=np.int64)))
+    receive(good)
+    receive(replace(report("d4", one_hot(1)), token=good.token))  # the same token again, same chunk
+    assert reports_ingest(collection_key=KEY).verified == 4
+    assert rejections(KEY) == {
+        "helper": {"over_weight": 1, "share_malformed": 1, "token_reused": 1},
+        "leader": {"over_weight": 1, "token_reused": 1},
+    }
+    assert LeaderShare.objects.get().reports == 1
+
+
+def test_a_failure_inside_a_chunk_stores_nothing_and_leaves_the_chunk_for_a_retry(rules, monkeypatch) -> None:
+    tok = token("d0")
+    receive(report("d0", one_hot(0), tok=tok))
+    receive(report("d1", one_hot(1)))
+    receive(replace(report("d2", one_hot(2)), token=tok))  # a replay: would be counted
+    receive(report("d3", one_hot(3)))
+    real_count = ingest.rejections_add
+
+    def crash(**_kwargs) -> None:  # after the chunk's shares and spent tokens are written
+        assert LeaderShare.objects.exists() and SpentToken.objects.exists()
+        raise RuntimeError("the worker died here")
+
+    monkeypatch.setattr(ingest, "rejections_add", crash)
+    with pytest.raises(RuntimeError, match="died"):
+        reports_ingest(collection_key=KEY)
+    assert PendingReport.objects.count() == 4
+    assert not LeaderShare.objects.exists() and not HelperShare.objects.exists()
+    assert not SpentToken.objects.exists() and rejections(KEY) == {}
+
+    monkeypatch.setattr(ingest, "rejections_add", real_count)
+    result = reports_ingest(collection_key=KEY)
+    assert (result.accepted, result.rejected) == (3, 1)
+    assert LeaderShare.objects.get().reports == 3 and not PendingReport.objects.exists()
+
+
+def test_ingestion_is_idempotent(rules) -> None:
+    for device in range(4):
+        receive(report(f"d{device}", one_hot(device)))
+    assert reports_ingest(collection_key=KEY).accepted == 4
+    before = stored_sums()
+    again = reports_ingest(collection_key=KEY)
+    assert (again.verified, again.chunks) == (0, 0)
+    assert stored_sums() == before and SpentToken.objects.count() == 8
+    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
+    assert batch.reports == 4 and not batch.suppressed
+
+
+def test_the_release_drains_the_pending_reports_first(rules) -> None:
+    for device in range(3):
+        receive(report(f"d{device}", one_hot(device)))
+    reports_ingest(collection_key=KEY, limit=1)
+    assert PendingReport.objects.count() == 2
+    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
+    assert batch.reports == 3 and not PendingReport.objects.exists()
+    # Closed by the release: a later upload is not stored.
+    body = wire.report_bytes(report("late", one_hot(0)))
+    answer = intake.upload_answer({"CONTENT_LENGTH": str(len(body))}, lambda _size: body)
+    assert (answer.status, answer.body["code"]) == (409, "collection_closed")
+    assert not PendingReport.objects.exists()
+
+
+@pytest.mark.parametrize(("spacing", "refused"), [(0, True), (10, False)])
+def test_rate_validation_reads_when_the_bulk_verified_reports_arrived(spacing, refused) -> None:
+    collection_rules_open(key=KEY, length=DOMAIN, min_cohort=3, weight_bound=DOMAIN, expected_rate=0.1, rate_window=60)
+    for device in range(14):
+        receive(report(f"d{device}", one_hot(device % DOMAIN)))
+    start = timezone.now()
+    for i, pending in enumerate(PendingReport.objects.order_by("pk")):
+        PendingReport.objects.filter(pk=pending.pk).update(received_at=start + timedelta(seconds=spacing * i))
+    reports_ingest(collection_key=KEY)
+    assert LeaderShare.objects.count() == 1  # one chunk: the arrival times travel with the sum
+    # 14 reports within a minute against 0.1/s expected: 14 > 2 * 6; spread 10 s apart, at most 6 a minute.
+    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
+    assert batch.suppressed is refused
+    if refused:
+        assert "rate validation" in batch.reason
