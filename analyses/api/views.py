@@ -98,7 +98,9 @@ class RecipeCreate(ListAPIView):
 
     serializer_class = RecipeSerializer
 
-    @extend_schema(summary="The analysis's stored recipes, newest first", responses={200: RecipeSerializer})
+    @extend_schema(
+        summary="The analysis's stored recipes, newest first", responses={200: RecipeSerializer, **errors(404)}
+    )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 

@@ -118,6 +118,12 @@ def test_restarting_redis_mid_round_loses_the_queue_and_the_reaper_resumes_the_r
             # Whatever the worker was running when Redis went away may finish; then nothing moves.
             wait_until(lambda: False, timeout=4)
             assert not Round.objects.get(pk=round_id).is_finished, "the lost tasks must have stalled the round"
+            if worker.process.poll() is not None:
+                # The worker may also die of the lost connection (kombu can fail while restoring
+                # its unacknowledged messages: "Unrecoverable error"). A deployment runs workers
+                # under a supervisor that starts them again; so does this test.
+                worker = Worker(broker.url, tmp_path / "restarted.log", queue=QUEUE, extra_env=FAST_REDELIVERY)
+                worker.wait_ready()
 
             reaped = rounds_reap(stuck_after=timedelta(seconds=2), fail_after=timedelta(hours=1))
             assert reaped.resumed == [round_id]
