@@ -16,6 +16,7 @@ urlpatterns = [
     path("rounds/<int:pk>/release.json", views.release_json, name="release-json"),
     path("rounds/<int:pk>/status.json", views.round_status, name="round-status"),
     path("rounds/<int:pk>/cancel/", views.round_cancel, name="round-cancel"),
+    path("rounds/<int:pk>/close/", views.round_close, name="round-close"),
     path("rounds/<int:pk>/refine/", views.round_refine, name="round-refine"),
     path("adaptive/<int:pk>/", views_adaptive.adaptive_detail, name="adaptive-detail"),
     path("adaptive/<int:pk>/status.json", views_adaptive.adaptive_status, name="adaptive-status"),

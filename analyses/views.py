@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from analyses import drilldown, selectors, services
+from analyses import device_rounds, drilldown, selectors, services
 from analyses.errors import NotAllowed, ValidationFailed
 from analyses.forms import RecipeForm
 from analyses.models import Round
@@ -133,6 +133,21 @@ def round_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         services.round_cancel(round_=round_, user=request.user)
         messages.success(request, f"Round {round_.pk} cancelled: nothing will be released.")
+    except NotAllowed as refusal:
+        messages.error(request, str(refusal))
+    return redirect("round-detail", pk=round_.pk)
+
+
+@login_required
+@require_POST
+def round_close(request: HttpRequest, pk: int) -> HttpResponse:
+    """Close the collection of a round on real devices: its reports are verified and released."""
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    if not _owns(request.user, round_):
+        raise PermissionDenied("Only the analyst who owns the analysis can close its rounds.")
+    try:
+        device_rounds.round_close(round_=round_, user=request.user)
+        messages.success(request, f"Round {round_.pk}: the collection is closed; its release follows.")
     except NotAllowed as refusal:
         messages.error(request, str(refusal))
     return redirect("round-detail", pk=round_.pk)

@@ -531,3 +531,39 @@ def test_uploads_over_the_rate_of_an_address_get_429_with_retry_after(phones, ce
 def test_a_body_over_the_api_limit_is_refused_before_it_is_read(phones, central_round) -> None:
     response = upload(b" " * (1_048_576 + 1))
     assert response.status_code == 413 and response.json()["code"] == "payload_too_large"
+
+
+def test_the_round_page_shows_the_collection_and_closes_it_in_one_click(
+    client, analyst, other_analyst, phones, central_round, django_capture_on_commit_callbacks
+) -> None:
+    _, devices = phones
+    key = central_round.task_key
+    for device, bucket in zip(devices[:3], (1, 2, 2), strict=True):
+        assert upload(device.report(key, bucket, batch="")).status_code == 202
+    client.force_login(analyst)
+    page = client.get(f"/rounds/{central_round.pk}/").content.decode()
+    assert 'id="collection"' in page and 'id="close-form"' in page and "shards" not in page
+    assert 'id="reports-pending">3<' in page
+
+    client.force_login(other_analyst)
+    assert client.post(f"/rounds/{central_round.pk}/close/").status_code == 404
+    client.force_login(analyst)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/rounds/{central_round.pk}/close/")
+    assert response.status_code == 302
+    round_ = Round.objects.get(pk=central_round.pk)
+    assert round_.status == Round.Status.RELEASED, round_.error
+    assert round_.release.content["reports"] == 3 and not PendingReport.objects.exists()
+    page = client.get(f"/rounds/{central_round.pk}/").content.decode()
+    assert 'id="close-form"' not in page and 'id="reports-accepted">3<' in page
+
+
+def test_a_simulated_round_has_no_close_button_and_cannot_be_closed_from_the_page(
+    client, analyst, api, analysis, recipe
+) -> None:
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    round_id = api.post(f"/api/recipes/{created['id']}/rounds/").json()["id"]  # not committed: stays queued
+    client.force_login(analyst)
+    assert 'id="close-form"' not in client.get(f"/rounds/{round_id}/").content.decode()
+    page = client.post(f"/rounds/{round_id}/close/", follow=True).content.decode()
+    assert "closed by hand" in page and Round.objects.get(pk=round_id).status == Round.Status.QUEUED
