@@ -48,7 +48,7 @@ from rest_framework.throttling import BaseThrottle
 from aggregation import reports, wire
 from aggregation.models import CollectionRules, PendingReport
 from pfs_web.api_errors import error_body, server_error_body
-from pfs_web.api_limits import request_count
+from pfs_web.api_limits import request_count, window_wait
 from pfs_web.rates import rate_parse
 
 logger = logging.getLogger("pfs_web.api")
@@ -230,20 +230,9 @@ def _throttled(meta: Mapping[str, Any]) -> float | None:
     The same fixed window and key as pfs_web.api_limits.ScopeRateThrottle; with Redis, one round
     trip (a script that counts and sets the expiry) instead of the cache's two.
     """
-    limit, period = _rate(api_settings.DEFAULT_THROTTLE_RATES["uploads"])
-    now = time.time()
-    window = int(now // period)
     address = BaseThrottle().get_ident(SimpleNamespace(META=meta, headers=HttpHeaders(meta)))
-    key = f"throttle:uploads:addr-{address}:{period}:{window}"
-    try:
-        count = _count_fast(key, timeout=period + 1)
-    except (redis.RedisError, OSError):
-        # A limit is not a privacy rule: without the cache, take the report rather than refuse all.
-        logger.warning("Upload rate not applied: the cache does not answer", exc_info=True)
-        return None
-    if count <= limit:
-        return None
-    return (window + 1) * period - now
+    rate = _rate(api_settings.DEFAULT_THROTTLE_RATES["uploads"])
+    return window_wait(scope="uploads", who=f"addr-{address}", rate=rate, count=_count_fast)
 
 
 # INCR, and the window's expiry on its first count: one command, so one round trip.

@@ -127,27 +127,26 @@ def round_status(request: HttpRequest, pk: int) -> JsonResponse:
 @login_required
 @require_POST
 def round_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    round_ = selectors.round_get(user=request.user, pk=pk)
-    if not _owns(request.user, round_):
-        raise PermissionDenied("Only the analyst who owns the analysis can cancel its rounds.")
-    try:
-        services.round_cancel(round_=round_, user=request.user)
-        messages.success(request, f"Round {round_.pk} cancelled: nothing will be released.")
-    except NotAllowed as refusal:
-        messages.error(request, str(refusal))
-    return redirect("round-detail", pk=round_.pk)
+    return _owner_acts(request, pk, "cancel", services.round_cancel, "Round {pk} cancelled: nothing will be released.")
 
 
 @login_required
 @require_POST
 def round_close(request: HttpRequest, pk: int) -> HttpResponse:
     """Close the collection of a round on real devices: its reports are verified and released."""
+    return _owner_acts(
+        request, pk, "close", device_rounds.round_close, "Round {pk}: the collection is closed; its release follows."
+    )
+
+
+def _owner_acts(request: HttpRequest, pk: int, verb: str, act: Any, done: str) -> HttpResponse:
+    """Run ``act`` on a round its owner asked to ``verb``; ``done`` (with {pk}) or the refusal as a message."""
     round_ = selectors.round_get(user=request.user, pk=pk)
     if not _owns(request.user, round_):
-        raise PermissionDenied("Only the analyst who owns the analysis can close its rounds.")
+        raise PermissionDenied(f"Only the analyst who owns the analysis can {verb} its rounds.")
     try:
-        device_rounds.round_close(round_=round_, user=request.user)
-        messages.success(request, f"Round {round_.pk}: the collection is closed; its release follows.")
+        act(round_=round_, user=request.user)
+        messages.success(request, done.format(pk=round_.pk))
     except NotAllowed as refusal:
         messages.error(request, str(refusal))
     return redirect("round-detail", pk=round_.pk)

@@ -54,25 +54,32 @@ class WindowRateThrottle(BaseThrottle):
         rates = api_settings.DEFAULT_THROTTLE_RATES
         if scope not in rates:
             raise ImproperlyConfigured(f"No rate for the throttle scope {scope!r} in DEFAULT_THROTTLE_RATES")
-        limit, period = rate_parse(rates[scope])
-        now = time.time()
-        window = int(now // period)
         user = request.user
         who = f"user-{user.pk}" if user and user.is_authenticated else f"addr-{self.get_ident(request)}"
-        key = f"throttle:{scope}:{who}:{period}:{window}"
-        try:
-            count = request_count(key, timeout=period + 1)
-        except (redis.RedisError, OSError):
-            # A limit is not a privacy rule: without the cache, serve rather than fail every request.
-            logger.warning("Rate limit not applied: the cache does not answer", exc_info=True)
-            return True
-        if count <= limit:
-            return True
-        self.retry_after = (window + 1) * period - now
-        return False
+        self.retry_after = window_wait(scope=scope, who=who, rate=rate_parse(rates[scope]))
+        return self.retry_after is None
 
     def wait(self) -> float | None:
         return self.retry_after
+
+
+def window_wait(
+    *, scope: str, who: str, rate: tuple[int, int], count: Callable[..., int] | None = None
+) -> float | None:
+    """The fixed-window decision: None while ``who`` is within ``rate`` (limit, period) for
+    ``scope``, else the seconds until the next window. ``count`` increments the window's key
+    (request_count unless given)."""
+    limit, period = rate
+    now = time.time()
+    window = int(now // period)
+    key = f"throttle:{scope}:{who}:{period}:{window}"
+    try:
+        counted = (count or request_count)(key, timeout=period + 1)
+    except (redis.RedisError, OSError):
+        # A limit is not a privacy rule: without the cache, serve rather than fail every request.
+        logger.warning("Rate limit not applied: the cache does not answer", exc_info=True)
+        return None
+    return None if counted <= limit else (window + 1) * period - now
 
 
 def request_count(key: str, *, timeout: int) -> int:
