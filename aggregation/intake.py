@@ -35,10 +35,7 @@ from http import HTTPStatus
 from types import SimpleNamespace
 from typing import Any
 
-import redis
 from django.conf import settings
-from django.core.cache import caches
-from django.core.cache.backends.redis import RedisCache
 from django.db import close_old_connections, connection
 from django.http.request import HttpHeaders
 from django.utils import timezone
@@ -48,7 +45,7 @@ from rest_framework.throttling import BaseThrottle
 from aggregation import reports, wire
 from aggregation.models import CollectionRules, PendingReport
 from pfs_web.api_errors import error_body, server_error_body
-from pfs_web.api_limits import request_count, window_wait
+from pfs_web.api_limits import window_wait
 from pfs_web.rates import rate_parse
 
 logger = logging.getLogger("pfs_web.api")
@@ -84,7 +81,6 @@ RECEIVED = Answer(HTTPStatus.ACCEPTED, {"received": True})
 _open_limits: dict[str, tuple[float, int]] = {}
 # collection key -> monotonic time the verification task was last sent
 _ingest_sent: dict[str, float] = {}
-_redis_clients: dict[int, redis.Redis] = {}
 
 
 def upload_answer(meta: Mapping[str, Any], read: Callable[[int], bytes]) -> Answer:
@@ -227,30 +223,11 @@ def _ingest_soon(collection_key: str) -> None:
 def _throttled(meta: Mapping[str, Any]) -> float | None:
     """Seconds to wait when the address is over the ``uploads`` rate, else None.
 
-    The same fixed window and key as pfs_web.api_limits.ScopeRateThrottle; with Redis, one round
-    trip (a script that counts and sets the expiry) instead of the cache's two.
+    The same fixed window and key as pfs_web.api_limits.ScopeRateThrottle.
     """
     address = BaseThrottle().get_ident(SimpleNamespace(META=meta, headers=HttpHeaders(meta)))
     rate = _rate(api_settings.DEFAULT_THROTTLE_RATES["uploads"])
-    return window_wait(scope="uploads", who=f"addr-{address}", rate=rate, count=_count_fast)
-
-
-# INCR, and the window's expiry on its first count: one command, so one round trip.
-_INCR_EXPIRE = (
-    "local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n"
-)
-
-
-def _count_fast(key: str, *, timeout: int) -> int:
-    cache = caches["default"]
-    if not isinstance(cache, RedisCache):
-        return request_count(key, timeout=timeout)
-    full_key = cache.make_and_validate_key(key)
-    # Django builds a client object per call; it is thread-safe (a connection pool), so keep one.
-    client = _redis_clients.get(id(cache))
-    if client is None:
-        client = _redis_clients[id(cache)] = cache._cache.get_client(full_key, write=True)
-    return int(client.eval(_INCR_EXPIRE, 1, full_key, timeout))
+    return window_wait(scope="uploads", who=f"addr-{address}", rate=rate)
 
 
 @lru_cache(maxsize=32)

@@ -68,7 +68,7 @@ def refined_recipe(*, round_: Round, cohort: str, bucket: int) -> dict[str, Any]
     step = _structure_step(content["dataTypeContent"], bucket)
     cohorts = list(content.get("cohorts", []))
     if step.schema is None:
-        unused = _unused_cohort_fields(recipe)
+        unused = unused_cohort_fields(recipe)
         if not unused:
             return _answer(
                 None,
@@ -99,7 +99,7 @@ def refined_recipe(*, round_: Round, cohort: str, bucket: int) -> dict[str, Any]
 def refinable_buckets(round_: Round) -> list[bool]:
     """For each bucket of the round's release, whether ``refined_recipe`` would offer a recipe."""
     labels = _released(round_).content["buckets"]
-    if _unused_cohort_fields(round_.recipe):
+    if unused_cohort_fields(round_.recipe):
         return [True] * len(labels)
     data_types = round_.recipe.content["dataTypeContent"]
     parsed = content_encoding(data_types)
@@ -327,7 +327,8 @@ def _released(round_: Round) -> Any:
     return round_.release
 
 
-def _unused_cohort_fields(recipe: Recipe) -> list[str]:
+def unused_cohort_fields(recipe: Recipe) -> list[str]:
+    """The cohort fields the analysis's query class allows that ``recipe`` does not break down by."""
     used = set(recipe.content.get("cohorts", []))
     return [c for c in recipe.analysis.query_class.get("cohortFields", []) if c not in used]
 

@@ -8,7 +8,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from analyses.audit_log import refusal_log
-from analyses.models import AdaptiveRun, Analysis, Recipe, Round
+from analyses.models import AdaptiveRun, Analysis, Recipe, Release, Round
 from devices.models import Fleet
 
 
@@ -36,6 +36,12 @@ def round_list(*, user: AbstractBaseUser) -> QuerySet[Round]:
 
 def round_get(*, user: AbstractBaseUser, pk: int) -> Round:
     return _visible_or_404(round_list(user=user), user, pk=pk)
+
+
+def round_release(round_: Round) -> Release:
+    """The release of a released round, its content read only when used: what is shown of it
+    comes from analyses.release_cache, which needs only its id and date."""
+    return Release.objects.defer("content").get(round=round_)
 
 
 def last_releases(*, analyses: list[Analysis]) -> dict[int, Round]:

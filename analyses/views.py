@@ -15,11 +15,10 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from analyses import device_rounds, drilldown, selectors, services
+from analyses import device_rounds, drilldown, release_cache, selectors, services
 from analyses.errors import NotAllowed, ValidationFailed
 from analyses.forms import RecipeForm
 from analyses.models import Round
-from privacy.intervals import INTERVALS, VIEWS
 from privacy.mechanisms import MECHANISMS
 
 
@@ -88,31 +87,14 @@ def _release_view(request: HttpRequest) -> services.ReleaseView:
 @login_required
 def round_detail(request: HttpRequest, pk: int) -> HttpResponse:
     round_ = selectors.round_get(user=request.user, pk=pk)
-    release = getattr(round_, "release", None) if round_.status == Round.Status.RELEASED else None
-    view = _release_view(request)
-    table = services.release_table(release, view) if release else []
-    refinable = drilldown.refinable_buckets(round_) if release else []
-    buckets = len(refinable)
-    for index, row in enumerate(table):
-        # release_table lists every bucket of each released batch in order.
-        row["bucket_index"] = index % buckets
-        row["refinable"] = refinable[row["bucket_index"]]
+    release = selectors.round_release(round_) if round_.status == Round.Status.RELEASED else None
     context = {
         "round": round_,
         "recipe": round_.recipe,
         "progress": _progress(round_),
         "can_cancel": not round_.is_finished and _owns(request.user, round_),
         "release": release,
-        "release_view": view,
-        "interval_choices": INTERVALS,
-        "view_choices": VIEWS,
-        "release_json": services.release_as_json(release, view) if release else None,
-        "table": table,
-        "drilldown": {
-            "url": reverse("analysis-detail", args=[round_.recipe.analysis.identifier]),
-            "round": round_.pk,
-            "refinable": refinable,
-        },
+        "release_section": release_cache.release_section(round_, release, _release_view(request)) if release else "",
     }
     return render(request, "analyses/round.html", context)
 
@@ -225,7 +207,8 @@ def release_csv(request: HttpRequest, pk: int) -> HttpResponse:
     round_ = selectors.round_get(user=request.user, pk=pk)
     if round_.status != Round.Status.RELEASED:
         return HttpResponse("No release yet.", status=404, content_type="text/plain")
-    response = HttpResponse(services.release_as_csv(round_.release, _release_view(request)), content_type="text/csv")
+    csv = release_cache.release_csv(selectors.round_release(round_), _release_view(request))
+    response = HttpResponse(csv, content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.csv"'
     return response
 
@@ -236,7 +219,8 @@ def release_json(request: HttpRequest, pk: int) -> HttpResponse:
     round_ = selectors.round_get(user=request.user, pk=pk)
     if round_.status != Round.Status.RELEASED:
         return HttpResponse("No release yet.", status=404, content_type="text/plain")
-    body = json.dumps(services.release_as_json(round_.release, _release_view(request)), indent=2, ensure_ascii=False)
+    content = release_cache.release_json(selectors.round_release(round_), _release_view(request))
+    body = json.dumps(content, indent=2, ensure_ascii=False)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.json"'
     return response

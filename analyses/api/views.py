@@ -24,7 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analyses import selectors, services
+from analyses import release_cache, selectors, services
 from analyses.api.idempotent import idempotent_response
 from analyses.api.schema import IDEMPOTENCY_KEY, JSON_OBJECT, body_errors, errors, status_parameter
 from analyses.api.serializers import (
@@ -248,7 +248,7 @@ class ReleaseDetail(APIView):
     )
     def get(self, request: Request, pk: int) -> Response:
         round_, view = _released_round(request, pk)
-        return Response(services.release_as_json(round_.release, view))
+        return Response(release_cache.release_json(selectors.round_release(round_), view))
 
 
 class JsonErrorsNegotiation(BaseContentNegotiation):
@@ -278,7 +278,8 @@ class ReleaseCsv(APIView):
     )
     def get(self, request: Request, pk: int) -> HttpResponse:
         round_, view = _released_round(request, pk)
-        response = HttpResponse(services.release_as_csv(round_.release, view), content_type="text/csv; charset=utf-8")
+        csv = release_cache.release_csv(selectors.round_release(round_), view)
+        response = HttpResponse(csv, content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.csv"'
         return response
 

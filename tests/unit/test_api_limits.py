@@ -149,5 +149,5 @@ def test_the_cache_is_redis_when_there_is_one(monkeypatch) -> None:
         production = importlib.import_module("pfs_web.settings")
     finally:
         sys.modules.pop("pfs_web.settings", None)
-    assert production.CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert production.CACHES["default"]["BACKEND"] == "pfs_web.cache.RedisCache"
     assert production.CACHES["default"]["LOCATION"] == "redis://127.0.0.1:6379/3"

@@ -1,0 +1,92 @@
+"""What is rendered from a release, kept in Django's cache: a release never changes once made.
+
+A release is written once, when its round is released, and nothing edits it (the admin shows it
+read-only). So its presentations (the API's JSON, the CSV, the round page's release section) are
+computed once per view and served from the cache after that: the round page of a 320-bucket
+release costs a cache read instead of rendering 320 table rows.
+
+A key names the release by its id and the instant it was made (ids start again in a new
+database, as in tests, and a shared cache may outlive a database), the view asked for, and
+RENDERING, which is bumped whenever a presentation changes shape, so an upgrade never serves the
+old one. Entries expire after TIMEOUT so the cache does not grow without end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.core.cache import cache
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.safestring import mark_safe
+
+from analyses import drilldown, services
+from analyses.models import Release, Round
+from privacy.intervals import INTERVALS, VIEWS
+
+RENDERING = 1
+TIMEOUT = 24 * 3600
+
+T = TypeVar("T")
+
+
+def release_key(release: Release, view: services.ReleaseView, kind: str, *extra: object) -> str:
+    """The cache key of one presentation (``kind``) of ``release`` under ``view``; ``extra`` for
+    anything else the presentation depends on."""
+    made = release.created_at.timestamp()
+    parts = [f"release:{RENDERING}:{release.pk}:{made:.6f}", kind, view.intervals, view.view, *map(str, extra)]
+    return ":".join(parts)
+
+
+def cached(key: str, compute: Callable[[], T]) -> T:
+    value = cache.get(key)
+    if value is None:
+        value = compute()
+        cache.set(key, value, timeout=TIMEOUT)
+    return value
+
+
+def release_json(release: Release, view: services.ReleaseView) -> dict[str, Any]:
+    """services.release_as_json, cached."""
+    return cached(release_key(release, view, "json"), lambda: services.release_as_json(release, view))
+
+
+def release_csv(release: Release, view: services.ReleaseView) -> str:
+    """services.release_as_csv, cached."""
+    return cached(release_key(release, view, "csv"), lambda: services.release_as_csv(release, view))
+
+
+def release_section(round_: Round, release: Release, view: services.ReleaseView) -> str:
+    """The round page's release section (summary, chart data, table with drill-down links), as HTML.
+
+    Besides the release and the view it shows the drill-down links, which depend on the analysis
+    (its identifier, and the cohort fields its query class allows): those are in the key.
+    """
+    analysis = round_.recipe.analysis
+    unused = ",".join(drilldown.unused_cohort_fields(round_.recipe))
+    key = release_key(release, view, "page", round_.pk, analysis.identifier, unused)
+    return mark_safe(cached(key, lambda: _section_html(round_, release, view)))  # noqa: S308 - our template's output
+
+
+def _section_html(round_: Round, release: Release, view: services.ReleaseView) -> str:
+    table = services.release_table(release, view)
+    refinable = drilldown.refinable_buckets(round_)
+    for index, row in enumerate(table):
+        # release_table lists every bucket of each released batch in order.
+        row["bucket_index"] = index % len(refinable)
+        row["refinable"] = refinable[row["bucket_index"]]
+    context = {
+        "round": round_,
+        "release_view": view,
+        "interval_choices": INTERVALS,
+        "view_choices": VIEWS,
+        "release_json": release_json(release, view),
+        "table": table,
+        "drilldown": {
+            "url": reverse("analysis-detail", args=[round_.recipe.analysis.identifier]),
+            "round": round_.pk,
+            "refinable": refinable,
+        },
+    }
+    return render_to_string("analyses/includes/release_section.html", context)
