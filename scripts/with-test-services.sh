@@ -5,10 +5,12 @@
 #             redis-server started here on port 6399 and stopped afterwards.
 #   Chromium  PFS_CHROMIUM if set, else /usr/bin/chromium (Debian's package).
 #   wrk       on the PATH (Debian's package): the load smoke test drives gunicorn with it.
+#   nginx     /usr/sbin/nginx or on the PATH (Debian's nginx-light): the smoke test's paced clients
+#             reach gunicorn through it, as the bench measures the read target.
 #   Database  DATABASE_URL if set; else PostgreSQL on 127.0.0.1:5432 if it answers; else SQLite.
 #
 # In CI (CI=true), or with PFS_INSTALL_SERVICES=1, as root it installs a missing redis-server,
-# chromium or wrk with apt-get. Whatever is still missing is named, and the run fails: integration and
+# chromium, wrk or nginx with apt-get. Whatever is still missing is named, and the run fails: integration and
 # browser tests are never skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +63,10 @@ if [ ! -x "$PFS_CHROMIUM" ] && can_install; then apt_install chromium; fi
 # ---- wrk (tests/integration/test_api_load_smoke.py, as bench/api_load.py)
 if ! command -v wrk >/dev/null && can_install; then apt_install wrk; fi
 command -v wrk >/dev/null || missing+=("wrk: install it (apt-get install wrk)")
+# ---- nginx (the same test: clients at the dashboard's pace go through it)
+nginx_found() { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; }
+if ! nginx_found && can_install; then apt_install nginx-light; fi
+nginx_found || missing+=("nginx: install it (apt-get install nginx-light)")
 
 # ---- Database
 if [ -z "${DATABASE_URL:-}" ] && command -v psql >/dev/null \

@@ -1,8 +1,9 @@
 """Smoke run of bench/api_load.py: gunicorn (DEBUG=0) on the test database and Redis, 50 wrk connections.
 
 Not a timing test (bench/api_load.py measures): it checks that the bench's machinery works (gunicorn
-started the bench's way, signing in for a token and a session, wrk's Lua status counts) and that
-the read endpoints answer 50 concurrent clients with nothing but 2xx.
+started the bench's way, signing in for a token and a session, wrk's Lua status counts, clients
+pausing at the dashboard's pace, nginx in front) and that the read endpoints answer 50 concurrent
+clients with nothing but 2xx, directly and through nginx.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ PASSWORD = "load-smoke-password"
 def test_fifty_connections_over_the_read_endpoints_get_only_2xx(analysis, recipe, settings, tmp_path) -> None:
     try:
         api_load.wrk_path()
-    except api_load.WrkMissing as missing:
+    except api_load.ToolMissing as missing:
         pytest.fail(f"{missing} (`make test` installs it in CI)")
     # The server checks passwords with the production settings' hasher, not the tests' fast one.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
@@ -54,8 +55,22 @@ def test_fifty_connections_over_the_read_endpoints_get_only_2xx(analysis, recipe
             duration=3,
             paths=[target.path for target in endpoints],
         )
+        # Clients at the dashboard's pace reach gunicorn through nginx, as the bench measures them.
+        with api_load.nginx_in_front(server.port, tmp_path) as front:
+            paced = api_load.wrk_run(
+                front + "/",
+                headers={"Authorization": f"Token {token}", "Cookie": cookie},
+                connections=50,
+                threads=2,
+                duration=3,
+                paths=[target.path for target in endpoints],
+                pause_ms=api_load.DASHBOARD_PACE_MS,
+            )
 
     assert result["requests"] >= len(endpoints), result  # each wrk thread takes the paths in turn
     assert result["socket_errors"] == 0, result
     assert result["not_2xx"] == 0, result["statuses"]
     assert sum(result["statuses"].values()) == result["requests"], result
+    # Clients at the dashboard's pace: at most one request per connection per pause (and one more).
+    assert 50 <= paced["requests"] <= 50 * (3 / 0.5 + 1), paced
+    assert paced["not_2xx"] == paced["socket_errors"] == 0, paced
