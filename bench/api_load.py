@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 WRK_INSTALL = "apt-get install -y wrk"
 NGINX_INSTALL = "apt-get install -y nginx-light"
-DEFAULT_CONFIGS = "sync:2,sync:4,gthread:2,gthread:4"
+DEFAULT_CONFIGS = "sync:2,sync:2+nginx"
 GTHREAD_THREADS = 4
 TARGET_P99_MS = 100.0
 # The round page polls its status 500 ms after each answer (static/js/round.js): the fastest any PFS
@@ -720,8 +720,8 @@ def main() -> None:
         "--configs",
         type=lambda text: [ServerConfig.parse(part) for part in text.split(",")],
         default=[ServerConfig.parse(part) for part in DEFAULT_CONFIGS.split(",")],
-        help=f"gunicorn worker class and count per run (default {DEFAULT_CONFIGS}; gthread has "
-        f"{GTHREAD_THREADS} threads per worker)",
+        help=f"gunicorn worker class and count per run (default {DEFAULT_CONFIGS}): sync:N, gthread:N "
+        f"({GTHREAD_THREADS} threads per worker) or gthread:NxT; +nginx puts nginx in front",
     )
     parser.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432/postgres", help="admin URL")
     parser.add_argument("--database", default="pfs_bench", help="the bench's own database (dropped, made anew)")
@@ -782,7 +782,9 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict[str, int], dict]
     runs: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for config in args.configs:
-            with gunicorn_running(config, env, Path(tmp) / "gunicorn.log") as server, ExitStack() as front:
+            # Behind nginx the client's address is the one nginx forwards (X-Forwarded-For).
+            server_env_here = {**env, "PFS_NUM_PROXIES": "1"} if config.nginx else env
+            with gunicorn_running(config, server_env_here, Path(tmp) / "gunicorn.log") as server, ExitStack() as front:
                 base_url = (
                     front.enter_context(nginx_in_front(server.port, Path(tmp))) if config.nginx else server.base_url
                 )
