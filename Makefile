@@ -34,8 +34,8 @@ bench: $(VENV)/.dev static/vendor/plotly.min.js
 	$(PY) bench/fleet_round.py
 	$(PY) bench/ngram_discovery.py
 
-bench-load: $(VENV)/.runtime ## the API and dashboard load test (PostgreSQL and Redis on 127.0.0.1, wrk: bench/README.md)
-	$(PY) bench/api_load.py
+bench-load: $(VENV)/.runtime ## the API and dashboard load test (PostgreSQL and Redis on 127.0.0.1, wrk, nginx: bench/README.md)
+	$(PY) bench/api_load.py --duration 15
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
