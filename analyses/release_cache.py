@@ -8,14 +8,17 @@ release costs a cache read instead of rendering 320 table rows.
 A key names the release by its id and the instant it was made (ids start again in a new
 database, as in tests, and a shared cache may outlive a database), the view asked for, and
 RENDERING, which is bumped whenever a presentation changes shape, so an upgrade never serves the
-old one. Entries expire after TIMEOUT so the cache does not grow without end.
+old one. Entries expire after TIMEOUT so the cache does not grow without end. Without the cache
+(Redis restarting, say) a presentation is computed for the request, as it was before there was one.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import redis
 from django.core.cache import cache
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -29,6 +32,8 @@ RENDERING = 1
 TIMEOUT = 24 * 3600
 
 T = TypeVar("T")
+CACHE_ERRORS = (redis.RedisError, OSError)
+logger = logging.getLogger("pfs_web.api")
 
 
 def release_key(release: Release, view: services.ReleaseView, kind: str, *extra: object) -> str:
@@ -40,10 +45,17 @@ def release_key(release: Release, view: services.ReleaseView, kind: str, *extra:
 
 
 def cached(key: str, compute: Callable[[], T]) -> T:
-    value = cache.get(key)
+    try:
+        value = cache.get(key)
+    except CACHE_ERRORS:
+        logger.warning("The cache does not answer: %s rendered without it", key, exc_info=True)
+        return compute()
     if value is None:
         value = compute()
-        cache.set(key, value, timeout=TIMEOUT)
+        try:
+            cache.set(key, value, timeout=TIMEOUT)
+        except CACHE_ERRORS:
+            logger.warning("The cache does not answer: %s not kept", key, exc_info=True)
     return value
 
 

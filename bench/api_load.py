@@ -574,7 +574,7 @@ def render(*, runs: list[dict], queries: dict[str, int], context: dict) -> str:
         "",
         f"gunicorn (`DEBUG=0`, `pfs_web.settings`) on 127.0.0.1 against PostgreSQL (database `{args.database}`, "
         f"made anew: migrate, `seed_demo --devices {args.devices}`, two demo rounds) and Redis (`{args.redis_url}`: "
-        "the API's request counts, sessions, and what is rendered from releases). wrk on the same machine, "
+        "the API's request counts and what is rendered from releases). wrk on the same machine, "
         f"{args.connections} connections over {args.threads} threads, {args.duration:g} s per endpoint "
         "after a short warm-up, keep-alive (gunicorn's sync workers close each connection, so wrk reconnects). "
         "The warm-up also renders each release into the cache, once: the tables show the steady state. "

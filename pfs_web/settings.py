@@ -174,15 +174,13 @@ if PFS_TASK_MODE not in {"celery", "thread", "sync"}:
     raise ImproperlyConfigured(f"PFS_TASK_MODE must be celery, thread or sync, not {PFS_TASK_MODE!r}")
 if PFS_TASK_MODE == "celery" and not REDIS_URL:
     raise ImproperlyConfigured("PFS_TASK_MODE=celery needs REDIS_URL")
-# The cache holds the API's request counts, sessions and what is rendered from releases: in Redis,
+# The cache holds the API's request counts and what is rendered from releases: in Redis,
 # shared by every process, when there is one.
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "pfs_web.cache.RedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "pfs"}}
 CACHES["default"]["KEY_PREFIX"] = "pfs"
-# A signed-in page reads its session from the cache, and from the database only on a miss.
-SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
 CELERY_TASK_ALWAYS_EAGER = PFS_TASK_MODE != "celery"

@@ -6,6 +6,7 @@ import re
 from datetime import timedelta
 
 import pytest
+import redis
 from django.core.cache import cache
 
 from analyses import release_cache, services
@@ -102,6 +103,21 @@ def test_another_release_under_the_same_id_is_not_served_from_the_cache(api, rel
         content=content, created_at=released.release.created_at + timedelta(seconds=1)
     )
     assert api.get(url).json()["reports"] == 1
+
+
+def test_without_the_cache_a_release_is_still_served(api, client, analyst, released, monkeypatch) -> None:
+    class Down:
+        def get(self, *args, **kwargs):
+            raise redis.ConnectionError("Redis is restarting")
+
+        set = get
+
+    url = f"/api/rounds/{released.pk}/release/"
+    expected = services.release_as_json(released.release, services.ReleaseView())
+    monkeypatch.setattr(release_cache, "cache", Down())
+    assert api.get(url).json() == expected
+    client.force_login(analyst)
+    assert 'id="release-table"' in client.get(f"/rounds/{released.pk}/").content.decode()
 
 
 def test_keys_name_the_release_the_view_and_the_rendering(released) -> None:
