@@ -27,7 +27,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,6 +38,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar
 from pathlib import Path
+
+from host import describe, process_group_stop  # bench/host.py: this script's folder is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -258,13 +259,7 @@ class Gunicorn:
             answer.read()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        process_group_stop(self.process)
         self.log.close()
 
     def _log_tail(self) -> str:
@@ -528,9 +523,6 @@ def query_counts(env: dict[str, str], paths: list[str]) -> dict[str, int]:
 
 
 def machine() -> str:
-    sys.path.insert(0, str(ROOT / "bench"))
-    from host import describe
-
     return describe(tasks="gunicorn and Redis on loopback", memory=True, database="PostgreSQL")
 
 

@@ -157,15 +157,9 @@ class CeleryWorker:
         return max(peaks, default=0.0)
 
     def stop(self) -> None:
-        import signal
+        from host import process_group_stop  # bench/host.py: this script's folder is on sys.path
 
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        process_group_stop(self.process, timeout=30)
         self.log.close()
 
     def _log_tail(self) -> str:

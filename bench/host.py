@@ -1,9 +1,11 @@
-"""The machine a bench ran on, as its results tables state it."""
+"""The machine a bench ran on, as its results tables state it, and stopping the servers a bench starts."""
 
 from __future__ import annotations
 
 import os
 import platform
+import signal
+import subprocess
 from pathlib import Path
 
 
@@ -22,3 +24,16 @@ def describe(*, tasks: str, memory: bool = False, database: str = "SQLite") -> s
         parts.append(f"{kib / 2**20:.0f} GiB")
     parts += [f"Python {platform.python_version()}", f"numpy {numpy.__version__}", database, tasks]
     return ", ".join(parts)
+
+
+def process_group_stop(process: subprocess.Popen, *, timeout: float = 20) -> None:
+    """SIGTERM a server started in a process group of its own (start_new_session=True), with its
+    workers; SIGKILL if it has not exited within ``timeout`` seconds."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from host import describe, process_group_stop  # bench/host.py: this script's folder is on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 VAR = ROOT / "var"
 PY = sys.executable
@@ -337,7 +339,7 @@ class Gunicorn:
         raise RuntimeError("gunicorn did not start within 60 s")
 
     def __exit__(self, *exc: object) -> None:
-        _stop(self.process)
+        process_group_stop(self.process)
         self.log.close()
 
 
@@ -359,17 +361,8 @@ class Worker:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _stop(self.process)
+        process_group_stop(self.process)
         self.log.close()
-
-
-def _stop(process: subprocess.Popen) -> None:
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def wrk(
@@ -495,9 +488,6 @@ READING = """
 
 
 def write(path: Path, options, runs, verification, end_to_end, statements, sealing) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    from host import describe
-
     version = subprocess.run(
         ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "show server_version", "postgres"],
         capture_output=True,
