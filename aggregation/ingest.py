@@ -31,6 +31,9 @@ from aggregation.reports import REPORT_MALFORMED, rejections_add, report_check
 from aggregation.tokens import IssuerPublicKey
 from privacy.field import FieldVector, field_sum
 
+# The verification task's stable name (aggregation.tasks): the upload path sends it by name.
+INGEST_TASK = "aggregation.tasks.ingest_reports"
+
 # Reports per transaction. Each costs about 1.5 ms of checks (two RSA verifications, two HPKE
 # opens), so a chunk holds its row locks for under a second and commits once for 500 reports.
 CHUNK = 500

@@ -43,10 +43,12 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from aggregation import reports, wire
+from aggregation.ingest import INGEST_TASK
 from aggregation.models import CollectionRules, PendingReport
-from pfs_web.api_errors import error_body, server_error_body
-from pfs_web.api_limits import window_wait
-from pfs_web.rates import rate_parse
+from pfs_base.api_errors import error_body, server_error_body
+from pfs_base.api_limits import window_wait
+from pfs_base.rates import rate_parse
+from pfs_base.task_queue import task_named
 
 logger = logging.getLogger("pfs_web.api")
 
@@ -212,10 +214,8 @@ def _ingest_soon(collection_key: str) -> None:
     if len(_ingest_sent) >= CACHE_ENTRIES:
         _ingest_sent.clear()
     _ingest_sent[collection_key] = now
-    from aggregation.tasks import ingest_reports  # Celery's app loads with the tasks: only when used
-
     try:
-        ingest_reports.apply_async((collection_key,), countdown=INGEST_EVERY)
+        task_named(INGEST_TASK).apply_async((collection_key,), countdown=INGEST_EVERY)
     except Exception:  # the report is stored: the drain before the release verifies it anyway
         logger.warning("Could not send the verification of %s", collection_key, exc_info=True)
 
@@ -223,7 +223,7 @@ def _ingest_soon(collection_key: str) -> None:
 def _throttled(meta: Mapping[str, Any]) -> float | None:
     """Seconds to wait when the address is over the ``uploads`` rate, else None.
 
-    The same fixed window and key as pfs_web.api_limits.ScopeRateThrottle.
+    The same fixed window and key as pfs_base.api_limits.ScopeRateThrottle.
     """
     address = BaseThrottle().get_ident(SimpleNamespace(META=meta, headers=HttpHeaders(meta)))
     rate = _rate(api_settings.DEFAULT_THROTTLE_RATES["uploads"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import OperationalError
 
-from aggregation.ingest import reports_ingest
+from aggregation.ingest import INGEST_TASK, reports_ingest
 
 # Reports one run verifies before it sends the rest to a fresh run (about 15 s of checks), so
 # that a backlog never holds a worker near its time limit (CELERY_TASK_TIME_LIMIT).
@@ -13,6 +13,7 @@ RUN_LIMIT = 10_000
 
 
 @shared_task(
+    name=INGEST_TASK,
     acks_late=True,
     reject_on_worker_lost=True,
     autoretry_for=(OperationalError,),

@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
-from analyses.services import analysis_approve
+from analyses.services.policy import analysis_approve
 
 
 class FieldPolicyInline(admin.TabularInline):

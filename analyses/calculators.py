@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from analyses.errors import ValidationFailed
+from pfs_base.errors import ValidationFailed
 from privacy.amplification import MAX_COHORT, UnreachableEpsilon
 from privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
 from privacy.shuffling import DEFAULT_METHOD, METHODS, Method, amplified_epsilon, min_cohort

@@ -27,16 +27,16 @@ from django.utils import timezone
 
 from aggregation.models import CollectionRules, LeaderShare, PendingReport
 from aggregation.reports import collection_close, rejections
-from analyses.errors import Conflict
 from analyses.models import Round
+from analyses.task_names import AGGREGATE_ROUND
+from devices.decision import DeviceTask
 from devices.models import CollectionWindow, Enrollment
-from pfs_web.task_queue import enqueue
+from pfs_base.errors import Conflict
+from pfs_base.task_queue import enqueue
 
 
-def window_open(round_: Round) -> CollectionWindow | None:
-    """Offer a new round to its fleet's real devices; None for a simulated fleet. Idempotent."""
-    from analyses.services import device_task  # services call this module: import on use
-
+def window_open(round_: Round, task: DeviceTask) -> CollectionWindow | None:
+    """Offer ``task``, a new round's, to its fleet's real devices; None for a simulated fleet. Idempotent."""
     analysis = round_.recipe.analysis
     if not analysis.fleet.is_real:
         return None
@@ -49,7 +49,7 @@ def window_open(round_: Round) -> CollectionWindow | None:
         defaults={
             "fleet": analysis.fleet,
             "task_key": round_.task_key,
-            "task": device_task(round_).audit_json(),
+            "task": task.audit_json(),
             "snapshot": snapshot,
         },
     )
@@ -68,8 +68,6 @@ def round_close(*, round_: Round, user: AbstractBaseUser | None, at: datetime | 
     aggregation again (idempotent), so a lost task can be replaced. A round on a simulated fleet,
     or one that has finished, cannot be closed (Conflict).
     """
-    from analyses.tasks import aggregate_round  # tasks import services, which import this module
-
     with transaction.atomic():
         locked = Round.objects.select_for_update().select_related("recipe__analysis__fleet").get(pk=round_.pk)
         if not is_device_round(locked):
@@ -91,7 +89,7 @@ def round_close(*, round_: Round, user: AbstractBaseUser | None, at: datetime | 
             locked.status = Round.Status.RUNNING
             locked.started_at = now
             locked.save(update_fields=["status", "started_at"])
-        enqueue(aggregate_round, locked.pk)
+        enqueue(AGGREGATE_ROUND, locked.pk)
     return locked
 
 

@@ -29,10 +29,12 @@ from typing import Any
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser
 
-from analyses import selectors, services
-from analyses.errors import ValidationFailed
+from analyses import selectors
 from analyses.models import Analysis, Recipe, Round
 from analyses.recipe_preview import recipe_preview
+from analyses.services.policy import analysis_spent
+from devices.decision import fields_of
+from pfs_base.errors import ValidationFailed
 from privacy.encoding import BucketedType, CombinationType, Encoding, content_encoding
 from privacy.ngrams import END_LABEL, OOV_LABEL, HashedNgramType, PrefixTreeType, ngram_text
 
@@ -122,9 +124,9 @@ def refinement_cost(*, round_: Round, recipe: dict) -> dict[str, Any]:
         rounds_that_fit = recipe_preview(analysis=analysis, content=recipe)["budget"]["rounds_that_fit"]
     except ValidationFailed as invalid:
         reasons = [f"{path}: {m}" for path, ms in invalid.errors.items() for m in ms]
-    spent = services.analysis_spent(analysis)
+    spent = analysis_spent(analysis)
     fields = []
-    for policy in analysis.field_policies.filter(field__in=services.fields_of(round_.recipe.encoded_field)):
+    for policy in analysis.field_policies.filter(field__in=fields_of(round_.recipe.encoded_field)):
         used = spent["fields"].get(policy.field, {"epsilon": 0.0, "reports": 0})
         fields.append(
             {

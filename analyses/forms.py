@@ -10,9 +10,9 @@ from typing import Any
 from django import forms
 
 from analyses import calculators
-from analyses.errors import ValidationFailed
 from analyses.models import Analysis, Recipe
 from devices.streams import field_kind
+from pfs_base.errors import ValidationFailed
 from privacy.mechanisms import MECHANISMS
 
 # Dotted JSON paths of recipe errors, and the form field that shows each. The editor's script

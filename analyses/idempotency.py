@@ -22,8 +22,8 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
-from analyses.errors import ValidationFailed
 from analyses.models import IdempotentRequest
+from pfs_base.errors import ValidationFailed
 
 HEADER = "Idempotency-Key"
 KEY_PATTERN = re.compile(r"^[\x20-\x7e]{1,255}$")  # printable ASCII, as an HTTP header carries it

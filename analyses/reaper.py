@@ -7,7 +7,8 @@ answered return at once (no budget is spent twice), and a released round stays r
 older than ``fail_after`` is failed instead, with the reason, so it stops holding an analyst's
 attention. An adaptive run waiting on a round that has finished (its wake-up task was lost) is
 advanced again; that too is idempotent. A round on real devices is never stuck while its
-collection window is open: the reaper closes it at its deadline (analyses.device_rounds). Run it from cron (`manage.py reap_rounds`) or Celery beat (analyses.tasks.reap_rounds).
+collection window is open: the reaper closes it at its deadline (analyses.device_rounds). Run it from cron (`manage.py reap_rounds`) or Celery beat (the task
+analyses.tasks.reap_rounds).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from datetime import datetime, timedelta
 from django.db.models import Max
 from django.utils import timezone
 
+from analyses.adaptive.chain import adaptive_runs_wake
 from analyses.device_rounds import device_rounds_reap
 from analyses.models import AdaptiveRun, Round
-from devices.models import ShardRun
-from pfs_web.task_queue import enqueue
+from analyses.services.rounds import round_fail
+from analyses.task_names import DISPATCH_ROUND
+from devices.models import Fleet, ShardRun
+from pfs_base.task_queue import enqueue
 
 
 @dataclass
@@ -34,16 +38,13 @@ class Reaped:
 
 def rounds_reap(*, stuck_after: timedelta, fail_after: timedelta, now: datetime | None = None) -> Reaped:
     """Resume every stuck round younger than ``fail_after``; fail the older ones."""
-    from analyses.services import round_fail  # services import this module's neighbours: import here
-    from analyses.tasks import dispatch_round
-
     if stuck_after <= timedelta(0) or fail_after <= timedelta(0):
         raise ValueError("stuck_after and fail_after must be positive")
     now = now or timezone.now()
     reaped = Reaped()
     candidates = (
         Round.objects.exclude(status__in=Round.TERMINAL)
-        .exclude(recipe__analysis__fleet__kind="devices")  # waiting for reports, not stuck: see below
+        .exclude(recipe__analysis__fleet__kind=Fleet.Kind.DEVICES)  # waiting for reports, not stuck: see below
         .filter(created_at__lt=now - stuck_after)
     )
     for round_ in candidates.order_by("pk"):
@@ -58,26 +59,24 @@ def rounds_reap(*, stuck_after: timedelta, fail_after: timedelta, now: datetime 
             )
             reaped.failed.append(round_.pk)
         else:
-            enqueue(dispatch_round, round_.pk)
+            enqueue(DISPATCH_ROUND, round_.pk)
             reaped.resumed.append(round_.pk)
     windows = device_rounds_reap(now=now, stuck_after=stuck_after)
     reaped.closed = windows.closed + windows.resent
-    reaped.advanced = _adaptive_runs_wake(now - stuck_after)
+    reaped.advanced = _adaptive_runs_stalled(now - stuck_after)
     return reaped
 
 
-def _adaptive_runs_wake(finished_before: datetime) -> list[int]:
-    """Running adaptive runs whose current round finished over ``stuck_after`` ago and was not advanced."""
-    from analyses.tasks import advance_adaptive_run
-
+def _adaptive_runs_stalled(finished_before: datetime) -> list[int]:
+    """Wake the running adaptive runs whose current round finished before ``finished_before`` and
+    that were not advanced (their wake-up was lost)."""
     waiting = AdaptiveRun.objects.filter(
         status=AdaptiveRun.Status.RUNNING,
         current_round__status__in=Round.TERMINAL,
         current_round__finished_at__lt=finished_before,
     )
     woken = list(waiting.order_by("pk").values_list("pk", flat=True))
-    for run_id in woken:
-        enqueue(advance_adaptive_run, run_id)
+    adaptive_runs_wake(woken)
     return woken
 
 

@@ -11,9 +11,12 @@ from typing import Any, Final
 
 import numpy as np
 
-from analyses import services
 from analyses.models import Analysis, Recipe
+from analyses.services.budget import budget_plan_refusal, parsed_budget_request
+from analyses.services.policy import analysis_spent
+from analyses.services.recipes import recipe_validate
 from devices.budget import BudgetRequest
+from devices.decision import fields_of
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.mechanisms import mechanism_get
 
@@ -27,11 +30,11 @@ _MAX_ROUNDS_COUNTED: Final = 100
 def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     """The parsed recipe's key figures, its budget cost and what would remain, and its expected error.
 
-    Raises ValidationFailed (by recipe key) exactly when ``services.recipe_validate`` does: it is
+    Raises ValidationFailed (by recipe key) exactly when ``recipe_validate`` does: it is
     the only judge of a recipe.
     """
-    parsed = services.recipe_validate(analysis=analysis, content=content)
-    request = services.parsed_budget_request(parsed)
+    parsed = recipe_validate(analysis=analysis, content=content)
+    request = parsed_budget_request(parsed)
     devices_expected = analysis.fleet.size * parsed["sampling_rate"]
     budget = _budget(analysis, parsed, request)
     return {
@@ -61,11 +64,11 @@ def _budget(analysis: Analysis, parsed: dict[str, Any], request: BudgetRequest) 
     full, epsilons summed); ``rounds_that_fit`` asks the analysis's own accountant, so with the
     advanced or Rényi accountant it can exceed what the sums suggest.
     """
-    spent = services.analysis_spent(analysis)
+    spent = analysis_spent(analysis)
     cost = parsed["epsilon"]
     policies = {p.field: p for p in analysis.field_policies.all()}
     fields = []
-    for name in services.fields_of(parsed["field"]):
+    for name in fields_of(parsed["field"]):
         used = spent["fields"].get(name, {"epsilon": 0.0, "reports": 0})
         policy = policies[name]  # recipe_validate refuses a field without a policy
         fields.append(
@@ -79,7 +82,7 @@ def _budget(analysis: Analysis, parsed: dict[str, Any], request: BudgetRequest) 
     )
     reports_left = min([scope["reports_left"], *(f["reports_left"] for f in fields)])
     planned = max(1, min(reports_left, _MAX_ROUNDS_COUNTED))
-    refusal = services.budget_plan_refusal(analysis, parsed["field"], [request] * planned)
+    refusal = budget_plan_refusal(analysis, parsed["field"], [request] * planned)
     return {
         "accountant": analysis.accountant,
         "analysis": scope,

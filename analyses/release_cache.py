@@ -24,8 +24,9 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 
-from analyses import drilldown, services
+from analyses import drilldown
 from analyses.models import Release, Round
+from analyses.services import releases
 from privacy.intervals import INTERVALS, VIEWS
 
 RENDERING = 1
@@ -36,7 +37,7 @@ CACHE_ERRORS = (redis.RedisError, OSError)
 logger = logging.getLogger("pfs_web.api")
 
 
-def release_key(release: Release, view: services.ReleaseView, kind: str, *extra: object) -> str:
+def release_key(release: Release, view: releases.ReleaseView, kind: str, *extra: object) -> str:
     """The cache key of one presentation (``kind``) of ``release`` under ``view``; ``extra`` for
     anything else the presentation depends on."""
     made = release.created_at.timestamp()
@@ -59,17 +60,17 @@ def cached(key: str, compute: Callable[[], T]) -> T:
     return value
 
 
-def release_json(release: Release, view: services.ReleaseView) -> dict[str, Any]:
-    """services.release_as_json, cached."""
-    return cached(release_key(release, view, "json"), lambda: services.release_as_json(release, view))
+def release_json(release: Release, view: releases.ReleaseView) -> dict[str, Any]:
+    """releases.release_as_json, cached."""
+    return cached(release_key(release, view, "json"), lambda: releases.release_as_json(release, view))
 
 
-def release_csv(release: Release, view: services.ReleaseView) -> str:
-    """services.release_as_csv, cached."""
-    return cached(release_key(release, view, "csv"), lambda: services.release_as_csv(release, view))
+def release_csv(release: Release, view: releases.ReleaseView) -> str:
+    """releases.release_as_csv, cached."""
+    return cached(release_key(release, view, "csv"), lambda: releases.release_as_csv(release, view))
 
 
-def release_section(round_: Round, release: Release, view: services.ReleaseView) -> str:
+def release_section(round_: Round, release: Release, view: releases.ReleaseView) -> str:
     """The round page's release section (summary, chart data, table with drill-down links), as HTML.
 
     Besides the release and the view it shows the drill-down links, which depend on the analysis
@@ -81,8 +82,8 @@ def release_section(round_: Round, release: Release, view: services.ReleaseView)
     return mark_safe(cached(key, lambda: _section_html(round_, release, view)))  # noqa: S308 - our template's output
 
 
-def _section_html(round_: Round, release: Release, view: services.ReleaseView) -> str:
-    table = services.release_table(release, view)
+def _section_html(round_: Round, release: Release, view: releases.ReleaseView) -> str:
+    table = releases.release_table(release, view)
     refinable = drilldown.refinable_buckets(round_)
     for index, row in enumerate(table):
         # release_table lists every bucket of each released batch in order.

@@ -18,12 +18,14 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from analyses import selectors
-from analyses.errors import ValidationFailed
 from analyses.models import AdaptiveRun, Analysis, Round
-from analyses.services import ReleaseView, analysis_policy, fields_of, release_as_json
+from analyses.services.policy import analysis_policy
+from analyses.services.releases import ReleaseView, release_as_json
 from analyses.validation import Problems
 from devices.budget import NANO, to_units
+from devices.decision import fields_of
 from devices.services import snapshot_digest
+from pfs_base.errors import ValidationFailed
 from privacy.intervals import z_value
 
 # ---------------------------------------------------------------- budget burn-down

@@ -1,17 +1,25 @@
-"""Celery tasks of a round: thin interfaces that take ids and call one service each.
+"""Celery tasks of a round and of adaptive runs: thin interfaces that take ids and call one service each.
 
 dispatch_round -> chord(run_shard for each shard) -> aggregate_round. Each is idempotent: a shard
 that already answered is a no-op (devices.ShardRun), and a round already released stays as it is.
+
+Every task has a stable ``name=`` (analyses.task_names): queued messages and the beat schedule
+carry it. This module sits on top: it imports services; services send tasks by name.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from celery import chord, shared_task
+from django.conf import settings
 from django.db import OperationalError
 
-from analyses import services
+from analyses import task_names
+from analyses.adaptive import chain, comparison
+from analyses.reaper import rounds_reap
+from analyses.services import rounds
 
 logger = logging.getLogger(__name__)
 
@@ -20,9 +28,9 @@ logger = logging.getLogger(__name__)
 _RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": 2, "retry_backoff_max": 30, "max_retries": 5}
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
+@shared_task(name=task_names.DISPATCH_ROUND, acks_late=True, reject_on_worker_lost=True, **_RETRY)
 def dispatch_round(round_id: int) -> None:
-    shard_ids = services.round_dispatch(round_id=round_id)
+    shard_ids = rounds.round_dispatch(round_id=round_id)
     if not shard_ids:
         return
     header = [run_shard.si(round_id, shard_id) for shard_id in shard_ids]
@@ -30,47 +38,43 @@ def dispatch_round(round_id: int) -> None:
         chord(header)(aggregate_round.si(round_id).on_error(fail_round.si(round_id)))
     except Exception as error:
         # In-process mode runs the chord right here; with a broker only sending can fail.
-        services.round_fail(round_id=round_id, error=f"round could not run: {error}")
+        rounds.round_fail(round_id=round_id, error=f"round could not run: {error}")
         raise
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
+@shared_task(name=task_names.RUN_SHARD, acks_late=True, reject_on_worker_lost=True, **_RETRY)
 def run_shard(round_id: int, shard_id: int) -> None:
-    services.round_shard_run(round_id=round_id, shard_id=shard_id)
+    rounds.round_shard_run(round_id=round_id, shard_id=shard_id)
 
 
 # How long the aggregation waits for shards still being redelivered before it fails the round.
 _PENDING_RETRIES, _PENDING_COUNTDOWN = 90, 2
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=_PENDING_RETRIES)
+@shared_task(
+    name=task_names.AGGREGATE_ROUND, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=_PENDING_RETRIES
+)
 def aggregate_round(self, round_id: int) -> None:
     try:
-        services.round_aggregate(round_id=round_id)
-    except (services.ShardsPending, OperationalError) as pending:
+        rounds.round_aggregate(round_id=round_id)
+    except (rounds.ShardsPending, OperationalError) as pending:
         if self.request.retries >= _PENDING_RETRIES:
-            services.round_fail(round_id=round_id, error=f"aggregation gave up: {pending}")
+            rounds.round_fail(round_id=round_id, error=f"aggregation gave up: {pending}")
             return
         raise self.retry(exc=pending, countdown=_PENDING_COUNTDOWN) from pending
     except Exception as error:
         logger.exception("aggregation of round %s failed", round_id)
-        services.round_fail(round_id=round_id, error=f"aggregation failed: {error}")
+        rounds.round_fail(round_id=round_id, error=f"aggregation failed: {error}")
 
 
-@shared_task
+@shared_task(name=task_names.FAIL_ROUND)
 def fail_round(round_id: int) -> None:
-    services.round_fail(round_id=round_id, error="a shard task failed; see the worker log")
+    rounds.round_fail(round_id=round_id, error="a shard task failed; see the worker log")
 
 
-@shared_task
+@shared_task(name=task_names.REAP_ROUNDS)
 def reap_rounds() -> dict[str, list[int]]:
     """Celery beat's entry to the reaper (settings.CELERY_BEAT_SCHEDULE)."""
-    from datetime import timedelta
-
-    from django.conf import settings
-
-    from analyses.reaper import rounds_reap
-
     reaped = rounds_reap(
         stuck_after=timedelta(seconds=settings.PFS_ROUND_STUCK_AFTER),
         fail_after=timedelta(seconds=settings.PFS_ROUND_FAIL_AFTER),
@@ -78,15 +82,11 @@ def reap_rounds() -> dict[str, list[int]]:
     return {"resumed": reaped.resumed, "failed": reaped.failed, "advanced": reaped.advanced, "closed": reaped.closed}
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
+@shared_task(name=task_names.ADVANCE_ADAPTIVE_RUN, acks_late=True, reject_on_worker_lost=True, **_RETRY)
 def advance_adaptive_run(run_id: int) -> None:
-    from analyses.adaptive import adaptive_advance  # adaptive imports services: import on use
-
-    adaptive_advance(run_id=run_id)
+    chain.adaptive_advance(run_id=run_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, **_RETRY)
+@shared_task(name=task_names.COMPARE_ADAPTIVE_RUN, acks_late=True, reject_on_worker_lost=True, **_RETRY)
 def compare_adaptive_run(run_id: int) -> None:
-    from analyses.adaptive import adaptive_compare
-
-    adaptive_compare(run_id=run_id)
+    comparison.adaptive_compare(run_id=run_id)

@@ -15,10 +15,14 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from analyses import device_rounds, drilldown, release_cache, selectors, services
-from analyses.errors import NotAllowed, ValidationFailed
+from analyses import device_rounds, drilldown, release_cache, selectors
 from analyses.forms import RecipeForm
 from analyses.models import Round
+from analyses.services import rounds
+from analyses.services.policy import analyses_spent, analysis_spent
+from analyses.services.releases import ReleaseView
+from analyses.services.rounds import round_create_and_start, round_dry_run, round_progress
+from pfs_base.errors import NotAllowed, ValidationFailed
 from privacy.mechanisms import MECHANISMS
 
 
@@ -26,7 +30,7 @@ from privacy.mechanisms import MECHANISMS
 def analysis_list(request: HttpRequest) -> HttpResponse:
     analyses = list(selectors.analysis_list(user=request.user))
     latest = selectors.last_releases(analyses=analyses)
-    spent = services.analyses_spent(analyses)
+    spent = analyses_spent(analyses)
     rows = [{"analysis": a, "spent": spent[a.pk], "last_release": latest.get(a.pk)} for a in analyses]
     return render(request, "analyses/list.html", {"rows": rows})
 
@@ -46,16 +50,16 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             if request.POST.get("action") == "dry-run":
-                dry_run = services.round_dry_run(analysis=analysis, content=form.recipe())
+                dry_run = round_dry_run(analysis=analysis, content=form.recipe())
             else:
-                round_ = services.round_create_and_start(analysis=analysis, content=form.recipe(), user=request.user)
+                round_ = round_create_and_start(analysis=analysis, content=form.recipe(), user=request.user)
                 return redirect("round-detail", pk=round_.pk)
         except ValidationFailed as invalid:
             form.add_recipe_errors(invalid.errors)
         except NotAllowed as refusal:
             form.add_error(None, str(refusal))
     rounds = Round.objects.filter(recipe__analysis=analysis).select_related("recipe")[:20]
-    spent = services.analysis_spent(analysis)
+    spent = analysis_spent(analysis)
     field_rows = [
         {"field": p.field, "policy": p, "used": spent["fields"].get(p.field, {"epsilon": 0.0, "reports": 0})}
         for p in analysis.field_policies.all()
@@ -74,14 +78,12 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     return render(request, "analyses/detail.html", context, status=400 if invalid else 200)
 
 
-def _release_view(request: HttpRequest) -> services.ReleaseView:
+def _release_view(request: HttpRequest) -> ReleaseView:
     """The intervals and view asked for in the query string; unknown values fall back to the defaults."""
     try:
-        return services.ReleaseView(
-            intervals=request.GET.get("intervals", "per-bucket"), view=request.GET.get("view", "raw")
-        )
+        return ReleaseView(intervals=request.GET.get("intervals", "per-bucket"), view=request.GET.get("view", "raw"))
     except ValidationFailed:
-        return services.ReleaseView()
+        return ReleaseView()
 
 
 @login_required
@@ -109,7 +111,7 @@ def round_status(request: HttpRequest, pk: int) -> JsonResponse:
 @login_required
 @require_POST
 def round_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    return _owner_acts(request, pk, "cancel", services.round_cancel, "Round {pk} cancelled: nothing will be released.")
+    return _owner_acts(request, pk, "cancel", rounds.round_cancel, "Round {pk} cancelled: nothing will be released.")
 
 
 @login_required
@@ -150,7 +152,7 @@ def round_refine(request: HttpRequest, pk: int) -> HttpResponse:
         refinement = drilldown.refined_recipe(round_=round_, cohort=query["cohort"], bucket=int(query["bucket"]))
         if refinement["recipe"] is None:
             raise NotAllowed(refinement["explanation"])
-        new_round = services.round_create_and_start(analysis=analysis, content=refinement["recipe"], user=request.user)
+        new_round = round_create_and_start(analysis=analysis, content=refinement["recipe"], user=request.user)
     except ValueError:
         messages.error(request, "bucket must be a whole number.")
     except ValidationFailed as invalid:
@@ -170,7 +172,7 @@ def _owns(user: AbstractBaseUser, round_: Round) -> bool:
 
 def _progress(round_: Round) -> dict[str, Any]:
     """round_progress with what the page says in words: status, elapsed time, time left."""
-    progress = services.round_progress(round_)
+    progress = round_progress(round_)
     if round_.is_finished:
         eta = "done"
     elif progress["elapsed_seconds"] is None:

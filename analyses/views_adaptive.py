@@ -13,20 +13,16 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from analyses import selectors, services
-from analyses.adaptive import (
-    adaptive_next_edit,
-    adaptive_output,
-    adaptive_pause,
-    adaptive_resume,
-    adaptive_rounds_started,
-    adaptive_start,
-)
-from analyses.errors import NotAllowed, ValidationFailed
+from analyses import selectors
+from analyses.adaptive.chain import adaptive_next_edit, adaptive_pause, adaptive_resume, adaptive_start
+from analyses.adaptive.presenters import adaptive_output
+from analyses.adaptive.spec import adaptive_rounds_started
 from analyses.forms import AdaptiveJsonForm
 from analyses.models import AdaptiveRun, Analysis
+from analyses.services.rounds import round_progress
 from devices.streams import field_kind
 from devices.synthetic import TOKENS
+from pfs_base.errors import NotAllowed, ValidationFailed
 from privacy.ngrams import END_LABEL, ngram_text
 
 Z95 = 1.96  # estimate ± 1.96 standard errors: the 95% interval of one estimate
@@ -301,7 +297,7 @@ def _current_round(run: AdaptiveRun) -> dict[str, Any] | None:
         if in_baseline
         else f"Round {interactive} of {len(run.plan)}",
         "in_baseline": in_baseline,
-        "progress": services.round_progress(current),
+        "progress": round_progress(current),
     }
 
 

@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from analyses import reports_view, selectors
-from analyses.errors import ValidationFailed
+from pfs_base.errors import ValidationFailed
 
 AUDIT_PAGE_SIZE = 50
 CHOICES = 200  # released rounds offered in the compare form, newest first

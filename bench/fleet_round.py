@@ -60,8 +60,9 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
     from django.core.management import call_command
     from rest_framework.test import APIClient
 
-    from analyses import services
     from analyses.models import Release
+    from analyses.services.policy import analysis_approve, analysis_create
+    from analyses.services.recipes import recipe_create
     from devices.fleet_io import fleet_create
 
     call_command("migrate", verbosity=0)
@@ -74,7 +75,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
         "budget": {"epsilon": 10.0, "reports": 10, "delta": 1e-6},
         "fields": {"perplexity": {"localEpsilon": 8.0, "epsilon": 10.0, "reports": 10}},
     }
-    analysis = services.analysis_approve(analysis=services.analysis_create(spec=spec, owner=officer), officer=officer)
+    analysis = analysis_approve(analysis=analysis_create(spec=spec, owner=officer), officer=officer)
     # K buckets: OOV + K - 1 boundaries spread over the perplexity range.
     boundaries = [10 + 90 * i / (buckets - 1) for i in range(buckets - 1)]
     recipe = {
@@ -82,7 +83,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
         "dataTypeContent": {"perplexity": {"dataType": "BucketedType", "boundaries": boundaries}},
         "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 4.0, "epsilon": 2.0, "delta": 1e-6},
     }
-    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=officer)
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=officer)
     client = APIClient()
     client.force_authenticate(officer)
     worker = CeleryWorker() if path == "worker" else None

@@ -117,24 +117,25 @@ class Profile:
 
 
 def instrument(profile: Profile, seed: int) -> None:
-    from analyses import adaptive, services
+    from analyses.adaptive import chain, comparison
+    from analyses.services import rounds
     from privacy.ngrams import HashedNgramType
 
-    # Round seeds from --seed (services draws them with secrets.randbits), so the devices' coins repeat.
+    # Round seeds from --seed (rounds draws them with secrets.randbits), so the devices' coins repeat.
     seeded = random.Random(seed)
-    services.secrets = SimpleNamespace(randbits=seeded.getrandbits, token_hex=secrets.token_hex)
+    rounds.secrets = SimpleNamespace(randbits=seeded.getrandbits, token_hex=secrets.token_hex)
 
-    profile.wrap(adaptive, "adaptive_start", "start")
-    profile.wrap(services, "round_dispatch", "dispatch")
-    profile.wrap(services, "round_shard_run", "devices")
-    profile.wrap(services, "round_aggregate", "aggregate")
-    profile.wrap(adaptive, "adaptive_advance", "advance")
-    profile.wrap(adaptive, "_level_record", "level record")
-    profile.wrap(adaptive, "_next_ngram_recipe", "next tree")
-    profile.wrap(adaptive, "recipe_create", "recipe check")
-    profile.wrap(adaptive, "comparison_compute", "comparison")
-    profile.wrap(adaptive, "ngram_truth", "ground truth", keep=True)
-    profile.wrap(adaptive, "prefix_tree_estimand", "interactive estimand")
+    profile.wrap(chain, "adaptive_start", "start")
+    profile.wrap(rounds, "round_dispatch", "dispatch")
+    profile.wrap(rounds, "round_shard_run", "devices")
+    profile.wrap(rounds, "round_aggregate", "aggregate")
+    profile.wrap(chain, "adaptive_advance", "advance")
+    profile.wrap(chain, "_level_record", "level record")
+    profile.wrap(chain, "_next_ngram_recipe", "next tree")
+    profile.wrap(chain, "recipe_create", "recipe check")
+    profile.wrap(comparison, "comparison_compute", "comparison")
+    profile.wrap(comparison, "ngram_truth", "ground truth", keep=True)
+    profile.wrap(comparison, "prefix_tree_estimand", "interactive estimand")
     profile.wrap(HashedNgramType, "top", "static decoding", keep=True)
 
 
@@ -151,9 +152,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from analyses import adaptive, services
-    from analyses.adaptive import _pooled
+    from analyses.adaptive import chain
+    from analyses.adaptive.levels import pooled
     from analyses.models import AdaptiveRun, Round
+    from analyses.services.policy import analysis_approve, analysis_create
     from devices.fleet_io import fleet_create
     from devices.synthetic import TOKENS
     from privacy.ngrams import END_LABEL, HashedNgramType, PrefixTreeType, ngram_text
@@ -170,11 +172,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fleet = fleet_create(name="bench", size=args.devices, seed=args.seed, shard_size=args.shard_size)
     fleet_seconds, fleet_rss = time.perf_counter() - start, peak_rss_mib()
     for analysis_spec in analysis_specs(fleet.name):
-        services.analysis_approve(analysis=services.analysis_create(spec=analysis_spec, owner=officer), officer=officer)
+        analysis_approve(analysis=analysis_create(spec=analysis_spec, owner=officer), officer=officer)
 
     load_before = os.getloadavg()
     start = time.perf_counter()
-    run_ = adaptive.adaptive_start(spec=spec, user=officer)
+    run_ = chain.adaptive_start(spec=spec, user=officer)
     run_seconds = time.perf_counter() - start
     load_after = os.getloadavg()
     run_ = AdaptiveRun.objects.get(pk=run_.pk)
@@ -217,7 +219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     true_top = truth.top(comparison["top_k"])
     last = Round.objects.select_related("recipe", "release").get(pk=run_.levels[-1]["round"])
     tree = PrefixTreeType.from_json(last.recipe.content["dataTypeContent"][spec["field"]])
-    i_estimates, i_variances, i_reports = _pooled(last.release)
+    i_estimates, i_variances, i_reports = pooled(last.release.content)
     from devices.ground_truth import prefix_tree_estimand
 
     i_estimand = prefix_tree_estimand(fleet, tree, now=time.time()) * i_reports / fleet.size
@@ -225,10 +227,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     extensions = {e: i for i, e in enumerate((END_LABEL, "OOV", *tree.tokens))}
 
     static_rounds = [Round.objects.select_related("recipe", "release").get(pk=b["round"]) for b in run_.baseline]
-    pooled = [_pooled(r.release) for r in static_rounds]
-    s_estimates = np.mean([p[0] for p in pooled], axis=0)
-    s_variances = np.sum([p[1] for p in pooled], axis=0) / len(pooled) ** 2
-    s_reports = float(np.mean([p[2] for p in pooled]))
+    static_pooled = [pooled(r.release.content) for r in static_rounds]
+    s_estimates = np.mean([p[0] for p in static_pooled], axis=0)
+    s_variances = np.sum([p[1] for p in static_pooled], axis=0) / len(static_pooled) ** 2
+    s_reports = float(np.mean([p[2] for p in static_pooled]))
     sketch = HashedNgramType.from_json(static_rounds[0].recipe.content["dataTypeContent"][spec["field"]])
     index = {t: i for i, t in enumerate(sketch.tokens)}
     symbols = np.array([[-2 if t == END_LABEL else index[t] for t in ngram] for ngram in true_top], dtype=np.int64)

@@ -198,7 +198,9 @@ def setup(count: int) -> list[str]:
 
     from analyses.models import Recipe
     from analyses.roles import make_privacy_officer
-    from analyses.services import analysis_approve, analysis_create, recipe_create, round_start
+    from analyses.services.policy import analysis_approve, analysis_create
+    from analyses.services.recipes import recipe_create
+    from analyses.services.rounds import round_start
     from devices.credentials import devices_register
 
     analyst = User.objects.create_user("bench-analyst", password="bench-analyst-password")

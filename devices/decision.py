@@ -30,6 +30,11 @@ def snapshot_digest(content: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def fields_of(encoded_field: str) -> tuple[str, ...]:
+    """The fields a task encodes: one, or several joined by a CombinationType ("age,ngrams")."""
+    return tuple(encoded_field.split(","))
+
+
 @dataclass(frozen=True)
 class DeviceTask:
     """What the server sends the devices for one round: the recipe as the device sees it."""
@@ -56,7 +61,7 @@ class DeviceTask:
 
     @property
     def fields(self) -> tuple[str, ...]:
-        return tuple(self.encoded_field.split(","))
+        return fields_of(self.encoded_field)
 
     def as_json(self) -> dict:
         return asdict(self)

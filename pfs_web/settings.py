@@ -12,8 +12,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from pfs_web.env import env_bool, env_int, env_list, env_str
-from pfs_web.rates import rate_parse
+from pfs_base.env import env_bool, env_int, env_list, env_str
+from pfs_base.rates import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -44,8 +44,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "pfs_web.api_limits.ApiBodyLimitMiddleware",  # before anything reads a body
-    "pfs_web.api_limits.ApiNullCharacterMiddleware",
+    "pfs_base.api_limits.ApiBodyLimitMiddleware",  # before anything reads a body
+    "pfs_base.api_limits.ApiNullCharacterMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -119,7 +119,7 @@ def _env_rate(name: str, default: str) -> str:
     return rate
 
 
-# The API (docs/api.md): errors in one format (pfs_web.api_errors), request rates per user (or per
+# The API (docs/api.md): errors in one format (pfs_base.api_errors), request rates per user (or per
 # address when anonymous) counted in the cache, and an OpenAPI schema at /api/schema/.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -129,14 +129,14 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
-    "EXCEPTION_HANDLER": "pfs_web.api_errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "pfs_base.api_errors.api_exception_handler",
     "DEFAULT_PARSER_CLASSES": [
-        "pfs_web.api_parsers.JSONParser",  # DRF's, refusing absurdly deep nesting with a 400
+        "pfs_base.api_parsers.JSONParser",  # DRF's, refusing absurdly deep nesting with a 400
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_THROTTLE_CLASSES": ["pfs_web.api_limits.UserRateThrottle", "pfs_web.api_limits.ScopeRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["pfs_base.api_limits.UserRateThrottle", "pfs_base.api_limits.ScopeRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         # Reads and everything else a signed-in user does; the round page polls twice a second.
         "user": _env_rate("PFS_API_USER_RATE", "1200/minute"),
@@ -152,7 +152,7 @@ REST_FRAMEWORK = {
     # with 0 the address is the connection's, so a client cannot pick its own.
     "NUM_PROXIES": env_int("PFS_NUM_PROXIES", 0),
 }
-# Larger request bodies to /api/ are refused with 413 (pfs_web.api_limits.ApiBodyLimitMiddleware).
+# Larger request bodies to /api/ are refused with 413 (pfs_base.api_limits.ApiBodyLimitMiddleware).
 PFS_API_MAX_BODY_BYTES = env_int("PFS_API_MAX_BODY_BYTES", 1_048_576, minimum=1)
 
 SPECTACULAR_SETTINGS = {
@@ -177,7 +177,7 @@ if PFS_TASK_MODE == "celery" and not REDIS_URL:
 # The cache holds the API's request counts and what is rendered from releases: in Redis,
 # shared by every process, when there is one.
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "pfs_web.cache.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {"default": {"BACKEND": "pfs_base.cache.RedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "pfs"}}
 CACHES["default"]["KEY_PREFIX"] = "pfs"

@@ -3,8 +3,6 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from analyses.api.device_rounds import RoundClose
-
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -14,11 +12,10 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("api/device/", include("devices.api_urls")),  # real devices: tasks, tokens, report uploads
-    path("api/rounds/<int:pk>/close/", RoundClose.as_view(), name="api-round-close"),
     path("api/", include("analyses.api.urls")),
     path("", include("analyses.urls")),
 ]
 
 # An unknown /api/ path, or a crash outside the API's views, answers in the API's error format.
-handler404 = "pfs_web.api_errors.json_not_found"
-handler500 = "pfs_web.api_errors.json_server_error"
+handler404 = "pfs_base.api_errors.json_not_found"
+handler500 = "pfs_base.api_errors.json_server_error"

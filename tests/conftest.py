@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from analyses.roles import make_privacy_officer
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
 from devices.synthetic import TOKENS
 from pfs_web.celery import app as celery_app

@@ -2,7 +2,7 @@
 
 Thin views over analyses.adaptive, with the conventions of analyses.api.views: ValidationFailed is
 a 400 keyed by field, an action the run's state does not allow (Conflict) a 409, any other
-NotAllowed a 403, and a run of another analyst's analysis a 404 (pfs_web.api_errors).
+NotAllowed a 403, and a run of another analyst's analysis a 404 (pfs_base.api_errors).
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from analyses import selectors
-from analyses.adaptive import adaptive_next_edit, adaptive_output, adaptive_pause, adaptive_resume, adaptive_start
+from analyses.adaptive.chain import adaptive_next_edit, adaptive_pause, adaptive_resume, adaptive_start
+from analyses.adaptive.presenters import adaptive_output
 from analyses.api.idempotent import idempotent_response
 from analyses.api.schema import IDEMPOTENCY_KEY, JSON_OBJECT, body_errors, errors, status_parameter
 from analyses.api.serializers import AdaptiveRunSerializer, RoundSerializer
 from analyses.models import AdaptiveRun
 from analyses.selectors import adaptive_run_get, adaptive_run_list
-from pfs_web.api_parsers import JSONParser
+from pfs_base.api_parsers import JSONParser
 
 _DATETIME = serializers.DateTimeField()
 

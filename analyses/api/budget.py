@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from analyses import reports_view, selectors
-from analyses.errors import ValidationFailed
+from pfs_base.errors import ValidationFailed
 
 
 class AnalysisBudget(APIView):

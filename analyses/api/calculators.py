@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from analyses import calculators
-from analyses.errors import ValidationFailed
+from pfs_base.errors import ValidationFailed
 
 
 def _answer(request: Request, service: Callable[..., dict[str, Any]], names: tuple[str, ...]) -> Response:

@@ -14,8 +14,8 @@ from rest_framework.views import APIView
 from analyses import selectors
 from analyses.api.serializers import RoundSerializer
 from analyses.device_rounds import round_close
-from analyses.errors import Conflict
-from pfs_web.api_errors import ConflictError
+from pfs_base.api_errors import ConflictError
+from pfs_base.errors import Conflict
 
 
 class CloseRequest(serializers.Serializer):

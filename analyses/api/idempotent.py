@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from analyses.idempotency import HEADER, Answer, KeyReused, idempotent_answer
-from pfs_web.api_errors import IdempotencyConflict
+from pfs_base.api_errors import IdempotencyConflict
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 

@@ -1,7 +1,7 @@
 """The OpenAPI description's shared parts: the error format, error responses, common parameters.
 
 ``errors(404, 409)`` gives an operation's documented error answers in the one format of
-pfs_web.api_errors; every operation also documents 400 (a NUL character anywhere is refused, and
+pfs_base.api_errors; every operation also documents 400 (a NUL character anywhere is refused, and
 Django refuses some requests before a view runs), 401 and 429, which any of them may answer.
 """
 

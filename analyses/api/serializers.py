@@ -9,7 +9,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from analyses.models import AdaptiveRun, Analysis, Recipe, Round
-from analyses.services import analysis_spent, round_progress
+from analyses.services.policy import analysis_spent
+from analyses.services.rounds import round_progress
 from devices.models import Fleet
 from devices.streams import RETENTION_DAYS, STREAMS
 from privacy.intervals import INTERVALS, VIEWS

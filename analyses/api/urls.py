@@ -1,6 +1,6 @@
 from django.urls import path
 
-from analyses.api import adaptive, budget, calculators, views
+from analyses.api import adaptive, budget, calculators, device_rounds, views
 
 urlpatterns = [
     path("token/", views.TokenObtain.as_view(), name="api-token"),
@@ -20,6 +20,7 @@ urlpatterns = [
     path("rounds/", views.RoundList.as_view(), name="api-round-list"),
     path("rounds/<int:pk>/", views.RoundDetail.as_view(), name="api-round-detail"),
     path("rounds/<int:pk>/cancel/", views.RoundCancel.as_view(), name="api-round-cancel"),
+    path("rounds/<int:pk>/close/", device_rounds.RoundClose.as_view(), name="api-round-close"),
     path("rounds/<int:pk>/release/", views.ReleaseDetail.as_view(), name="api-release"),
     path("rounds/<int:pk>/release.csv", views.ReleaseCsv.as_view(), name="api-release-csv"),
     path("adaptive-runs/", adaptive.AdaptiveRunList.as_view(), name="api-adaptive-run-list"),

@@ -1,6 +1,6 @@
 """REST API: thin views that validate through services and shape the output.
 
-Errors leave as exceptions and pfs_web.api_errors gives them the one format: a service's
+Errors leave as exceptions and pfs_base.api_errors gives them the one format: a service's
 ValidationFailed is a 400 by field, Conflict a 409, NotAllowed a 403, a missing or hidden object
 a 404. Each operation is described for the OpenAPI schema (analyses.api.schema).
 """
@@ -24,7 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analyses import release_cache, selectors, services
+from analyses import release_cache, selectors
 from analyses.api.idempotent import idempotent_response
 from analyses.api.schema import IDEMPOTENCY_KEY, JSON_OBJECT, body_errors, errors, status_parameter
 from analyses.api.serializers import (
@@ -35,12 +35,16 @@ from analyses.api.serializers import (
     ReleaseSerializer,
     RoundSerializer,
 )
-from analyses.errors import ValidationFailed
 from analyses.models import Analysis, Recipe, Round
 from analyses.recipe_preview import recipe_preview
+from analyses.services.policy import analyses_spent
+from analyses.services.recipes import recipe_create
+from analyses.services.releases import ReleaseView
+from analyses.services.rounds import round_cancel, round_dry_run, round_start
 from devices.models import Fleet
-from pfs_web.api_limits import UserRateThrottle
-from pfs_web.api_parsers import JSONParser
+from pfs_base.api_limits import UserRateThrottle
+from pfs_base.api_parsers import JSONParser
+from pfs_base.errors import ValidationFailed
 from privacy.intervals import INTERVALS, VIEWS
 
 
@@ -81,7 +85,7 @@ class AnalysisList(ListAPIView):
 
     def get_serializer(self, *args: Any, **kwargs: Any) -> AnalysisSerializer:
         if args and isinstance(args[0], list | QuerySet):  # a page of analyses: their spending in one query
-            kwargs["context"] = {**self.get_serializer_context(), "spent": services.analyses_spent(args[0])}
+            kwargs["context"] = {**self.get_serializer_context(), "spent": analyses_spent(args[0])}
         return super().get_serializer(*args, **kwargs)
 
 
@@ -120,7 +124,7 @@ class RecipeCreate(ListAPIView):
         analysis = selectors.analysis_get(user=request.user, identifier=identifier)
 
         def store() -> tuple[int, Any, dict[str, str]]:
-            recipe = services.recipe_create(analysis=analysis, content=request.data, user=request.user)
+            recipe = recipe_create(analysis=analysis, content=request.data, user=request.user)
             return status.HTTP_201_CREATED, RecipeSerializer(recipe).data, {}
 
         return idempotent_response(request, endpoint=f"recipe-create:analysis={analysis.pk}", respond=store)
@@ -136,7 +140,7 @@ class RecipeDryRun(APIView):
     )
     def post(self, request: Request, identifier: str) -> Response:
         analysis = selectors.analysis_get(user=request.user, identifier=identifier)
-        return Response(services.round_dry_run(analysis=analysis, content=request.data))
+        return Response(round_dry_run(analysis=analysis, content=request.data))
 
 
 class RecipeValidate(APIView):
@@ -170,7 +174,7 @@ class RoundStart(APIView):
         recipe = selectors.recipe_get(user=request.user, pk=pk)
 
         def start() -> tuple[int, Any, dict[str, str]]:
-            round_ = services.round_start(recipe=recipe, user=request.user)
+            round_ = round_start(recipe=recipe, user=request.user)
             return status.HTTP_202_ACCEPTED, RoundSerializer(round_).data, {}
 
         return idempotent_response(request, endpoint=f"round-start:recipe={recipe.pk}", respond=start)
@@ -215,7 +219,7 @@ class RoundCancel(APIView):
     )
     def post(self, request: Request, pk: int) -> Response:
         round_ = selectors.round_get(user=request.user, pk=pk)
-        cancelled = services.round_cancel(round_=round_, user=request.user)
+        cancelled = round_cancel(round_=round_, user=request.user)
         return Response(RoundSerializer(selectors.round_get(user=request.user, pk=cancelled.pk)).data)
 
 
@@ -225,12 +229,12 @@ RELEASE_OPTIONS = [
 ]
 
 
-def _released_round(request: Request, pk: int) -> tuple[Round, services.ReleaseView]:
+def _released_round(request: Request, pk: int) -> tuple[Round, ReleaseView]:
     round_ = selectors.round_get(user=request.user, pk=pk)
     if round_.status != Round.Status.RELEASED:
         raise NotFound(f"No release: the round is {round_.get_status_display().lower()}.")
     try:
-        view = services.ReleaseView(
+        view = ReleaseView(
             intervals=request.query_params.get("intervals", "per-bucket"),
             view=request.query_params.get("view", "raw"),
         )

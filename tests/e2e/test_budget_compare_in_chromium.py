@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from analyses.models import Round
 from analyses.roles import make_privacy_officer
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
 from tests.conftest import FLEET_SIZE, SHARD_SIZE, SPEC
 from tests.services import restore_inline_tasks, use_celery_worker

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from analyses.models import Analysis, Round
-from analyses.services import round_create_and_start
+from analyses.services.rounds import round_create_and_start
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,9 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from analyses import services
 from analyses.models import Analysis, Round
+from analyses.services.recipes import recipe_create
+from analyses.services.rounds import round_dispatch, round_shard_run
 
 pytestmark = pytest.mark.e2e
 
@@ -98,10 +99,10 @@ def test_a_half_run_round_shows_its_time_left_and_can_be_cancelled(demo, live_se
     # stays half run for as long as the test looks at it.
     analyst = get_user_model().objects.get(username="analyst")
     analysis = Analysis.objects.get(identifier="demo.refinement")
-    recipe = services.recipe_create(analysis=analysis, content=PERPLEXITY, user=analyst)
+    recipe = recipe_create(analysis=analysis, content=PERPLEXITY, user=analyst)
     round_ = Round.objects.create(recipe=recipe, seed=7, created_by=analyst)
-    for shard_id in services.round_dispatch(round_id=round_.pk)[:3]:
-        services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    for shard_id in round_dispatch(round_id=round_.pk)[:3]:
+        round_shard_run(round_id=round_.pk, shard_id=shard_id)
     Round.objects.filter(pk=round_.pk).update(started_at=timezone.now() - timedelta(seconds=60))
 
     sign_in(page, f"{live_server.url}/rounds/{round_.pk}/")

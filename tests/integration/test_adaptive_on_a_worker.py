@@ -7,7 +7,7 @@ import time
 import pytest
 
 from analyses.models import AdaptiveRun, Round
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
 from devices.models import Fleet, ShardRun
 from devices.services import ledger_totals

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from analyses.models import Round
-from analyses.services import round_create_and_start
+from analyses.services.rounds import round_create_and_start
 from tests import services
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from analyses.models import Round
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.fleet_io import fleet_import
 from devices.synthetic import LOCALES, generate_shard

@@ -9,7 +9,7 @@ import pytest
 import redis
 from django.core.cache import caches
 
-from pfs_web.api_limits import request_count
+from pfs_base.api_limits import request_count
 from tests.services import redis_url_or_fail
 
 pytestmark = pytest.mark.django_db
@@ -17,10 +17,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def redis_cache(settings):
-    """pfs_web.cache.RedisCache on the test Redis, under a prefix of this test's own."""
+    """pfs_base.cache.RedisCache on the test Redis, under a prefix of this test's own."""
     url = redis_url_or_fail()
     prefix = f"pfs-test-{uuid.uuid4().hex}"
-    settings.CACHES = {"default": {"BACKEND": "pfs_web.cache.RedisCache", "LOCATION": url, "KEY_PREFIX": prefix}}
+    settings.CACHES = {"default": {"BACKEND": "pfs_base.cache.RedisCache", "LOCATION": url, "KEY_PREFIX": prefix}}
     raw = redis.Redis.from_url(url)
     yield raw
     for key in raw.scan_iter(f"{prefix}:*"):

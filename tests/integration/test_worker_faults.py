@@ -13,7 +13,8 @@ from django.db import connection
 from aggregation.models import HelperShare, LeaderShare
 from analyses.models import Round
 from analyses.reaper import rounds_reap
-from analyses.services import analysis_approve, analysis_create, round_progress
+from analyses.services.policy import analysis_approve, analysis_create
+from analyses.services.rounds import round_progress
 from devices.fleet_io import fleet_create
 from devices.models import Fleet, ShardRun
 from devices.services import ledger_totals

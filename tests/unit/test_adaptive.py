@@ -10,19 +10,20 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from analyses.adaptive import (
+from analyses.adaptive.chain import (
     adaptive_advance,
     adaptive_next_edit,
-    adaptive_output,
     adaptive_pause,
     adaptive_resume,
     adaptive_start,
 )
-from analyses.errors import NotAllowed, ValidationFailed
+from analyses.adaptive.presenters import adaptive_output
 from analyses.models import AdaptiveRun, Recipe, Round
 from analyses.reaper import rounds_reap
-from analyses.services import analysis_approve, analysis_create, round_fail
+from analyses.services.policy import analysis_approve, analysis_create
+from analyses.services.rounds import round_fail
 from devices.models import ShardRun
+from pfs_base.errors import NotAllowed, ValidationFailed
 from tests.conftest import DISCOVERY_POLICY, DISCOVERY_SPEC
 
 DISCOVERY = DISCOVERY_SPEC

@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from analyses.models import AdaptiveRun, Recipe, Round
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
 from tests.conftest import DISCOVERY_POLICY, DISCOVERY_SPEC
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from analyses.models import AdaptiveRun, Recipe, Round
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
 from devices.models import ShardRun
 from tests.conftest import DISCOVERY_POLICY, DISCOVERY_SPEC
 

@@ -8,7 +8,7 @@ import pytest
 
 from aggregation.models import CollectionRules, ReportRejection
 from analyses.models import Analysis, FieldPolicy
-from analyses.services import analysis_create
+from analyses.services.policy import analysis_create
 from tests.conftest import SPEC
 
 pytestmark = pytest.mark.django_db

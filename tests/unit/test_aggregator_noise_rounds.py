@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from aggregation import aggregators
-from analyses import services
-from analyses.errors import ValidationFailed
 from analyses.models import Recipe, Round
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
+from analyses.services.recipes import recipe_create, recipe_validate
+from analyses.services.releases import release_as_json
+from analyses.services.rounds import round_create_and_start
 from devices.budget import to_units
 from devices.services import ledger_totals
+from pfs_base.errors import ValidationFailed
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.encoding import BucketedType
 from tests.conftest import RECIPE, SPEC
@@ -46,7 +48,7 @@ def seeded_noise(monkeypatch):
 def test_aggregator_noise_is_refused_where_the_field_policy_does_not_allow_it(analysis, analyst) -> None:
     content = {**CENTRAL_RECIPE, "AnalysisIdentifier": "test.ages"}
     with pytest.raises(ValidationFailed) as refused:
-        services.recipe_create(analysis=analysis, content=content, user=analyst)
+        recipe_create(analysis=analysis, content=content, user=analyst)
     assert "does not allow aggregator noise" in refused.value.errors["privacy.noise"][0]
     assert not Recipe.objects.exists()
 
@@ -55,7 +57,7 @@ def test_an_aggregator_noise_recipe_names_no_local_randomizer(central, analyst) 
     content = copy.deepcopy(CENTRAL_RECIPE)
     content["privacy"].update(mechanism="asymmetric_ohe", epsilon0=3.0)
     with pytest.raises(ValidationFailed) as refused:
-        services.recipe_create(analysis=central, content=content, user=analyst)
+        recipe_create(analysis=central, content=content, user=analyst)
     assert set(refused.value.errors) == {"privacy.mechanism", "privacy.epsilon0"}
 
 
@@ -63,28 +65,28 @@ def test_an_unknown_noise_and_a_weak_calibration_are_refused(central, analyst) -
     content = copy.deepcopy(CENTRAL_RECIPE)
     content["privacy"]["noise"] = "both"
     with pytest.raises(ValidationFailed) as refused:
-        services.recipe_create(analysis=central, content=content, user=analyst)
+        recipe_create(analysis=central, content=content, user=analyst)
     assert "privacy.noise" in refused.value.errors
     content["privacy"].update(noise="aggregator", epsilon=40.0, delta=0.1)
     with pytest.raises(ValidationFailed) as refused:
-        services.recipe_validate(analysis=central, content=content)
+        recipe_validate(analysis=central, content=content)
     assert "below 1" in refused.value.errors["privacy.epsilon"][0]
 
 
 def test_a_recipe_can_raise_the_minimum_cohort_but_never_lower_it(analysis, recipe) -> None:
     recipe["privacy"]["minCohort"] = 2934  # Theorem 3.1 needs 2,935 for these parameters
     with pytest.raises(ValidationFailed) as refused:
-        services.recipe_validate(analysis=analysis, content=recipe)
+        recipe_validate(analysis=analysis, content=recipe)
     assert "never lower" in refused.value.errors["privacy.minCohort"][0]
     recipe["privacy"]["minCohort"] = 4000
-    assert services.recipe_validate(analysis=analysis, content=recipe)["min_cohort"] == 4000
+    assert recipe_validate(analysis=analysis, content=recipe)["min_cohort"] == 4000
 
 
 def test_a_round_with_aggregator_noise_releases_counts_within_their_error(
     central, analyst, seeded_noise, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        round_ = services.round_create_and_start(analysis=central, content=CENTRAL_RECIPE, user=analyst)
+        round_ = round_create_and_start(analysis=central, content=CENTRAL_RECIPE, user=analyst)
     round_.refresh_from_db()
     assert round_.status == Round.Status.RELEASED, round_.error
     content = round_.release.content
@@ -103,5 +105,5 @@ def test_a_round_with_aggregator_noise_releases_counts_within_their_error(
     assert not np.array_equal(np.array(batch["estimates"]), truth)
     totals = ledger_totals(fleet=central.fleet, analysis_identifier="test.central")
     assert totals["max:epsilon_used"] == to_units(1.0)
-    released = services.release_as_json(round_.release)
+    released = release_as_json(round_.release)
     assert released["noise"] == "aggregator" and "one aggregator is honest" in released["notes"][0]

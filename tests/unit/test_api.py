@@ -252,7 +252,7 @@ def test_the_release_csv_errors_are_json(api, analysis, recipe, django_capture_o
 
 
 def test_analyses_are_filtered_by_status_and_fleet(api, analysis, analyst) -> None:
-    from analyses.services import analysis_create
+    from analyses.services.policy import analysis_create
     from tests.conftest import SPEC
 
     analysis_create(spec={**SPEC, "identifier": "test.draft"}, owner=analyst)

@@ -10,9 +10,8 @@ from django.test import RequestFactory
 from rest_framework import exceptions
 from rest_framework.test import APIClient
 
-from analyses import services
 from analyses.models import Recipe, Round
-from pfs_web.api_errors import api_exception_handler, json_server_error
+from pfs_base.api_errors import api_exception_handler, json_server_error
 
 pytestmark = pytest.mark.django_db
 
@@ -87,7 +86,7 @@ def test_an_unhandled_exception_is_a_logged_json_500(api, analysis, recipe, monk
     def crash(**kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(services, "round_dry_run", crash)
+    monkeypatch.setattr("analyses.api.views.round_dry_run", crash)
     with caplog.at_level(logging.ERROR, logger="pfs_web.api"):
         response = api.post("/api/analyses/test.ages/dry-run/", recipe, format="json")
     body = assert_error(response, 500, "server_error")

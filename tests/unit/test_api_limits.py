@@ -13,7 +13,7 @@ from rest_framework.test import APIClient, APIRequestFactory
 from rest_framework.views import APIView
 
 from analyses.models import Recipe, Round
-from pfs_web.rates import rate_parse
+from pfs_base.rates import rate_parse
 
 pytestmark = pytest.mark.django_db
 
@@ -149,5 +149,5 @@ def test_the_cache_is_redis_when_there_is_one(monkeypatch) -> None:
         production = importlib.import_module("pfs_web.settings")
     finally:
         sys.modules.pop("pfs_web.settings", None)
-    assert production.CACHES["default"]["BACKEND"] == "pfs_web.cache.RedisCache"
+    assert production.CACHES["default"]["BACKEND"] == "pfs_base.cache.RedisCache"
     assert production.CACHES["default"]["LOCATION"] == "redis://127.0.0.1:6379/3"

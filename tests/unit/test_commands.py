@@ -140,9 +140,9 @@ def test_seed_demo_reset_budgets_forgets_rounds_and_adaptive_runs(tmp_path) -> N
 
     from django.contrib.auth import get_user_model
 
-    from analyses.adaptive import adaptive_start
-    from analyses.errors import ValidationFailed
+    from analyses.adaptive.chain import adaptive_start
     from analyses.models import AdaptiveRun, Round
+    from pfs_base.errors import ValidationFailed
 
     call_command("seed_demo", "--devices", "20000")
     spec = json.loads(open("docs/examples/bucket_refinement.json").read())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analyses import services
 from analyses.models import Recipe, Round
+from analyses.services.rounds import round_create_and_start
 
 pytestmark = pytest.mark.django_db
 
@@ -35,8 +35,8 @@ def test_analysis_list_links_the_last_release(
     client, analysis, analyst, recipe, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        first = services.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
-        second = services.round_create_and_start(
+        first = round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+        second = round_create_and_start(
             analysis=analysis, content={**recipe, "recipeIdentifier": "again"}, user=analyst
         )
     client.force_login(analyst)

@@ -7,8 +7,8 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from analyses import services
 from analyses.models import Round
+from analyses.services.rounds import round_create_and_start
 
 pytestmark = pytest.mark.django_db
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 def run(analysis, recipe, analyst, capture, **privacy):
     recipe["privacy"].update(privacy)
     with capture(execute=True):
-        return services.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+        return round_create_and_start(analysis=analysis, content=recipe, user=analyst)
 
 
 def test_the_log_shows_each_task_with_the_device_decision_and_spend(

@@ -32,7 +32,7 @@ from aggregation.reports import rejections
 from aggregation.tokens import Token
 from analyses.models import Round
 from analyses.reaper import rounds_reap
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.models import CollectionWindow, DeviceCredential, Fleet
 from devices.report_client import AggregatorKeys, report_seal, token_obtain

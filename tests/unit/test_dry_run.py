@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from analyses.services import round_dry_run
+from analyses.services.rounds import round_dry_run
 from devices.budget import ledger_empty
 from devices.columns import pack
 from devices.models import ShardLedger, ShardRun
@@ -29,7 +29,7 @@ def test_a_dry_run_counts_the_devices_that_would_answer_and_spends_nothing(analy
 
 
 def test_a_dry_run_shows_which_devices_would_refuse_and_why(analysis, recipe, monkeypatch) -> None:
-    monkeypatch.setattr("analyses.services.secrets.randbits", lambda bits: 20221123)  # fixed coins
+    monkeypatch.setattr("analyses.services.rounds.secrets.randbits", lambda bits: 20221123)  # fixed coins
     # The devices' own ledgers decide, not the server's view: here the first 300 devices of every
     # shard have used both reports of the analysis (as after rounds the server no longer lists).
     shards = list(analysis.fleet.shards.order_by("index"))
@@ -55,7 +55,7 @@ def test_a_dry_run_shows_which_devices_would_refuse_and_why(analysis, recipe, mo
 
 
 def test_a_bad_recipe_is_refused_by_field_before_any_device_is_asked(analysis, recipe) -> None:
-    from analyses.errors import ValidationFailed
+    from pfs_base.errors import ValidationFailed
 
     recipe["privacy"]["epsilon0"] = 40.0
     with pytest.raises(ValidationFailed) as refused:

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyses.adaptive import adaptive_validate
-from analyses.errors import ValidationFailed
+from analyses.adaptive.spec import adaptive_validate
 from analyses.models import Recipe
-from analyses.services import recipe_validate
+from analyses.services.recipes import recipe_validate
 from devices.query import QueryRefused, parse_query
+from pfs_base.errors import ValidationFailed
 from privacy.encoding import content_encoding
 from privacy.ngrams import SchemaError
 from tests.conftest import DISCOVERY_SPEC, RECIPE

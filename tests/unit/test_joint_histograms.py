@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 from django.test import Client
 
-from analyses.errors import ValidationFailed
-from analyses.services import analysis_approve, analysis_create, analysis_spent, release_as_json, round_create_and_start
+from analyses.services.policy import analysis_approve, analysis_create, analysis_spent
+from analyses.services.releases import release_as_json
+from analyses.services.rounds import round_create_and_start
 from devices.columns import unpack
 from devices.fleet_io import fleet_create
 from devices.models import ShardLedger
+from pfs_base.errors import ValidationFailed
 from privacy.encoding import CombinationType, content_encoding
 
 FIGURE_4_TYPES = {

@@ -9,9 +9,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from analyses import services, tasks
+from analyses import tasks
 from analyses.models import Round
 from analyses.reaper import rounds_reap
+from analyses.services.recipes import recipe_create
+from analyses.services.rounds import round_create_and_start, round_dispatch, round_start
 from devices.budget import to_units
 from devices.models import ShardRun
 from devices.services import ledger_totals
@@ -24,11 +26,11 @@ STUCK, FAIL = timedelta(minutes=15), timedelta(hours=24)
 
 def lost_round(analysis, recipe, analyst, *, age: timedelta, shards_answered: int = 0) -> Round:
     """A round whose messages were lost after ``shards_answered`` shards answered, ``age`` ago."""
-    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=analyst)
     # round_start sends dispatch_round on commit; the test transaction never commits: a lost message.
-    round_ = services.round_start(recipe=recipe_obj, user=analyst)
+    round_ = round_start(recipe=recipe_obj, user=analyst)
     if shards_answered:
-        for shard_id in services.round_dispatch(round_id=round_.pk)[:shards_answered]:
+        for shard_id in round_dispatch(round_id=round_.pk)[:shards_answered]:
             tasks.run_shard.apply(args=(round_.pk, shard_id))
     then = timezone.now() - age
     Round.objects.filter(pk=round_.pk).update(created_at=then, started_at=then if shards_answered else None)
@@ -76,7 +78,7 @@ def test_a_round_still_making_progress_is_left_alone(analysis, recipe, analyst) 
 
 def test_finished_rounds_are_never_touched(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        round_ = services.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+        round_ = round_create_and_start(analysis=analysis, content=recipe, user=analyst)
     Round.objects.filter(pk=round_.pk).update(created_at=timezone.now() - timedelta(days=3))
     assert rounds_reap(stuck_after=STUCK, fail_after=FAIL).failed == []
     assert Round.objects.get(pk=round_.pk).status == Round.Status.RELEASED

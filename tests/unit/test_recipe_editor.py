@@ -11,9 +11,11 @@ import re
 import pytest
 from rest_framework.test import APIClient
 
-from analyses import services
 from analyses.forms import RecipeForm
 from analyses.models import FieldPolicy, Recipe, Round
+from analyses.services.policy import analysis_spent
+from analyses.services.recipes import AGGREGATOR_NOISE_MIN_COHORT, recipe_create
+from analyses.services.rounds import round_start
 from devices.models import ShardLedger, ShardRun
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.shuffling import amplified_epsilon
@@ -43,7 +45,7 @@ def nothing_changed(analysis, spent_before: dict) -> bool:
         and not Round.objects.exists()
         and not ShardRun.objects.exists()
         and not ShardLedger.objects.exists()
-        and services.analysis_spent(analysis) == spent_before
+        and analysis_spent(analysis) == spent_before
     )
 
 
@@ -51,7 +53,7 @@ def nothing_changed(analysis, spent_before: dict) -> bool:
 
 
 def test_validate_answers_the_recipe_figures_and_what_it_would_cost(api, analysis, recipe) -> None:
-    spent_before = services.analysis_spent(analysis)
+    spent_before = analysis_spent(analysis)
     response = api.post(VALIDATE, recipe, format="json")
     assert response.status_code == 200
     body = response.json()
@@ -77,7 +79,7 @@ def test_validate_answers_the_recipe_figures_and_what_it_would_cost(api, analysi
 
 
 def test_validate_counts_the_rounds_already_started(api, analysis, recipe, analyst) -> None:
-    services.round_start(recipe=services.recipe_create(analysis=analysis, content=recipe, user=analyst), user=analyst)
+    round_start(recipe=recipe_create(analysis=analysis, content=recipe, user=analyst), user=analyst)
     del recipe["recipeIdentifier"]  # the first recipe holds that name
     body = api.post(VALIDATE, recipe, format="json").json()
     assert body["summary"].startswith(
@@ -104,11 +106,11 @@ def test_validate_gives_the_aggregators_noise_as_the_standard_error(api, analysi
     body = api.post(VALIDATE, recipe, format="json").json()
     error = AggregatorGaussian(1.0, 1e-6).standard_error()
     assert body["standard_error"]["empty_bucket"] == body["standard_error"]["full_bucket"] == pytest.approx(error)
-    assert body["min_cohort"] == services.AGGREGATOR_NOISE_MIN_COHORT
+    assert body["min_cohort"] == AGGREGATOR_NOISE_MIN_COHORT
 
 
 def test_validate_refuses_a_bad_recipe_by_key_and_changes_nothing(api, analysis, recipe) -> None:
-    spent_before = services.analysis_spent(analysis)
+    spent_before = analysis_spent(analysis)
     recipe["privacy"]["epsilon"] = 0
     recipe["dataTypeContent"]["age"]["boundaries"] = [30, 20]
     response = api.post(VALIDATE, recipe, format="json")
@@ -120,7 +122,7 @@ def test_validate_refuses_a_bad_recipe_by_key_and_changes_nothing(api, analysis,
 
 
 def test_validate_refuses_a_recipe_over_the_budget_and_spends_nothing(api, analysis, recipe) -> None:
-    spent_before = services.analysis_spent(analysis)
+    spent_before = analysis_spent(analysis)
     recipe["privacy"]["epsilon"] = 2.5
     response = api.post(VALIDATE, recipe, format="json")
     assert response.status_code == 400

@@ -9,9 +9,10 @@ import pytest
 import redis
 from django.core.cache import cache
 
-from analyses import release_cache, services
+from analyses import release_cache
 from analyses.models import Analysis, Release, Round
-from pfs_web.cache import RedisCache
+from analyses.services import releases, rounds
+from pfs_base.cache import RedisCache
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.django_db
 def released(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> Round:
     cache.clear()
     with django_capture_on_commit_callbacks(execute=True):
-        round_ = services.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+        round_ = rounds.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
     round_.refresh_from_db()
     assert round_.status == Round.Status.RELEASED
     yield round_
@@ -28,15 +29,15 @@ def released(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> R
 
 
 def counting(monkeypatch, name: str) -> list[int]:
-    """Count the calls to services.<name> from now on."""
+    """Count the calls to releases.<name> from now on."""
     calls: list[int] = []
-    original = getattr(services, name)
+    original = getattr(releases, name)
 
     def counted(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(services, name, counted)
+    monkeypatch.setattr(releases, name, counted)
     return calls
 
 
@@ -49,11 +50,11 @@ def test_the_api_computes_a_release_once_per_view(api, released, monkeypatch) ->
     url = f"/api/rounds/{released.pk}/release/"
     first, second = api.get(url), api.get(url)
     assert first.status_code == second.status_code == 200
-    assert first.json() == second.json() == services.release_as_json(released.release, services.ReleaseView())
+    assert first.json() == second.json() == releases.release_as_json(released.release, releases.ReleaseView())
     assert len(computed) == 2  # the first request, and the comparison just made; not the second request
 
     clipped = api.get(url, {"view": "clipped"}).json()
-    assert clipped == services.release_as_json(released.release, services.ReleaseView(view="clipped"))
+    assert clipped == releases.release_as_json(released.release, releases.ReleaseView(view="clipped"))
     assert clipped["rule"] != first.json()["rule"]  # another view is another entry, not the cached one
 
 
@@ -61,7 +62,7 @@ def test_the_csv_is_cached_per_view_as_well(api, released, monkeypatch) -> None:
     computed = counting(monkeypatch, "release_as_csv")
     url = f"/api/rounds/{released.pk}/release.csv"
     bodies = {api.get(url).content for _ in range(3)}
-    assert bodies == {services.release_as_csv(released.release).encode()}
+    assert bodies == {releases.release_as_csv(released.release).encode()}
     assert len(computed) == 2  # once for the three requests, once for the comparison
 
 
@@ -113,7 +114,7 @@ def test_without_the_cache_a_release_is_still_served(api, client, analyst, relea
         set = get
 
     url = f"/api/rounds/{released.pk}/release/"
-    expected = services.release_as_json(released.release, services.ReleaseView())
+    expected = releases.release_as_json(released.release, releases.ReleaseView())
     monkeypatch.setattr(release_cache, "cache", Down())
     assert api.get(url).json() == expected
     client.force_login(analyst)
@@ -121,9 +122,9 @@ def test_without_the_cache_a_release_is_still_served(api, client, analyst, relea
 
 
 def test_keys_name_the_release_the_view_and_the_rendering(released) -> None:
-    release, view = released.release, services.ReleaseView()
+    release, view = released.release, releases.ReleaseView()
     key = release_cache.release_key(release, view, "json")
-    assert key != release_cache.release_key(release, services.ReleaseView(intervals="simultaneous"), "json")
+    assert key != release_cache.release_key(release, releases.ReleaseView(intervals="simultaneous"), "json")
     assert key != release_cache.release_key(release, view, "csv")
     assert key.startswith(f"release:{release_cache.RENDERING}:{release.pk}:")
 

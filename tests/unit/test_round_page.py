@@ -9,9 +9,19 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from analyses import drilldown, services
+from analyses import drilldown
 from analyses.models import Recipe, Round
+from analyses.services.policy import analysis_spent
+from analyses.services.recipes import recipe_create, recipe_validate
+from analyses.services.rounds import (
+    round_aggregate,
+    round_create_and_start,
+    round_dispatch,
+    round_progress,
+    round_shard_run,
+)
 from devices.synthetic import TOKENS
+from pfs_base.errors import ValidationFailed
 from tests.conftest import FLEET_SIZE, SHARD_SIZE
 
 pytestmark = pytest.mark.django_db
@@ -21,7 +31,7 @@ SHARDS = FLEET_SIZE // SHARD_SIZE  # 5
 
 def released(analysis, content, user, capture) -> Round:
     with capture(execute=True):
-        round_ = services.round_create_and_start(analysis=analysis, content=content, user=user)
+        round_ = round_create_and_start(analysis=analysis, content=content, user=user)
     round_.refresh_from_db()
     assert round_.status == Round.Status.RELEASED
     return round_
@@ -29,11 +39,11 @@ def released(analysis, content, user, capture) -> Round:
 
 def half_run(analysis, content, user, *, shards: int, started_seconds_ago: float) -> Round:
     """A round dispatched by hand with ``shards`` of its shards answered, started a while ago."""
-    recipe = services.recipe_create(analysis=analysis, content=content, user=user)
+    recipe = recipe_create(analysis=analysis, content=content, user=user)
     round_ = Round.objects.create(recipe=recipe, seed=3, created_by=user)
-    shard_ids = services.round_dispatch(round_id=round_.pk)
+    shard_ids = round_dispatch(round_id=round_.pk)
     for shard_id in shard_ids[:shards]:
-        services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
+        round_shard_run(round_id=round_.pk, shard_id=shard_id)
     Round.objects.filter(pk=round_.pk).update(started_at=timezone.now() - timedelta(seconds=started_seconds_ago))
     return Round.objects.get(pk=round_.pk)
 
@@ -43,7 +53,7 @@ def half_run(analysis, content, user, *, shards: int, started_seconds_ago: float
 
 def test_progress_of_a_half_run_round_scales_the_elapsed_time_by_the_shards_left(analysis, recipe, analyst) -> None:
     round_ = half_run(analysis, recipe, analyst, shards=2, started_seconds_ago=100)
-    progress = services.round_progress(round_)
+    progress = round_progress(round_)
     assert progress["shards_done"] == 2 and progress["shards_total"] == SHARDS
     assert 100 <= progress["elapsed_seconds"] < 130
     # 2 shards took the elapsed time: the 3 left take one and a half times as long.
@@ -59,7 +69,7 @@ def test_the_round_page_and_its_status_show_the_progress_and_the_time_left(clien
     assert '<span id="shards-done">2</span> of <span id="shards-total">5</span> shards done' in page
     assert '<span id="elapsed">1 min 4' in page  # 100 s and the time the test took, under two minutes
     assert '<span id="eta">about 2 min' in page  # 1.5 x elapsed
-    not_sampled = services.round_progress(round_)["devices_not_answering"]["not_sampled"]
+    not_sampled = round_progress(round_)["devices_not_answering"]["not_sampled"]
     assert f'<tr><td>not_sampled</td><td class="num">{not_sampled}</td></tr>' in page
     assert "Cancel round" in page
 
@@ -72,16 +82,16 @@ def test_the_round_page_and_its_status_show_the_progress_and_the_time_left(clien
 
 def test_before_a_shard_is_done_the_time_left_is_being_estimated(client, analysis, recipe, analyst) -> None:
     round_ = half_run(analysis, recipe, analyst, shards=0, started_seconds_ago=5)
-    assert services.round_progress(round_)["eta_seconds"] is None
+    assert round_progress(round_)["eta_seconds"] is None
     client.force_login(analyst)
     assert client.get(f"/rounds/{round_.pk}/status.json").json()["eta_text"] == "estimating…"
 
 
 def test_a_queued_round_waits_for_a_worker(client, analysis, recipe, analyst) -> None:
     round_ = Round.objects.create(
-        recipe=services.recipe_create(analysis=analysis, content=recipe, user=analyst), seed=1, created_by=analyst
+        recipe=recipe_create(analysis=analysis, content=recipe, user=analyst), seed=1, created_by=analyst
     )
-    progress = services.round_progress(round_)
+    progress = round_progress(round_)
     assert progress["elapsed_seconds"] is None and progress["eta_seconds"] is None
     client.force_login(analyst)
     assert client.get(f"/rounds/{round_.pk}/status.json").json()["eta_text"] == "waiting for a worker to start"
@@ -91,7 +101,7 @@ def test_a_finished_round_keeps_its_elapsed_time_and_offers_no_cancel(
     client, analysis, recipe, analyst, django_capture_on_commit_callbacks
 ) -> None:
     round_ = released(analysis, recipe, analyst, django_capture_on_commit_callbacks)
-    progress = services.round_progress(round_)
+    progress = round_progress(round_)
     assert progress["elapsed_seconds"] == (round_.finished_at - round_.started_at).total_seconds()
     assert progress["eta_seconds"] is None
     client.force_login(analyst)
@@ -111,7 +121,7 @@ def test_another_analyst_cannot_follow_the_round(client, analysis, recipe, analy
 
 def test_posting_cancel_cancels_the_round_and_the_page_says_what_that_means(client, analysis, recipe, analyst) -> None:
     round_ = half_run(analysis, recipe, analyst, shards=2, started_seconds_ago=10)
-    answered = services.round_progress(round_)["devices_answered"]
+    answered = round_progress(round_)["devices_answered"]
     client.force_login(analyst)
     response = client.post(f"/rounds/{round_.pk}/cancel/")
     assert response.status_code == 302 and response["Location"] == f"/rounds/{round_.pk}/"
@@ -192,9 +202,9 @@ def test_refining_a_numeric_bucket_splits_it_and_keeps_the_privacy_parameters(
     assert content["privacy"] == recipe["privacy"] and content["query"] == recipe["query"]
     assert content["cohorts"] == []
     assert "values below 30 (and missing ones) fall into OOV" in refined["explanation"]
-    assert services.recipe_validate(analysis=analysis, content=content)["field"] == "age"
+    assert recipe_validate(analysis=analysis, content=content)["field"] == "age"
     # The identifier stays unique once the refinement has run.
-    services.recipe_create(analysis=analysis, content=content, user=analyst)
+    recipe_create(analysis=analysis, content=content, user=analyst)
     assert drilldown.refined_recipe(round_=round_, cohort="", bucket=2)["recipe"]["recipeIdentifier"] == (
         "ages-refine-2-2"
     )
@@ -217,7 +227,7 @@ def test_without_an_unused_cohort_field_such_a_bucket_cannot_be_refined_and_gets
     recipe["cohorts"] = ["locale"]
     recipe["privacy"]["epsilon0"] = 2.0  # a minimum cohort of 974: en_US (about half the fleet) is released
     round_ = Round.objects.create(
-        recipe=services.recipe_create(analysis=analysis, content=recipe, user=analyst), seed=1, created_by=analyst
+        recipe=recipe_create(analysis=analysis, content=recipe, user=analyst), seed=1, created_by=analyst
     )
     _release_by_hand(round_)
     refined = drilldown.refined_recipe(round_=round_, cohort="locale=en_US", bucket=0)
@@ -254,7 +264,7 @@ def test_an_ngram_bucket_of_a_prefix_tree_extends_its_prefix_one_level(
     assert schema == {"dataType": "PrefixTree", "tree": {"root": [tokens[1]], tokens[1]: [tokens[5]]}, "tokens": tokens}
     assert f"Extends the n-gram “{leaf}” one level" in refined["explanation"]
     assert "the batch of locale=en_US shows the refinement" in refined["explanation"]
-    assert services.recipe_validate(analysis=discovery, content=refined["recipe"])["encoding"].size == 1 + 42
+    assert recipe_validate(analysis=discovery, content=refined["recipe"])["encoding"].size == 1 + 42
     # A phrase's end has nothing after it, nor has a word outside the tokens; every cohort field is used.
     for end_or_oov in (1, 2):
         assert drilldown.refined_recipe(round_=round_, cohort="locale=en_US", bucket=end_or_oov)["recipe"] is None
@@ -274,10 +284,10 @@ def test_a_bucket_out_of_range_or_an_unreleased_cohort_is_refused(
     analysis, recipe, analyst, django_capture_on_commit_callbacks
 ) -> None:
     round_ = released(analysis, recipe, analyst, django_capture_on_commit_callbacks)
-    with pytest.raises(services.ValidationFailed) as out_of_range:
+    with pytest.raises(ValidationFailed) as out_of_range:
         drilldown.refined_recipe(round_=round_, cohort="", bucket=8)
     assert out_of_range.value.errors == {"bucket": ["Must be a bucket index from 0 to 7."]}
-    with pytest.raises(services.ValidationFailed) as cohort:
+    with pytest.raises(ValidationFailed) as cohort:
         drilldown.refined_recipe(round_=round_, cohort="locale=fr_FR", bucket=1)
     assert "cohort" in cohort.value.errors
 
@@ -307,7 +317,7 @@ def test_the_analysis_page_is_prefilled_with_the_refinement_and_says_what_it_cos
     page = response.content.decode()
     assert 'value="30, 32, 34, 36, 38, 40"' in page  # the form's bucket boundaries
     assert "&quot;recipeIdentifier&quot;: &quot;ages-refine-2&quot;" in page  # the recipe's JSON
-    spent = services.analysis_spent(analysis)
+    spent = analysis_spent(analysis)
     analysis_left = analysis.epsilon_allowed - spent["epsilon"]  # 2 - 1
     age_left = 2.0 - spent["fields"]["age"]["epsilon"]
     reports_left = analysis.reports_allowed - spent["reports"]
@@ -327,7 +337,7 @@ def test_the_cost_equals_the_recipe_epsilon_and_the_figures_left_are_analysis_sp
     round_ = released(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     content = drilldown.refined_recipe(round_=round_, cohort="", bucket=3)["recipe"]
     cost = drilldown.refinement_cost(round_=round_, recipe=content)
-    spent = services.analysis_spent(analysis)
+    spent = analysis_spent(analysis)
     assert cost["epsilon"] == content["privacy"]["epsilon"] == 1.2
     assert cost["analysis"]["epsilon_left"] == analysis.epsilon_allowed - spent["epsilon"]
     assert cost["analysis"]["reports_left"] == analysis.reports_allowed - spent["reports"]
@@ -417,7 +427,7 @@ def test_the_release_downloads_as_json(client, analysis, recipe, analyst, django
 
 def _release_by_hand(round_: Round) -> None:
     """Run every shard and aggregate, as the tasks would."""
-    for shard_id in services.round_dispatch(round_id=round_.pk):
-        services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
-    services.round_aggregate(round_id=round_.pk)
+    for shard_id in round_dispatch(round_id=round_.pk):
+        round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    round_aggregate(round_id=round_.pk)
     round_.refresh_from_db()

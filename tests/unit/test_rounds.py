@@ -9,12 +9,24 @@ import pytest
 
 from aggregation.models import Collection, HelperShare, LeaderShare
 from aggregation.upload import CollectionClosed
-from analyses import services, tasks
-from analyses.errors import NotAllowed
+from analyses import tasks
 from analyses.models import Release, Round
+from analyses.services.policy import analysis_approve
+from analyses.services.recipes import device_task, recipe_create
+from analyses.services.rounds import (
+    _collection_rules_open,
+    round_aggregate,
+    round_cancel,
+    round_create_and_start,
+    round_dispatch,
+    round_fail,
+    round_progress,
+    round_shard_run,
+)
 from devices.budget import to_units
 from devices.models import ShardRun
 from devices.services import ledger_totals, shard_answer
+from pfs_base.errors import NotAllowed
 from tests.conftest import FLEET_SIZE
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +34,7 @@ pytestmark = pytest.mark.django_db
 
 def run(analysis, recipe, user, capture) -> Round:
     with capture(execute=True):
-        round_ = services.round_create_and_start(analysis=analysis, content=recipe, user=user)
+        round_ = round_create_and_start(analysis=analysis, content=recipe, user=user)
     round_.refresh_from_db()
     return round_
 
@@ -42,9 +54,9 @@ def test_a_round_releases_and_spends_each_device_budget_once(
 
 
 def test_a_retried_shard_task_spends_nothing_twice_and_adds_no_report(analysis, recipe, analyst) -> None:
-    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=analyst)
     round_ = Round.objects.create(recipe=recipe_obj, seed=5, created_by=analyst)
-    shard_ids = services.round_dispatch(round_id=round_.pk)
+    shard_ids = round_dispatch(round_id=round_.pk)
     for shard_id in shard_ids:
         tasks.run_shard.apply(args=(round_.pk, shard_id))
     before = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
@@ -77,9 +89,9 @@ def test_devices_refuse_once_their_budget_is_spent(
     # meets the devices' own ledgers, which are spent: every device refuses, nothing is charged.
     before = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
     round_ = Round.objects.create(recipe=second.recipe, seed=9, created_by=analyst)
-    for shard_id in services.round_dispatch(round_id=round_.pk):
-        services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
-    progress = services.round_progress(round_)
+    for shard_id in round_dispatch(round_id=round_.pk):
+        round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    progress = round_progress(round_)
     assert progress["devices_answered"] == 0
     assert progress["devices_not_answering"] == {"analysis_budget": FLEET_SIZE}
     assert ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages") == before
@@ -106,7 +118,7 @@ def test_sampling_rate_samples_devices_with_their_own_coins(
 ) -> None:
     recipe["privacy"]["samplingRate"] = 0.7  # expects 3,500 >= 2,935
     round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
-    progress = services.round_progress(round_)
+    progress = round_progress(round_)
     n, q = FLEET_SIZE, 0.7
     assert abs(progress["devices_answered"] - n * q) < 4 * (n * q * (1 - q)) ** 0.5
     assert progress["devices_answered"] + progress["devices_not_answering"]["not_sampled"] == n
@@ -114,10 +126,10 @@ def test_sampling_rate_samples_devices_with_their_own_coins(
 
 
 def test_a_recipe_naming_an_unknown_policy_snapshot_is_refused_by_every_device(analysis, recipe, analyst) -> None:
-    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=analyst)
     round_ = Round.objects.create(recipe=recipe_obj, seed=1, created_by=analyst)
-    services.round_dispatch(round_id=round_.pk)
-    task = services.device_task(round_)
+    round_dispatch(round_id=round_.pk)
+    task = device_task(round_)
     shard = analysis.fleet.shards.first()
     outcome = shard_answer(shard_id=shard.pk, task=replace(task, snapshot_digest="0" * 64))
     assert outcome.answered == 0
@@ -128,12 +140,12 @@ def test_a_recipe_naming_an_unknown_policy_snapshot_is_refused_by_every_device(a
 def test_after_re_approval_devices_refuse_tasks_under_the_old_snapshot(analysis, recipe, analyst, officer) -> None:
     from analyses.models import FieldPolicy
 
-    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=analyst)
     round_ = Round.objects.create(recipe=recipe_obj, seed=1, created_by=analyst)
-    services.round_dispatch(round_id=round_.pk)
-    old_task = services.device_task(round_)
+    round_dispatch(round_id=round_.pk)
+    old_task = device_task(round_)
     FieldPolicy.objects.filter(analysis=analysis, field="age").update(epsilon=1.5)
-    services.analysis_approve(analysis=analysis, officer=officer)  # devices now hold a new snapshot
+    analysis_approve(analysis=analysis, officer=officer)  # devices now hold a new snapshot
     assert analysis.snapshot.digest != old_task.snapshot_digest
     shard = analysis.fleet.shards.first()
     assert shard_answer(shard_id=shard.pk, task=old_task).outcomes == {"policy_snapshot": shard.size}
@@ -148,7 +160,7 @@ def test_a_recipe_naming_another_snapshot_is_refused_by_the_server(api, analysis
 
 
 def test_tasks_of_a_deleted_round_do_nothing(analysis, recipe, analyst) -> None:
-    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=analyst)
     round_ = Round.objects.create(recipe=recipe_obj, seed=1, created_by=analyst)
     round_id, shard_id = round_.pk, analysis.fleet.shards.first().pk
     round_.delete()
@@ -211,21 +223,21 @@ def test_a_database_write_failing_inside_a_shard_rolls_the_shard_back_and_fails_
 
 
 def test_a_cancelled_round_releases_nothing_drops_its_shares_and_runs_no_more_shards(analysis, recipe, analyst) -> None:
-    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=analyst)
     round_ = Round.objects.create(recipe=recipe_obj, seed=5, created_by=analyst)
-    services._collection_rules_open(round_)
-    first, *rest = services.round_dispatch(round_id=round_.pk)
-    services.round_shard_run(round_id=round_.pk, shard_id=first)
+    _collection_rules_open(round_)
+    first, *rest = round_dispatch(round_id=round_.pk)
+    round_shard_run(round_id=round_.pk, shard_id=first)
     answered = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
     assert LeaderShare.objects.count() == 1
 
-    services.round_cancel(round_=round_, user=analyst)
+    round_cancel(round_=round_, user=analyst)
     round_.refresh_from_db()
     assert (round_.status, round_.error) == (Round.Status.CANCELLED, f"cancelled by {analyst.username}")
     assert not LeaderShare.objects.exists() and not HelperShare.objects.exists()
     for shard_id in rest:  # shard tasks still in the queue do nothing
-        services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
-    assert services.round_aggregate(round_id=round_.pk).status == Round.Status.CANCELLED
+        round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    assert round_aggregate(round_id=round_.pk).status == Round.Status.CANCELLED
     assert not Release.objects.filter(round=round_).exists()
     # The devices of the first shard did send reports: their budget stays spent, no one else's is.
     assert ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages") == answered
@@ -233,14 +245,14 @@ def test_a_cancelled_round_releases_nothing_drops_its_shares_and_runs_no_more_sh
 
 
 def test_a_shard_that_answers_after_the_cancel_stores_nothing_and_charges_no_one(analysis, recipe, analyst) -> None:
-    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=analyst)
     round_ = Round.objects.create(recipe=recipe_obj, seed=5, created_by=analyst)
-    services._collection_rules_open(round_)
-    shard_id, *_ = services.round_dispatch(round_id=round_.pk)
-    services.round_cancel(round_=round_, user=analyst)
+    _collection_rules_open(round_)
+    shard_id, *_ = round_dispatch(round_id=round_.pk)
+    round_cancel(round_=round_, user=analyst)
     # A shard that read the round as running just before the cancel committed:
     with pytest.raises(CollectionClosed):
-        shard_answer(shard_id=shard_id, task=services.device_task(round_))
+        shard_answer(shard_id=shard_id, task=device_task(round_))
     assert not LeaderShare.objects.exists()
     assert ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages").get("sum:reports_used", 0) == 0
 
@@ -248,7 +260,7 @@ def test_a_shard_that_answers_after_the_cancel_stores_nothing_and_charges_no_one
 def test_a_finished_round_cannot_be_cancelled(analysis, recipe, analyst, django_capture_on_commit_callbacks) -> None:
     round_ = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     with pytest.raises(NotAllowed, match="already released"):
-        services.round_cancel(round_=round_, user=analyst)
+        round_cancel(round_=round_, user=analyst)
     round_.refresh_from_db()
     assert round_.status == Round.Status.RELEASED and round_.release.content["reports"] == FLEET_SIZE
 
@@ -257,8 +269,8 @@ def test_a_queued_round_cancelled_before_its_dispatch_never_runs(
     analysis, recipe, analyst, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:
-        round_ = services.round_create_and_start(analysis=analysis, content=recipe, user=analyst)
-    services.round_cancel(round_=round_, user=analyst)
+        round_ = round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+    round_cancel(round_=round_, user=analyst)
     for callback in callbacks:  # the dispatch message arrives after the cancel
         callback()
     round_.refresh_from_db()
@@ -267,12 +279,12 @@ def test_a_queued_round_cancelled_before_its_dispatch_never_runs(
 
 
 def test_a_failed_round_drops_what_its_collection_held(analysis, recipe, analyst) -> None:
-    recipe_obj = services.recipe_create(analysis=analysis, content=recipe, user=analyst)
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=analyst)
     round_ = Round.objects.create(recipe=recipe_obj, seed=5, created_by=analyst)
-    services._collection_rules_open(round_)
-    shard_id, *_ = services.round_dispatch(round_id=round_.pk)
-    services.round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    _collection_rules_open(round_)
+    shard_id, *_ = round_dispatch(round_id=round_.pk)
+    round_shard_run(round_id=round_.pk, shard_id=shard_id)
     assert LeaderShare.objects.exists()
-    services.round_fail(round_id=round_.pk, error="the worker gave up")
+    round_fail(round_id=round_.pk, error="the worker gave up")
     assert not LeaderShare.objects.exists() and not HelperShare.objects.exists()
     assert Round.objects.get(pk=round_.pk).status == Round.Status.FAILED

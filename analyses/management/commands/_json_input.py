@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from analyses.errors import ValidationFailed
+from pfs_base.errors import ValidationFailed
 
 
 def read_json(path: str) -> Any:

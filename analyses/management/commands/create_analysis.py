@@ -6,9 +6,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from analyses.errors import ValidationFailed
 from analyses.management.commands._json_input import invalid, read_json
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
+from pfs_base.errors import ValidationFailed
 
 
 class Command(BaseCommand):

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from analyses.calculators import privacy_amplify, privacy_gaussian, privacy_min_cohort
-from analyses.errors import ValidationFailed
+from pfs_base.errors import ValidationFailed
 from privacy.shuffling import DEFAULT_METHOD, METHODS
 
 METHOD_HELP = f"amplification bound: {', '.join(METHODS)} (default {DEFAULT_METHOD})"

@@ -8,10 +8,11 @@ import time
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from analyses.adaptive import adaptive_output, adaptive_start
-from analyses.errors import NotAllowed, ValidationFailed
+from analyses.adaptive.chain import adaptive_start
+from analyses.adaptive.presenters import adaptive_output
 from analyses.management.commands._json_input import invalid, read_json
 from analyses.models import AdaptiveRun
+from pfs_base.errors import NotAllowed, ValidationFailed
 
 
 class Command(BaseCommand):

@@ -8,10 +8,11 @@ import time
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from analyses.errors import NotAllowed, ValidationFailed
 from analyses.management.commands._json_input import invalid, read_json
 from analyses.models import Analysis, Round
-from analyses.services import release_as_json, round_create_and_start, round_progress
+from analyses.services.releases import release_as_json
+from analyses.services.rounds import round_create_and_start, round_progress
+from pfs_base.errors import NotAllowed, ValidationFailed
 
 
 class Command(BaseCommand):

@@ -13,7 +13,7 @@ from django.db import transaction
 
 from analyses.models import Analysis
 from analyses.roles import make_privacy_officer
-from analyses.services import analysis_approve, analysis_create
+from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
 from devices.models import Fleet, ShardLedger, ShardRun
 

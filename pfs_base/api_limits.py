@@ -30,8 +30,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
-from pfs_web.api_errors import error_body, is_api_path
-from pfs_web.rates import rate_parse
+from pfs_base.api_errors import error_body, is_api_path
+from pfs_base.rates import rate_parse
 
 if TYPE_CHECKING:  # rest_framework.views imports this module for its throttle classes
     from rest_framework.request import Request

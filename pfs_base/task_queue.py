@@ -3,13 +3,17 @@
 PFS_TASK_MODE (settings) chooses: "celery" when REDIS_URL is set; "thread" by default, so the
 embedded default serves pages while a round runs; "sync" runs the task in the caller (unit tests).
 Always called through transaction.on_commit, so a task never sees uncommitted rows.
+
+Tasks are named, never imported: services sit below the tasks that call them, so they send a
+task by its stable ``name=`` (the one queued messages and the beat schedule carry). Each app's
+AppConfig imports its tasks module, so every name is registered before anything is sent.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from celery import Task
+from celery import Task, current_app
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 
@@ -17,8 +21,14 @@ from django.db import close_old_connections, connections, transaction
 _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pfs-task")
 
 
-def enqueue(task: Task, *args: object) -> None:
-    transaction.on_commit(lambda: _send(task, args))
+def enqueue(task_name: str, *args: object) -> None:
+    """Run the task named ``task_name`` with ``args`` once the current transaction commits."""
+    transaction.on_commit(lambda: _send(task_named(task_name), args))
+
+
+def task_named(name: str) -> Task:
+    """The registered task called ``name`` (KeyError for a name no app registered)."""
+    return current_app.tasks[name]
 
 
 def _send(task: Task, args: tuple) -> None:

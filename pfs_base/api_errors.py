@@ -20,7 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from analyses.errors import Conflict, NotAllowed, ValidationFailed
+from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
 
 logger = logging.getLogger("pfs_web.api")
 
@@ -49,7 +49,7 @@ def error_body(detail: str, code: str, fields: dict[str, list[str]] | None = Non
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """REST_FRAMEWORK["EXCEPTION_HANDLER"]: every exception a view raises, in the one format."""
-    # Not at the top: rest_framework.views imports pfs_web.api_limits, which imports this module.
+    # Not at the top: rest_framework.views imports pfs_base.api_limits, which imports this module.
     from rest_framework.views import set_rollback
 
     exc = _as_api_exception(exc)

@@ -1,0 +1,278 @@
+"""An adaptive run's spec: validation, the budget plan checked against the policy, and the recipe
+of each round (the first, the next ones, the static baseline's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from analyses.models import AdaptiveRun, Analysis
+from analyses.services.budget import budget_plan_refusal, parsed_budget_request
+from analyses.services.recipes import recipe_validate
+from analyses.validation import Problems
+from devices.streams import field_kind
+from pfs_base.errors import ValidationFailed
+from privacy.encoding import encoding_from_json
+from privacy.ngrams import UNITS, HashedNgramType, PrefixTreeType
+
+# The static baseline's sketch when the spec does not say: 4 rows of 4,096 cells (Apple's
+# count-mean sketch shape, seed 004, at a size comparable to a discovery round).
+BASELINE_ROWS, BASELINE_COLUMNS = 4, 4096
+
+
+@dataclass(frozen=True)
+class Spec:
+    analysis: Analysis
+    kind: str
+    field: str
+    rounds: int  # planned rounds: maxLength, or maxRounds for refinement
+    plan: list[dict[str, float]]
+    privacy: dict[str, Any]
+    z_score: float | None
+    max_per_level: int | None
+    cohorts: list[str]
+    raw: dict[str, Any]
+
+
+def adaptive_validate(*, spec: Any) -> Spec:
+    """Check an adaptive analysis spec: its shape, its first round, and its whole budget plan."""
+    if not isinstance(spec, dict):
+        raise ValidationFailed({"spec": ["Must be a JSON object."]})
+    problems = Problems()
+    identifier = problems.string(spec, "analysis", "analysis")
+    analysis = Analysis.objects.filter(identifier=identifier).select_related("fleet").first() if identifier else None
+    if identifier and analysis is None:
+        problems.add("analysis", f"No analysis {identifier!r}.")
+    kind = spec.get("kind")
+    if kind not in AdaptiveRun.Kind.values:
+        problems.add("kind", f"Must be one of {', '.join(AdaptiveRun.Kind.values)}.")
+    field = problems.string(spec, "field", "field")
+    cohorts = problems.string_list(spec, "cohorts", "cohorts", default=[]) or []
+    rounds_key = "maxLength" if kind == AdaptiveRun.Kind.NGRAM_DISCOVERY else "maxRounds"
+    rounds = problems.integer(spec, rounds_key, rounds_key, minimum=1)
+    if isinstance(spec.get(rounds_key), int) and spec[rounds_key] > 12:
+        problems.add(rounds_key, "At most 12 rounds.")
+        rounds = None
+    privacy = problems.obj(spec, "privacy", "privacy") or {}
+    plan = _budget_plan(problems, privacy, rounds)
+    threshold = problems.obj(spec, "threshold", "threshold") or {}
+    z_score = max_per_level = None
+    if "zScore" in threshold:
+        z_score = problems.number(threshold, "zScore", "threshold.zScore", positive=True)
+    per_level_key = "maxPerLevel" if kind == AdaptiveRun.Kind.NGRAM_DISCOVERY else "maxBuckets"
+    if per_level_key in threshold:
+        max_per_level = problems.integer(threshold, per_level_key, f"threshold.{per_level_key}", minimum=1)
+    if isinstance(spec.get("threshold"), dict) and not ({"zScore", per_level_key} & set(threshold)):
+        problems.add("threshold", f"Give zScore (> 0), {per_level_key} (>= 1), or both.")
+    if kind == AdaptiveRun.Kind.NGRAM_DISCOVERY:
+        _check_ngram_spec(problems, spec)
+    elif kind == AdaptiveRun.Kind.BUCKET_REFINEMENT:
+        _check_refinement_spec(problems, spec)
+    if analysis is not None and field:
+        kind_of_field = field_kind(analysis.query_class.get("stream", ""), field)
+        wanted = "text" if kind == AdaptiveRun.Kind.NGRAM_DISCOVERY else "number"
+        if kind_of_field != wanted:
+            problems.add("field", f"Must be a {wanted} field of the analysis's stream.")
+    if problems:
+        raise ValidationFailed(problems.errors)
+
+    parsed = Spec(analysis, kind, field, rounds, plan, privacy, z_score, max_per_level, cohorts, spec)
+    rounds_parsed = _check_plan(analysis, _round_recipes(parsed, analysis, first_recipe(parsed)), field, "")
+    for planned, round_parsed in zip(plan, rounds_parsed, strict=True):
+        # What each round will charge a device, so that later runs can reserve it (_reserved_requests).
+        planned.update({k: round_parsed[k] for k in ("noise", "mechanism", "epsilon0", "min_cohort")})
+    baseline = spec.get("baseline")
+    if baseline is not None:
+        _check_baseline(parsed, baseline)
+    return parsed
+
+
+def _budget_plan(problems: Problems, privacy: dict, rounds: int | None) -> list[dict[str, float]]:
+    per_round = privacy.get("epsilonPerRound")
+    if isinstance(per_round, list):
+        if rounds is not None and len(per_round) != rounds:
+            problems.add("privacy.epsilonPerRound", f"A list must give one epsilon per round ({rounds}).")
+            return []
+        epsilons = [problems.number({"e": e}, "e", "privacy.epsilonPerRound", positive=True) for e in per_round]
+    else:
+        epsilons = [problems.number(privacy, "epsilonPerRound", "privacy.epsilonPerRound", positive=True)]
+        epsilons = epsilons * (rounds or 1)
+    delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True)
+    if None in epsilons or delta is None or rounds is None:
+        return []
+    return [{"round": i + 1, "epsilon": e, "delta": delta} for i, e in enumerate(epsilons)]
+
+
+def _check_ngram_spec(problems: Problems, spec: dict) -> None:
+    unit = spec.get("unit", "word")
+    if unit not in UNITS:
+        problems.add("unit", f"Must be one of {', '.join(UNITS)}.")
+    vocabulary = problems.string_list(spec, "vocabulary", "vocabulary")
+    if vocabulary is not None:
+        try:
+            PrefixTreeType(tokens=tuple(vocabulary), unit=unit if unit in UNITS else "word")
+        except ValueError as error:
+            problems.add("vocabulary", f"{str(error)[:1].upper()}{str(error)[1:]}.")
+
+
+def _check_refinement_spec(problems: Problems, spec: dict) -> None:
+    boundaries = spec.get("boundaries")
+    try:
+        encoding_from_json({"dataType": "BucketedType", "boundaries": boundaries})
+    except ValueError as error:
+        problems.add("boundaries", f"{str(error)[:1].upper()}{str(error)[1:]}.")
+        return
+    if len(boundaries) < 2:
+        problems.add("boundaries", "Give at least two boundaries: a bucket to refine lies between two.")
+    problems.number(spec, "minWidth", "minWidth", positive=True)
+
+
+def _check_baseline(spec: Spec, baseline: Any) -> None:
+    if spec.kind != AdaptiveRun.Kind.NGRAM_DISCOVERY:
+        raise ValidationFailed({"baseline": ["Only n-gram discovery has a static baseline."]})
+    problems = Problems()
+    if not isinstance(baseline, dict):
+        raise ValidationFailed({"baseline": ["Must be an object."]})
+    identifier = problems.string(baseline, "analysis", "baseline.analysis")
+    other = Analysis.objects.filter(identifier=identifier).first() if identifier else None
+    if identifier and other is None:
+        problems.add("baseline.analysis", f"No analysis {identifier!r}.")
+    elif other is not None and (other.pk == spec.analysis.pk or other.fleet_id != spec.analysis.fleet_id):
+        problems.add(
+            "baseline.analysis", "Must be another analysis of the same fleet: the baseline spends its own budget."
+        )
+    elif other is not None and other.owner_id != spec.analysis.owner_id:
+        problems.add("baseline.analysis", "Must belong to the same analyst: the baseline spends its budget.")
+    problems.integer(baseline, "topK", "baseline.topK", minimum=1, required=False)
+    if problems:
+        raise ValidationFailed(problems.errors)
+    try:
+        baseline_encoding(spec)
+    except ValueError as error:
+        raise ValidationFailed({"baseline": [f"{error}."]}) from error
+    _check_plan(other, _round_recipes(spec, other, baseline_recipe(spec, other, 0)), spec.field, "baseline ")
+
+
+def _round_recipes(spec: Spec, analysis: Analysis, first: dict) -> list[dict]:
+    """The recipe of every planned round, with round 1's schema: what the plan will ask of devices."""
+    return [{**first, "privacy": {**first["privacy"], **_round_privacy(spec, i)}} for i in range(spec.rounds)]
+
+
+def _check_plan(analysis: Analysis, recipes: list[dict], field: str, label: str) -> list[dict]:
+    """Each planned round must be valid, and all of them together must fit the policy's budget,
+    after the rounds other running analyses have planned but not sent yet. Returns the parsed rounds."""
+    parsed = []
+    for i, recipe in enumerate(recipes):
+        try:
+            parsed.append(recipe_validate(analysis=analysis, content=recipe))
+        except ValidationFailed as failed:
+            raise ValidationFailed({f"{label}round {i + 1}: {k}": v for k, v in failed.errors.items()}) from failed
+    requests = [parsed_budget_request(p) for p in parsed]
+    refusal = budget_plan_refusal(analysis, field, requests, reserved=_reserved_requests(analysis))
+    if refusal:
+        index, errors = refusal
+        raise ValidationFailed(
+            {
+                f"{label}privacy.epsilonPerRound": [
+                    f"The budget plan exceeds the policy of {analysis.identifier} at round {index + 1} of "
+                    f"{len(recipes)}: {message}"
+                    for message in errors
+                ]
+            }
+        )
+    return parsed
+
+
+def _reserved_requests(analysis: Analysis) -> list:
+    """The rounds that running or paused runs have planned on ``analysis`` and not started yet."""
+    reserved = []
+    active = AdaptiveRun.objects.filter(status__in=[AdaptiveRun.Status.RUNNING, AdaptiveRun.Status.PAUSED])
+    for run in active:
+        interactive_started, baseline_started = adaptive_rounds_started(run)
+        field = run.spec["field"]
+        if run.analysis_id == analysis.pk and not run.stop_reason:
+            reserved += [_planned_request(p, field) for p in run.plan[interactive_started:]]
+        if (run.spec.get("baseline") or {}).get("analysis") == analysis.identifier:
+            reserved += [_planned_request(p, field) for p in run.plan[baseline_started:]]
+    return reserved
+
+
+def adaptive_rounds_started(run: AdaptiveRun) -> tuple[int, int]:
+    """Rounds started, so charged to devices' budgets: (interactive, static baseline), the current
+    (or failed) round included."""
+    current = run.current_round
+    in_baseline = current is not None and current.recipe.analysis_id != run.analysis_id
+    interactive = len(run.levels) + (1 if current is not None and not in_baseline else 0)
+    return interactive, len(run.baseline) + (1 if in_baseline else 0)
+
+
+def _planned_request(planned: dict, field: str):
+    return parsed_budget_request({**planned, "field": field})
+
+
+def _round_privacy(spec: Spec, index: int) -> dict[str, Any]:
+    planned = spec.plan[index]
+    return {"epsilon": planned["epsilon"], "delta": planned["delta"]}
+
+
+def spec_recipe(spec: Spec, analysis: Analysis, index: int, schema: dict, label: str) -> dict[str, Any]:
+    privacy = {k: v for k, v in spec.privacy.items() if k != "epsilonPerRound"}
+    privacy.update(_round_privacy(spec, index))
+    stream = analysis.query_class["stream"]
+    return {
+        "recipeIdentifier": f"{label}-{timezone.now():%Y%m%d%H%M%S%f}",
+        "AnalysisIdentifier": analysis.identifier,
+        "query": f"select {spec.field} from {stream}",  # noqa: S608 - a recipe query the devices verify, not SQL
+        "cohorts": spec.cohorts,
+        "dataTypeContent": {spec.field: schema},
+        "privacy": privacy,
+    }
+
+
+def first_recipe(spec: Spec) -> dict[str, Any]:
+    if spec.kind == AdaptiveRun.Kind.NGRAM_DISCOVERY:
+        tree = PrefixTreeType(tokens=tuple(spec.raw["vocabulary"]), unit=spec.raw.get("unit", "word"))
+        return spec_recipe(spec, spec.analysis, 0, tree.to_json(), "level1")
+    schema = {"dataType": "BucketedType", "boundaries": spec.raw["boundaries"]}
+    return spec_recipe(spec, spec.analysis, 0, schema, "round1")
+
+
+def baseline_encoding(spec: Spec) -> HashedNgramType:
+    baseline = spec.raw["baseline"]
+    return HashedNgramType(
+        tokens=tuple(spec.raw["vocabulary"]),
+        length=spec.rounds,
+        rows=baseline.get("rows", BASELINE_ROWS),
+        columns=baseline.get("columns", BASELINE_COLUMNS),
+        unit=spec.raw.get("unit", "word"),
+    )
+
+
+def baseline_recipe(spec: Spec, analysis: Analysis, index: int) -> dict[str, Any]:
+    return spec_recipe(spec, analysis, index, baseline_encoding(spec).to_json(), f"static{index + 1}")
+
+
+def spec_of(run: AdaptiveRun) -> Spec:
+    """The run's spec as parsed at start (the plan stored then, not recomputed)."""
+    raw = run.spec
+    threshold = raw.get("threshold", {})
+    rounds = raw.get("maxLength") if run.kind == AdaptiveRun.Kind.NGRAM_DISCOVERY else raw.get("maxRounds")
+    per_level = threshold.get("maxPerLevel" if run.kind == AdaptiveRun.Kind.NGRAM_DISCOVERY else "maxBuckets")
+    return Spec(
+        run.analysis,
+        run.kind,
+        raw["field"],
+        rounds,
+        run.plan,
+        raw["privacy"],
+        threshold.get("zScore"),
+        per_level,
+        raw.get("cohorts", []),
+        raw,
+    )
+
+
+def spec_unit(spec: Spec) -> dict:
+    return {"unit": spec.raw["unit"]} if "unit" in spec.raw else {}

@@ -1,0 +1,150 @@
+"""The server's budget pre-check: the devices' own checks 1 and 2, run on one device that answered
+every round started, and the reasons a device would refuse, in words."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from analyses.models import Analysis, Recipe
+from analyses.services.policy import analysis_policy
+from analyses.validation import Problems
+from devices.budget import NANO, Accountant, BudgetRequest, Decision, ledger_empty
+from devices.decision import fields_of
+from privacy.mechanisms import mechanism_get, replacement_epsilon0
+
+
+def budget_precheck(problems: Problems, analysis: Analysis, field: str | None, request: BudgetRequest) -> None:
+    """The device's own checks 1 and 2, run on the server's view: one device that answered every round started."""
+    policy, accountant, ledger = _server_ledger(analysis)
+    _explain_decision(problems, analysis, ledger, field, request, accountant.check(ledger, policy, request)[0])
+
+
+def _server_ledger(analysis: Analysis) -> tuple[dict, Accountant, dict]:
+    """The policy, its accountant, and the ledger of one device that answered every round started."""
+    policy = analysis_policy(analysis)
+    accountant = Accountant.for_policy(policy)
+    ledger = ledger_empty(1)
+    everyone = np.ones(1, dtype=bool)
+    for recipe in Recipe.objects.filter(rounds__isnull=False, analysis=analysis).distinct():
+        for _ in recipe.rounds.all():
+            accountant.charge(ledger, recipe_budget_request(recipe), everyone)
+    return policy, accountant, ledger
+
+
+def _explain_decision(
+    problems: Problems, analysis: Analysis, ledger: dict, field: str | None, request: BudgetRequest, decision: int
+) -> None:
+    decision = Decision(int(decision))
+    if decision == Decision.ANALYSIS_BUDGET:
+        _explain_analysis_refusal(problems, analysis, ledger, request.epsilon, request.delta)
+    elif decision == Decision.FIELD_BUDGET:
+        _explain_field_refusal(problems, analysis, ledger, field, request)
+
+
+def budget_plan_refusal(
+    analysis: Analysis, field: str | None, requests: list[BudgetRequest], *, reserved: list[BudgetRequest] = ()
+) -> tuple[int, list[str]] | None:
+    """(index, reasons) of the first planned round a device would refuse after the ones before; None if all fit.
+
+    ``reserved``: rounds already promised to other plans, charged first.
+    """
+    policy, accountant, ledger = _server_ledger(analysis)
+    everyone = np.ones(1, dtype=bool)
+    for request in reserved:
+        accountant.charge(ledger, request, everyone)
+    for index, request in enumerate(requests):
+        decision = accountant.check(ledger, policy, request)[0]
+        if decision != Decision.ANSWERED:
+            problems = Problems()
+            _explain_decision(problems, analysis, ledger, field, request, decision)
+            return index, [m for messages in problems.errors.values() for m in messages] or [Decision(decision).label]
+        accountant.charge(ledger, request, everyone)
+    return None
+
+
+def parsed_budget_request(parsed: dict[str, Any]) -> BudgetRequest:
+    """What one device answering a recipe (as ``recipe_validate`` parsed it) is charged."""
+    aggregator_noise = parsed["noise"] == Recipe.Noise.AGGREGATOR
+    epsilon0 = (
+        math.inf if aggregator_noise else replacement_epsilon0(mechanism_get(parsed["mechanism"], parsed["epsilon0"]))
+    )
+    return BudgetRequest(
+        epsilon0,
+        parsed["epsilon"],
+        parsed["delta"],
+        fields_of(parsed["field"]),
+        parsed["min_cohort"],
+        aggregator_noise=aggregator_noise,
+        mechanism=parsed["mechanism"],
+        mechanism_epsilon0=parsed["epsilon0"],
+    )
+
+
+def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
+    """What one device answering ``recipe`` is charged (the server's view, for its pre-checks)."""
+    return parsed_budget_request(
+        {
+            "field": recipe.encoded_field,
+            **{k: getattr(recipe, k) for k in ("noise", "mechanism", "epsilon0", "epsilon", "delta", "min_cohort")},
+        }
+    )
+
+
+def _explain_analysis_refusal(
+    problems: Problems, analysis: Analysis, ledger: dict, epsilon: float, delta: float
+) -> None:
+    if delta > analysis.delta:
+        problems.add("privacy.delta", f"Above the analysis's delta of {analysis.delta:g}.")
+    elif ledger["reports_used"][0] + 1 > analysis.reports_allowed:
+        problems.add("privacy.epsilon", f"The analysis has used all {analysis.reports_allowed} of its reports.")
+    else:
+        left = analysis.epsilon_allowed - ledger["epsilon_used"][0] / NANO
+        problems.add(
+            "privacy.epsilon",
+            f"Exceeds the analysis budget: {left:g} of its epsilon {analysis.epsilon_allowed:g} left "
+            f"({analysis.get_accountant_display().lower()}).",
+        )
+
+
+def _explain_field_refusal(
+    problems: Problems, analysis: Analysis, ledger: dict, field: str | None, request: BudgetRequest
+) -> None:
+    """Say which encoded field refuses and why (the first one, in the recipe's order)."""
+    names = fields_of(field or "")
+    for name in names:
+        if _explain_one_field(problems, analysis, ledger, name, request, last=name == names[-1]):
+            return
+
+
+def _explain_one_field(
+    problems: Problems, analysis: Analysis, ledger: dict, field: str, request: BudgetRequest, *, last: bool
+) -> bool:
+    policy = analysis.field_policies.filter(field=field).first()
+    epsilon0 = request.epsilon0
+    if policy is None:
+        problems.add(f"dataTypeContent.{field}", "The field has no budget policy in this analysis.")
+    elif request.aggregator_noise and not policy.aggregator_noise:
+        problems.add(
+            "privacy.noise",
+            f"Field {field}'s policy does not allow aggregator noise (devices would send it with no local "
+            "noise); a privacy officer can allow it.",
+        )
+    elif epsilon0 > policy.local_epsilon:
+        problems.add(
+            "privacy.epsilon0",
+            f"Above the local epsilon cap of {policy.local_epsilon:g} for {field} "
+            f"(replacement-model epsilon0 of this mechanism: {epsilon0:g}).",
+        )
+    elif ledger.get(f"field:{field}:reports_used", np.zeros(1))[0] + 1 > policy.reports:
+        problems.add("privacy.epsilon", f"Field {field} has used all {policy.reports} of its reports.")
+    else:
+        left = policy.epsilon - ledger.get(f"field:{field}:epsilon_used", np.zeros(1))[0] / NANO
+        if left >= request.epsilon and not last:
+            return False  # this field can pay; another one refuses
+        problems.add(
+            "privacy.epsilon", f"Exceeds field {field}'s budget: {left:g} of its epsilon {policy.epsilon:g} left."
+        )
+    return True

@@ -1,0 +1,154 @@
+"""Analyses as policy: create from a spec, the policy devices enforce, approval, and what was spent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+from analyses.models import Analysis, FieldPolicy, Round
+from analyses.validation import Problems
+from devices.budget import COMPOSITIONS, BasicComposition
+from devices.decision import fields_of
+from devices.models import Fleet
+from devices.services import fleet_enroll, policy_snapshot_create
+from devices.streams import STREAMS, field_kind
+from pfs_base.errors import NotAllowed, ValidationFailed
+
+
+def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
+    """Create an analysis (draft) from a policy-as-code spec; see docs/formats.md."""
+    problems = Problems()
+    if not isinstance(spec, dict):
+        raise ValidationFailed({"spec": ["Must be a JSON object."]})
+    identifier = problems.string(spec, "identifier", "identifier")
+    if identifier and Analysis.objects.filter(identifier=identifier).exists():
+        problems.add("identifier", f"An analysis {identifier!r} already exists.")
+    fleet_name = problems.string(spec, "fleet", "fleet")
+    fleet = Fleet.objects.filter(name=fleet_name).first() if fleet_name else None
+    if fleet_name and fleet is None:
+        problems.add("fleet", f"No fleet named {fleet_name!r}.")
+
+    query_class = problems.obj(spec, "queryClass", "queryClass") or {}
+    stream = problems.string(query_class, "stream", "queryClass.stream")
+    if stream and stream not in STREAMS:
+        problems.add("queryClass.stream", f"Unknown stream; known: {', '.join(STREAMS)}.")
+    fields = problems.string_list(query_class, "fields", "queryClass.fields") or []
+    cohort_fields = problems.string_list(query_class, "cohortFields", "queryClass.cohortFields", default=[]) or []
+    if stream in STREAMS:
+        for name in (*fields, *cohort_fields):
+            if field_kind(stream, name) is None:
+                problems.add("queryClass.fields", f"Stream {stream} has no field {name!r}.")
+
+    budget = problems.obj(spec, "budget", "budget") or {}
+    epsilon = problems.number(budget, "epsilon", "budget.epsilon", positive=True)
+    reports = problems.integer(budget, "reports", "budget.reports", minimum=1)
+    delta = problems.number(budget, "delta", "budget.delta", open_unit=True)
+    accountant = budget.get("accountant", BasicComposition.name)
+    if accountant not in COMPOSITIONS:
+        problems.add("budget.accountant", f"Unknown accountant; known: {', '.join(COMPOSITIONS)}.")
+
+    field_specs = problems.obj(spec, "fields", "fields") or {}
+    policies = []
+    for name, field_spec in field_specs.items():
+        path = f"fields.{name}"
+        if name not in fields:
+            problems.add(path, "Not a field of the query class.")
+        if not isinstance(field_spec, dict):
+            problems.add(path, "Must be an object.")
+            continue
+        local = problems.number(field_spec, "localEpsilon", f"{path}.localEpsilon", positive=True)
+        field_epsilon = problems.number(field_spec, "epsilon", f"{path}.epsilon", positive=True)
+        field_reports = problems.integer(field_spec, "reports", f"{path}.reports", minimum=1)
+        aggregator_noise = field_spec.get("aggregatorNoise", False)
+        if not isinstance(aggregator_noise, bool):
+            problems.add(f"{path}.aggregatorNoise", "Must be true or false.")
+        policies.append((name, local, field_epsilon, field_reports, aggregator_noise is True))
+    if problems:
+        raise ValidationFailed(problems.errors)
+
+    with transaction.atomic():
+        analysis = Analysis.objects.create(
+            identifier=identifier,
+            title=spec.get("title", "") if isinstance(spec.get("title"), str) else "",
+            fleet=fleet,
+            owner=owner,
+            query_class={"stream": stream, "fields": fields, "cohortFields": cohort_fields},
+            epsilon_allowed=epsilon,
+            reports_allowed=reports,
+            delta=delta,
+            accountant=accountant,
+        )
+        FieldPolicy.objects.bulk_create(
+            FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r, aggregator_noise=a)
+            for n, le, e, r, a in policies
+        )
+    return analysis
+
+
+def analysis_policy(analysis: Analysis) -> dict:
+    """The policy devices enforce, in the spec's format: query class, analysis and field budgets."""
+    return {
+        "analysis": analysis.identifier,
+        "fleet": analysis.fleet.name,
+        "queryClass": analysis.query_class,
+        "budget": {
+            "epsilon": analysis.epsilon_allowed,
+            "reports": analysis.reports_allowed,
+            "delta": analysis.delta,
+            "accountant": analysis.accountant,
+        },
+        "fields": {
+            p.field: {
+                "localEpsilon": p.local_epsilon,
+                "epsilon": p.epsilon,
+                "reports": p.reports,
+                "aggregatorNoise": p.aggregator_noise,
+            }
+            for p in analysis.field_policies.all()
+        },
+    }
+
+
+def analysis_approve(*, analysis: Analysis, officer: AbstractBaseUser) -> Analysis:
+    """The privacy officer approves: devices of the fleet receive the policy snapshot taken now."""
+    if not officer.is_staff:
+        raise NotAllowed("Only a privacy officer can approve an analysis.")
+    with transaction.atomic():
+        analysis.snapshot = policy_snapshot_create(content=analysis_policy(analysis))
+        fleet_enroll(fleet=analysis.fleet, snapshot=analysis.snapshot)
+        analysis.status = Analysis.Status.APPROVED
+        analysis.approved_by = officer
+        analysis.approved_at = timezone.now()
+        analysis.save(update_fields=["snapshot", "status", "approved_by", "approved_at"])
+    return analysis
+
+
+def analysis_spent(analysis: Analysis) -> dict[str, Any]:
+    """The server's conservative view of budget spent: every round started counts in full."""
+    return analyses_spent([analysis])[analysis.pk]
+
+
+def analyses_spent(analyses: Iterable[Analysis]) -> dict[int, dict[str, Any]]:
+    """analysis_spent of each analysis, by id, in one query (the list pages show many)."""
+    spent: dict[int, dict[str, Any]] = {a.pk: {"epsilon": 0.0, "reports": 0, "fields": {}} for a in analyses}
+    by_encoding = (
+        Round.objects.filter(recipe__analysis__in=list(spent))
+        .values("recipe__analysis_id", "recipe__encoded_field")
+        .annotate(epsilon=Sum("recipe__epsilon"), reports=Count("id"))
+        .order_by("recipe__analysis_id", "recipe__encoded_field")
+    )
+    for row in by_encoding:
+        total = spent[row["recipe__analysis_id"]]
+        total["epsilon"] += row["epsilon"]
+        total["reports"] += row["reports"]
+        # A joint histogram charges every field it reads.
+        for field in fields_of(row["recipe__encoded_field"]):
+            used = total["fields"].setdefault(field, {"epsilon": 0.0, "reports": 0})
+            used["epsilon"] += row["epsilon"]
+            used["reports"] += row["reports"]
+    return spent

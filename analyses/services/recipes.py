@@ -1,0 +1,271 @@
+"""Recipes: validation against the analysis's policy, storage, and the task devices receive.
+
+Server-side checks mirror the device's so that an analyst gets a clear 400 before anything is
+sent; the devices still decide for themselves (devices.services.shard_answer).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from aggregation.services import (
+    AggregatorNoiseEstimator,
+    ClientNoiseEstimator,
+    Estimator,
+)
+from analyses.audit_log import refusal_log
+from analyses.models import Analysis, Recipe, Round
+from analyses.services.budget import budget_precheck
+from analyses.validation import Problems
+from devices.budget import BudgetRequest
+from devices.decision import fields_of
+from devices.encode import SCHEMAS_BY_KIND, schema_fits
+from devices.query import QueryRefused, verify_query
+from devices.services import DeviceTask
+from devices.streams import field_kind
+from pfs_base.errors import ValidationFailed
+from privacy.aggregator_noise import AggregatorGaussian
+from privacy.amplification import MAX_COHORT, UnreachableEpsilon, min_cohort_closed_form
+from privacy.encoding import CombinationType, Encoding, content_encoding
+from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
+from privacy.ngrams import SchemaError
+
+
+def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
+    """Check a recipe against the analysis's policy; the parsed recipe, or ValidationFailed per field."""
+    if not isinstance(content, dict):
+        raise ValidationFailed({"recipe": ["Must be a JSON object."]})
+    problems = Problems()
+    if not analysis.is_approved:
+        problems.add("AnalysisIdentifier", "The analysis is not approved by a privacy officer yet.")
+    named = content.get("AnalysisIdentifier")
+    if named is not None and named != analysis.identifier:
+        problems.add("AnalysisIdentifier", f"Must be {analysis.identifier!r} (the analysis run).")
+    named_snapshot = content.get("policySnapshot")
+    if named_snapshot is not None and (analysis.snapshot is None or named_snapshot != analysis.snapshot.digest):
+        problems.add("policySnapshot", "Names another policy snapshot than the one devices hold for this analysis.")
+    identifier = problems.string(content, "recipeIdentifier", "recipeIdentifier", required=False)
+    if identifier and Recipe.objects.filter(analysis=analysis, identifier=identifier).exists():
+        problems.add("recipeIdentifier", f"A recipe {identifier!r} already exists in this analysis.")
+
+    cohorts = problems.string_list(content, "cohorts", "cohorts", default=[]) or []
+    query_text = problems.string(content, "query", "query")
+    query = None
+    if query_text:
+        try:
+            query = verify_query(query_text, [], analysis.query_class)
+        except QueryRefused as refusal:
+            problems.add("query", f"{refusal}.")
+    unapproved = [c for c in cohorts if c not in analysis.query_class.get("cohortFields", [])]
+    if unapproved:
+        problems.add("cohorts", f"Not approved as non-sensitive cohort fields: {', '.join(unapproved)}.")
+
+    field, encoding = _data_type_content(problems, content, query)
+    privacy = problems.obj(content, "privacy", "privacy") or {}
+    noise = privacy.get("noise", Recipe.Noise.CLIENT)
+    if noise not in Recipe.Noise.values:
+        problems.add("privacy.noise", f"Must be one of {', '.join(Recipe.Noise.values)}.")
+    epsilon = problems.number(privacy, "epsilon", "privacy.epsilon", positive=True)
+    delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True)
+    sampling_rate = problems.number(privacy, "samplingRate", "privacy.samplingRate", default=1.0, unit=True)
+    stated_cohort = problems.integer(privacy, "minCohort", "privacy.minCohort", minimum=1, required=False)
+    if noise == Recipe.Noise.AGGREGATOR:
+        mechanism, epsilon0 = "", None
+        local_epsilon, min_cohort = _aggregator_noise_content(problems, privacy, epsilon, delta, stated_cohort)
+    else:
+        mechanism, epsilon0, local_epsilon = _client_noise_content(problems, privacy, encoding)
+        min_cohort = None
+    if None not in (local_epsilon, epsilon, delta) and noise in Recipe.Noise.values:
+        if noise == Recipe.Noise.CLIENT:
+            min_cohort = _client_min_cohort(problems, local_epsilon, epsilon, delta, stated_cohort)
+        request = BudgetRequest(
+            local_epsilon,
+            epsilon,
+            delta,
+            fields_of(field) if field else (),
+            # Check 3 is the minimum cohort, computed just above: an unreachable one is already refused.
+            min_cohort=min_cohort or MAX_COHORT,
+            aggregator_noise=noise == Recipe.Noise.AGGREGATOR,
+            mechanism=mechanism or "",
+            mechanism_epsilon0=epsilon0,
+        )
+        budget_precheck(problems, analysis, field, request)
+        if min_cohort and sampling_rate and min_cohort > analysis.fleet.size * sampling_rate:
+            problems.add(
+                "privacy.epsilon" if noise == Recipe.Noise.CLIENT else "privacy.minCohort",
+                f"Needs a minimum cohort of {min_cohort:,} reports, but the fleet of "
+                f"{analysis.fleet.size:,} devices at sampling rate {sampling_rate} expects "
+                f"{analysis.fleet.size * sampling_rate:,.0f}.",
+            )
+    if problems:
+        raise ValidationFailed(problems.errors)
+    return {
+        "identifier": identifier or f"r{timezone.now():%Y%m%d%H%M%S}-{secrets.token_hex(3)}",
+        "field": field,
+        "encoding": encoding,
+        "cohorts": cohorts,
+        "noise": noise,
+        "mechanism": mechanism,
+        "epsilon0": epsilon0,
+        "epsilon": epsilon,
+        "delta": delta,
+        "sampling_rate": sampling_rate,
+        "min_cohort": min_cohort,
+    }
+
+
+# With aggregator noise the guarantee does not depend on the cohort; a minimum cohort still keeps
+# batches large enough that a few sybil devices cannot single one device out (seed 003, 4.8).
+AGGREGATOR_NOISE_MIN_COHORT = 1000
+
+
+def _client_noise_content(
+    problems: Problems, privacy: dict, encoding: Encoding | None
+) -> tuple[str | None, float | None, float | None]:
+    """(mechanism, epsilon0, its replacement-model epsilon0) of a client-noise recipe."""
+    mechanism = problems.string(privacy, "mechanism", "privacy.mechanism")
+    if mechanism and mechanism not in MECHANISMS:
+        problems.add("privacy.mechanism", f"Unknown mechanism; known: {', '.join(sorted(MECHANISMS))}.")
+    epsilon0 = problems.number(privacy, "epsilon0", "privacy.epsilon0", positive=True)
+    if mechanism not in MECHANISMS or epsilon0 is None:
+        return mechanism, epsilon0, None
+    oracle = mechanism_get(mechanism, epsilon0)
+    if encoding is not None:
+        try:
+            oracle.report_length(encoding.size)
+        except ValueError as error:
+            problems.add("privacy.mechanism", f"Cannot encode {encoding.size} buckets: {error}.")
+    return mechanism, epsilon0, replacement_epsilon0(oracle)
+
+
+def _client_min_cohort(
+    problems: Problems, epsilon0: float, epsilon: float, delta: float, stated: int | None
+) -> int | None:
+    """The cohort Theorem 3.1 needs, or the recipe's own if larger; never smaller."""
+    try:
+        needed = min_cohort_closed_form(epsilon0, epsilon, delta)
+    except UnreachableEpsilon as unreachable:
+        problems.add("privacy.epsilon", f"{unreachable}.")
+        return None
+    if stated is not None and stated < needed:
+        problems.add(
+            "privacy.minCohort",
+            f"Below the {needed:,} reports that epsilon0 {epsilon0:g}, epsilon {epsilon:g} and delta {delta:g} "
+            "need: a recipe can raise the minimum cohort, never lower it.",
+        )
+        return None
+    return max(needed, stated or 0)
+
+
+def _aggregator_noise_content(
+    problems: Problems, privacy: dict, epsilon: float | None, delta: float | None, stated: int | None
+) -> tuple[float | None, int]:
+    """(local epsilon, minimum cohort) of an aggregator-noise recipe: no local randomizer at all."""
+    for name in ("mechanism", "epsilon0"):
+        if name in privacy:
+            problems.add(
+                f"privacy.{name}",
+                "With aggregator noise devices use no local randomizer: leave out mechanism and epsilon0.",
+            )
+    if epsilon is not None and delta is not None:
+        try:
+            AggregatorGaussian(epsilon, delta).check()
+        except ValueError as error:
+            problems.add("privacy.epsilon", f"{str(error).capitalize()}.")
+    return math.inf, stated if stated is not None else AGGREGATOR_NOISE_MIN_COHORT
+
+
+def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[str | None, Any]:
+    """(the encoded field, or fields joined by commas, and their encoding) of a recipe."""
+    data_types = problems.obj(content, "dataTypeContent", "dataTypeContent")
+    if data_types is None:
+        return None, None
+    try:
+        fields, encoding = content_encoding(data_types)
+    except SchemaError as error:
+        path = f"dataTypeContent.{error.key}" if error.key else "dataTypeContent"
+        problems.add(path, f"{str(error)[:1].upper()}{str(error)[1:]}.")
+        # The privacy checks still run on the fields named, so every problem is reported at once.
+        named = [f for f, schema in data_types.items() if not (isinstance(schema, dict) and "structure" in schema)]
+        return (",".join(named) if named else None), None
+    if query is not None and set(query.fields) != set(fields):
+        problems.add("dataTypeContent", f"Must encode exactly the selected field(s): {', '.join(query.fields)}.")
+    for field in fields if query is not None else ():
+        kind = field_kind(query.stream, field)
+        if kind is not None and not schema_fits(kind, data_types[field]):
+            problems.add(
+                f"dataTypeContent.{field}.dataType",
+                f"A {kind} field is encoded as {' or '.join(SCHEMAS_BY_KIND[kind])}.",
+            )
+            encoding = None
+    return ",".join(fields), encoding
+
+
+def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Recipe:
+    try:
+        parsed = recipe_validate(analysis=analysis, content=content)
+    except ValidationFailed as invalid:
+        refusal_log(user=user, action="recipe.create", target=analysis.identifier, reasons=invalid.errors)
+        raise
+    recipe = recipe_unsaved(analysis, content, parsed, user)
+    recipe.save()
+    return recipe
+
+
+def recipe_unsaved(analysis: Analysis, content: dict, parsed: dict[str, Any], user: AbstractBaseUser | None) -> Recipe:
+    """The (unsaved) recipe ``recipe_validate`` parsed from ``content``."""
+    return Recipe(
+        analysis=analysis,
+        identifier=parsed["identifier"],
+        content=content,
+        encoded_field=parsed["field"],
+        noise=parsed["noise"],
+        mechanism=parsed["mechanism"],
+        epsilon0=parsed["epsilon0"],
+        epsilon=parsed["epsilon"],
+        delta=parsed["delta"],
+        sampling_rate=parsed["sampling_rate"],
+        min_cohort=parsed["min_cohort"],
+        created_by=user,
+    )
+
+
+def recipe_encoding(recipe: Recipe) -> Encoding | CombinationType:
+    return content_encoding(recipe.content["dataTypeContent"])[1]
+
+
+def recipe_estimator(recipe: Recipe) -> Estimator:
+    size = recipe_encoding(recipe).size
+    if recipe.aggregator_noise:
+        return AggregatorNoiseEstimator(epsilon=recipe.epsilon, delta=recipe.delta, domain_size=size)
+    return ClientNoiseEstimator(mechanism=recipe.mechanism, epsilon0=recipe.epsilon0, domain_size=size)
+
+
+def device_task(round_: Round) -> DeviceTask:
+    return recipe_device_task(round_.recipe, task_key=round_.task_key, seed=round_.seed)
+
+
+def recipe_device_task(recipe: Recipe, *, task_key: str, seed: int) -> DeviceTask:
+    """What the devices are sent for ``recipe``: the recipe as the device sees it."""
+    return DeviceTask(
+        task_key=task_key,
+        analysis=recipe.analysis.identifier,
+        snapshot_digest=recipe.analysis.snapshot.digest,
+        query=recipe.content["query"],
+        cohorts=tuple(recipe.content.get("cohorts", [])),
+        encoded_field=recipe.encoded_field,
+        data_types=recipe.content["dataTypeContent"],
+        noise=recipe.noise,
+        mechanism=recipe.mechanism,
+        epsilon0=recipe.epsilon0,
+        epsilon=recipe.epsilon,
+        delta=recipe.delta,
+        sampling_rate=recipe.sampling_rate,
+        min_cohort=recipe.min_cohort,
+        seed=seed,
+    )

@@ -1,0 +1,235 @@
+"""The life of a round: start, dispatch to shards, aggregate, fail, cancel, and its progress.
+
+Tasks sit above this module: it sends them by name (pfs_base.task_queue) and never imports them.
+When a round ends it announces ``round_finished`` (analyses.signals); adaptive runs subscribe.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from aggregation.services import (
+    collection_discard,
+    collection_release,
+    collection_rules_open,
+)
+from analyses import device_rounds
+from analyses.audit_log import refusal_log
+from analyses.models import Analysis, Recipe, Release, Round
+from analyses.services.recipes import (
+    device_task,
+    recipe_create,
+    recipe_device_task,
+    recipe_encoding,
+    recipe_estimator,
+    recipe_unsaved,
+    recipe_validate,
+)
+from analyses.services.releases import release_content
+from analyses.signals import round_finished
+from analyses.task_names import DISPATCH_ROUND
+from devices.budget import Decision
+from devices.models import FleetShard, ShardRun
+from devices.services import shard_answer, shard_dry_run
+from pfs_base.errors import Conflict
+from pfs_base.task_queue import enqueue
+from privacy.aggregator_noise import AggregatorGaussian
+from privacy.mechanisms import mechanism_get, report_weight_bound
+
+# Probability that an honest device's report is rejected for its weight (seed 001, 6.1.1).
+WEIGHT_FALSE_REJECTION = 1e-9
+
+
+class ShardsPending(RuntimeError):
+    """Aggregation was asked for before every shard answered (a redelivered task can fire a chord early)."""
+
+
+def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
+    """Queue a round of ``recipe``; its tasks are sent when the transaction commits."""
+    if not recipe.analysis.is_approved:
+        refusal_log(user=user, action="round.start", target=recipe.analysis.identifier, reasons="not approved")
+        raise Conflict("The analysis is not approved.")
+    with transaction.atomic():
+        round_ = Round.objects.create(recipe=recipe, seed=secrets.randbits(63), created_by=user)
+        _collection_rules_open(round_)
+        device_rounds.window_open(round_, device_task(round_))  # real devices fetch the task over HTTP
+        enqueue(DISPATCH_ROUND, round_.pk)
+    return round_
+
+
+def _collection_rules_open(round_: Round) -> None:
+    """Configure both aggregators with the round's public batch rules."""
+    recipe = round_.recipe
+    size = recipe_encoding(recipe).size
+    if recipe.aggregator_noise:
+        length, weight_bound = size, 1
+        noise = AggregatorGaussian(recipe.epsilon, recipe.delta)
+    else:
+        oracle = mechanism_get(recipe.mechanism, recipe.epsilon0)
+        length, noise = oracle.report_length(size), None
+        weight_bound = report_weight_bound(oracle, size, WEIGHT_FALSE_REJECTION)
+    collection_rules_open(
+        key=round_.task_key, length=length, min_cohort=recipe.min_cohort, weight_bound=weight_bound, noise=noise
+    )
+
+
+def round_create_and_start(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Round:
+    """Validate and store a recipe and start its round, all or nothing."""
+    with transaction.atomic():
+        recipe = recipe_create(analysis=analysis, content=content, user=user)
+        return round_start(recipe=recipe, user=user)
+
+
+def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
+    """How many devices would answer the recipe, and why the others would not; nothing is spent.
+
+    The recipe is validated as for a real round (a bad one raises ValidationFailed); then every
+    shard runs the devices' own decision on a task that is never sent. Devices that are not
+    sampled count apart from refusals.
+    """
+    parsed = recipe_validate(analysis=analysis, content=content)
+    recipe = recipe_unsaved(analysis, content, parsed, None)
+    task = recipe_device_task(recipe, task_key=f"{analysis.identifier}/dry-run", seed=secrets.randbits(63))
+    decisions: dict[str, int] = {}
+    for shard_id in FleetShard.objects.filter(fleet=analysis.fleet).values_list("pk", flat=True):
+        for reason, count in shard_dry_run(shard_id=shard_id, task=task).items():
+            decisions[reason] = decisions.get(reason, 0) + count
+    answering = decisions.pop(Decision.ANSWERED.label, 0)
+    not_sampled = decisions.pop(Decision.NOT_SAMPLED.label, 0)
+    return {
+        "devices": analysis.fleet.size,
+        "would_answer": answering,
+        "not_sampled": not_sampled,
+        "would_refuse": decisions,
+        "min_cohort": parsed["min_cohort"],
+        "meets_min_cohort": answering >= parsed["min_cohort"],
+    }
+
+
+def round_dispatch(*, round_id: int) -> list[int]:
+    """Mark the round running and return the shard ids to run; [] if it is no longer queued."""
+    with transaction.atomic():
+        round_ = Round.objects.select_for_update().select_related("recipe__analysis").filter(pk=round_id).first()
+        if round_ is None:
+            return []
+        shard_ids = list(
+            FleetShard.objects.filter(fleet=round_.recipe.analysis.fleet).order_by("index").values_list("pk", flat=True)
+        )
+        if round_.status != Round.Status.QUEUED:
+            return shard_ids if round_.status == Round.Status.RUNNING else []
+        round_.status = Round.Status.RUNNING
+        round_.shards_total = len(shard_ids)
+        round_.started_at = timezone.now()
+        round_.save(update_fields=["status", "shards_total", "started_at"])
+    return shard_ids
+
+
+def round_shard_run(*, round_id: int, shard_id: int) -> None:
+    round_ = Round.objects.select_related("recipe__analysis__snapshot").filter(pk=round_id).first()
+    if round_ is None or round_.status != Round.Status.RUNNING:
+        return  # deleted, finished or failed meanwhile: a late or redelivered task does nothing
+    shard_answer(shard_id=shard_id, task=device_task(round_))
+
+
+def round_aggregate(*, round_id: int) -> Round | None:
+    """Aggregate every batch with both aggregators, debias, and store the release. Idempotent."""
+    with transaction.atomic():
+        round_ = Round.objects.select_for_update().select_related("recipe__analysis").filter(pk=round_id).first()
+        if round_ is None or round_.status != Round.Status.RUNNING:
+            return round_
+        progress = round_progress(round_)
+        if progress["shards_done"] < round_.shards_total:
+            raise ShardsPending(f"{progress['shards_done']} of {round_.shards_total} shards answered")
+        recipe = round_.recipe
+        encoding = recipe_encoding(recipe)
+        batches = collection_release(collection_key=round_.task_key, estimator=recipe_estimator(recipe))
+        Release.objects.create(round=round_, content=release_content(round_, encoding, batches, progress))
+        round_.status = Round.Status.RELEASED
+        round_.finished_at = timezone.now()
+        round_.save(update_fields=["status", "finished_at"])
+        _announce_finished(round_)
+    return round_
+
+
+def round_fail(*, round_id: int, error: str) -> None:
+    with transaction.atomic():
+        failed = (
+            Round.objects.filter(pk=round_id)
+            .exclude(status__in=Round.TERMINAL)
+            .update(status=Round.Status.FAILED, error=error[:2000], finished_at=timezone.now())
+        )
+        if failed:
+            round_ = Round.objects.select_related("recipe__analysis").get(pk=round_id)
+            # A failed round is never released: what its collection holds (shares, reports still
+            # waiting for verification) would only be kept for nothing.
+            collection_discard(collection_key=round_.task_key)
+            _announce_finished(round_)
+
+
+def round_cancel(*, round_: Round, user: AbstractBaseUser) -> Round:
+    """Stop a round that has not finished: nothing is released and its stored shares are dropped.
+
+    Shards that have not run never do (they check the status first); a shard already answering
+    finishes, and its devices' budget stays spent, because they did send reports. The collection
+    is closed, so no later report lands in it. A finished round cannot be cancelled (NotAllowed).
+    """
+    with transaction.atomic():
+        locked = Round.objects.select_for_update().get(pk=round_.pk)
+        if locked.is_finished:
+            raise Conflict(f"Round {locked.pk} is already {locked.get_status_display().lower()}.")
+        locked.status = Round.Status.CANCELLED
+        locked.error = f"cancelled by {user.get_username()}"
+        locked.finished_at = timezone.now()
+        locked.save(update_fields=["status", "error", "finished_at"])
+        collection_discard(collection_key=locked.task_key)
+        _announce_finished(locked)
+    return locked
+
+
+def _announce_finished(round_: Round) -> None:
+    round_finished.send(sender=Round, round_=round_)
+
+
+def round_progress(round_: Round) -> dict[str, Any]:
+    """Shards done and devices answered or refused by reason, derived from the shards' own records."""
+    if device_rounds.is_device_round(round_):
+        return device_rounds.round_progress_devices(round_)  # no shards: what the aggregators hold
+    runs = ShardRun.objects.filter(task_key=round_.task_key)
+    outcomes: dict[str, int] = {}
+    answered = 0
+    for run in runs.only("answered", "outcomes"):
+        answered += run.answered
+        for reason, count in run.outcomes.items():
+            outcomes[reason] = outcomes.get(reason, 0) + count
+    done = runs.count()
+    elapsed, eta = _round_timing(round_, done)
+    return {
+        "status": round_.status,
+        "shards_total": round_.shards_total,
+        "shards_done": done,
+        "devices_answered": answered,
+        "devices_not_answering": outcomes,
+        "error": round_.error,
+        "elapsed_seconds": elapsed,
+        "eta_seconds": eta,
+    }
+
+
+def _round_timing(round_: Round, shards_done: int) -> tuple[float | None, float | None]:
+    """(seconds since the round started, or until it finished; seconds left if shards keep their pace).
+
+    Shards run in any order at about the same speed, so the time left is the elapsed time scaled
+    by the shards remaining over those done. Before a shard is done (or once the round ended)
+    there is no estimate: None.
+    """
+    if round_.started_at is None:
+        return None, None
+    elapsed = max(((round_.finished_at or timezone.now()) - round_.started_at).total_seconds(), 0.0)
+    if round_.is_finished or not shards_done:
+        return elapsed, None
+    return elapsed, elapsed * max(round_.shards_total - shards_done, 0) / shards_done
