@@ -13,7 +13,7 @@ from analyses import calculators
 from analyses.models import Analysis, Recipe
 from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
-from privacy.mechanisms import MECHANISMS
+from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 
 # Dotted JSON paths of recipe errors, and the form field that shows each. The editor's script
 # (static/js/recipe_form.js) reads this table from the page to place its messages.
@@ -230,9 +230,8 @@ class RecipeForm(forms.Form):
             privacy = content["privacy"]
             if privacy.get("noise", Recipe.Noise.CLIENT) != Recipe.Noise.CLIENT:
                 return None
-            epsilon0 = float(privacy["epsilon0"])
-            if MECHANISMS[privacy["mechanism"]].privacy_model == "deletion":
-                epsilon0 *= 2  # charged in the replacement model, as check 3 does
+            # Charged in the replacement model, as check 3 does.
+            epsilon0 = replacement_epsilon0(mechanism_get(privacy["mechanism"], float(privacy["epsilon0"])))
             curves = [
                 calculators.privacy_curve(epsilon0=epsilon0, delta=privacy["delta"], method=method, points=_CURVE_ROWS)
                 for method in _CURVE_METHODS

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import models
 
 from devices.models import Fleet, PolicySnapshot
+from privacy.parameters import PrivacyParameters
 
 
 class Analysis(models.Model):
@@ -128,6 +129,19 @@ class Recipe(models.Model):
 
     def __str__(self) -> str:
         return f"{self.analysis}/{self.identifier}"
+
+    @property
+    def privacy(self) -> PrivacyParameters:
+        """The recipe's privacy parameters as one value (privacy.parameters)."""
+        return PrivacyParameters(
+            noise=self.noise,
+            mechanism=self.mechanism,
+            epsilon0=self.epsilon0,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            sampling_rate=self.sampling_rate,
+            min_cohort=self.min_cohort,
+        )
 
     @property
     def aggregator_noise(self) -> bool:

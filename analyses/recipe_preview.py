@@ -12,9 +12,9 @@ from typing import Any, Final
 import numpy as np
 
 from analyses.models import Analysis, Recipe
-from analyses.services.budget import budget_plan_refusal, parsed_budget_request
+from analyses.services.budget import budget_plan_refusal, budget_request_for
 from analyses.services.policy import analysis_spent
-from analyses.services.recipes import recipe_validate
+from analyses.services.recipes import ParsedRecipe, recipe_validate
 from devices.budget import BudgetRequest
 from devices.decision import fields_of
 from privacy.aggregator_noise import AggregatorGaussian
@@ -34,21 +34,21 @@ def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     the only judge of a recipe.
     """
     parsed = recipe_validate(analysis=analysis, content=content)
-    request = parsed_budget_request(parsed)
-    devices_expected = analysis.fleet.size * parsed["sampling_rate"]
+    request = budget_request_for(parsed.privacy, parsed.field)
+    devices_expected = analysis.fleet.size * parsed.privacy.sampling_rate
     budget = _budget(analysis, parsed, request)
     return {
-        "field": parsed["field"],
-        "buckets": parsed["encoding"].size,
-        "cohorts": parsed["cohorts"],
-        "noise": parsed["noise"],
-        "mechanism": parsed["mechanism"] or None,
-        "epsilon0": parsed["epsilon0"],
+        "field": parsed.field,
+        "buckets": parsed.encoding.size,
+        "cohorts": parsed.cohorts,
+        "noise": parsed.privacy.noise,
+        "mechanism": parsed.privacy.mechanism or None,
+        "epsilon0": parsed.privacy.epsilon0,
         "replacement_epsilon0": None if math.isinf(request.epsilon0) else request.epsilon0,
-        "epsilon": parsed["epsilon"],
-        "delta": parsed["delta"],
-        "sampling_rate": parsed["sampling_rate"],
-        "min_cohort": parsed["min_cohort"],
+        "epsilon": parsed.privacy.epsilon,
+        "delta": parsed.privacy.delta,
+        "sampling_rate": parsed.privacy.sampling_rate,
+        "min_cohort": parsed.privacy.min_cohort,
         "devices": analysis.fleet.size,
         "devices_expected": round(devices_expected),
         "budget": budget,
@@ -57,7 +57,7 @@ def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     }
 
 
-def _budget(analysis: Analysis, parsed: dict[str, Any], request: BudgetRequest) -> dict[str, Any]:
+def _budget(analysis: Analysis, parsed: ParsedRecipe, request: BudgetRequest) -> dict[str, Any]:
     """Cost, left before and remaining after, for the analysis and each field the recipe reads.
 
     "Left" is what the budget table on the analysis page shows (every round started counts in
@@ -65,10 +65,10 @@ def _budget(analysis: Analysis, parsed: dict[str, Any], request: BudgetRequest) 
     advanced or Rényi accountant it can exceed what the sums suggest.
     """
     spent = analysis_spent(analysis)
-    cost = parsed["epsilon"]
+    cost = parsed.privacy.epsilon
     policies = {p.field: p for p in analysis.field_policies.all()}
     fields = []
-    for name in fields_of(parsed["field"]):
+    for name in fields_of(parsed.field):
         used = spent["fields"].get(name, {"epsilon": 0.0, "reports": 0})
         policy = policies[name]  # recipe_validate refuses a field without a policy
         fields.append(
@@ -82,7 +82,7 @@ def _budget(analysis: Analysis, parsed: dict[str, Any], request: BudgetRequest) 
     )
     reports_left = min([scope["reports_left"], *(f["reports_left"] for f in fields)])
     planned = max(1, min(reports_left, _MAX_ROUNDS_COUNTED))
-    refusal = budget_plan_refusal(analysis, parsed["field"], [request] * planned)
+    refusal = budget_plan_refusal(analysis, parsed.field, [request] * planned)
     return {
         "accountant": analysis.accountant,
         "analysis": scope,
@@ -104,7 +104,7 @@ def _scope(name: str, cost: float, left: float, reports_left: int) -> dict[str, 
     }
 
 
-def _standard_error(parsed: dict[str, Any], devices: int) -> dict[str, Any]:
+def _standard_error(parsed: ParsedRecipe, devices: int) -> dict[str, Any]:
     """Standard error of one bucket's count in a release over ``devices`` reports.
 
     Client noise: the mechanism's own variance (the one releases use for their error bars), for a
@@ -112,11 +112,11 @@ def _standard_error(parsed: dict[str, Any], devices: int) -> dict[str, Any]:
     mechanisms. Aggregator noise: both aggregators' Gaussian noise, the same for every bucket.
     A recipe split by cohort releases one batch per cohort value, each over fewer devices.
     """
-    size = parsed["encoding"].size
-    if parsed["noise"] == Recipe.Noise.AGGREGATOR:
-        error = AggregatorGaussian(parsed["epsilon"], parsed["delta"]).standard_error()
+    size = parsed.encoding.size
+    if parsed.privacy.noise == Recipe.Noise.AGGREGATOR:
+        error = AggregatorGaussian(parsed.privacy.epsilon, parsed.privacy.delta).standard_error()
         return {"devices": devices, "empty_bucket": error, "full_bucket": error}
-    oracle = mechanism_get(parsed["mechanism"], parsed["epsilon0"])
+    oracle = mechanism_get(parsed.privacy.mechanism, parsed.privacy.epsilon0)
     empty = np.zeros(size)
     full = np.zeros(size)
     full[0] = devices

@@ -23,8 +23,7 @@ from analyses.services.policy import analysis_policy
 from analyses.services.releases import ReleaseView, release_as_json
 from analyses.validation import Problems
 from devices.budget import NANO, to_units
-from devices.decision import fields_of
-from devices.services import snapshot_digest
+from devices.decision import fields_of, snapshot_digest
 from pfs_base.errors import ValidationFailed
 from privacy.intervals import z_value
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -21,7 +20,7 @@ from devices.budget import Accountant, BudgetRequest, Decision
 from devices.columns import Columns
 from devices.encode import content_fits
 from devices.query import QueryRefused, verify_query
-from privacy.mechanisms import mechanism_get, replacement_epsilon0
+from privacy.parameters import PrivacyParameters
 
 
 def snapshot_digest(content: dict) -> str:
@@ -63,6 +62,23 @@ class DeviceTask:
     def fields(self) -> tuple[str, ...]:
         return fields_of(self.encoded_field)
 
+    @property
+    def privacy(self) -> PrivacyParameters:
+        return PrivacyParameters(
+            noise=self.noise,  # type: ignore[arg-type]
+            mechanism=self.mechanism,
+            epsilon0=self.epsilon0,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            sampling_rate=self.sampling_rate,
+            min_cohort=self.min_cohort,
+        )
+
+    @classmethod
+    def for_privacy(cls, privacy: PrivacyParameters, **task: object) -> DeviceTask:
+        """A task carrying ``privacy`` (the wire format keeps the parameters flat)."""
+        return cls(**task, **privacy.as_json())  # type: ignore[arg-type]
+
     def as_json(self) -> dict:
         return asdict(self)
 
@@ -82,24 +98,28 @@ class DeviceTask:
 
 def budget_request(task: DeviceTask) -> BudgetRequest:
     """What answering ``task`` charges one device."""
-    # Cohort fields are approved as non-sensitive (Appendix B of seed 000): they route the report
-    # to a batch but are not charged to a field budget.
-    # The device converts the mechanism's epsilon0 to the replacement model itself: a deletion-model
-    # randomizer costs twice its nominal epsilon0 against the caps and in Theorem 3.1. With
-    # aggregator noise there is no local randomizer: its local epsilon is infinite.
-    if task.aggregator_noise:
-        epsilon0 = math.inf
-    else:
-        epsilon0 = replacement_epsilon0(mechanism_get(task.mechanism, task.epsilon0))
+    return privacy_budget_request(task.privacy, task.fields)
+
+
+def privacy_budget_request(privacy: PrivacyParameters, fields: tuple[str, ...]) -> BudgetRequest:
+    """What answering a task with these parameters over ``fields`` charges one device.
+
+    The one budget mapping: devices charge it, and the server's pre-check runs it on its own view.
+    Cohort fields are approved as non-sensitive (Appendix B of seed 000): they route the report to
+    a batch but are not charged to a field budget. The device converts the mechanism's epsilon0 to
+    the replacement model itself (PrivacyParameters.local_epsilon): a deletion-model randomizer
+    costs twice its nominal epsilon0 against the caps and in Theorem 3.1. With aggregator noise
+    there is no local randomizer: its local epsilon is infinite.
+    """
     return BudgetRequest(
-        epsilon0=epsilon0,
-        epsilon=task.epsilon,
-        delta=task.delta,
-        fields=task.fields,
-        min_cohort=task.min_cohort,
-        aggregator_noise=task.aggregator_noise,
-        mechanism=task.mechanism,
-        mechanism_epsilon0=task.epsilon0,
+        epsilon0=privacy.local_epsilon,
+        epsilon=privacy.epsilon,
+        delta=privacy.delta,
+        fields=fields,
+        min_cohort=privacy.min_cohort,
+        aggregator_noise=privacy.aggregator_noise,
+        mechanism=privacy.mechanism,
+        mechanism_epsilon0=privacy.epsilon0,
     )
 
 

@@ -26,10 +26,6 @@ from privacy import field as prime_field
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
 
-# The task and the decision are pure (devices.decision), shared with the real devices' SDK;
-# DeviceTask and snapshot_digest are still imported from here by the analyst side.
-_budget_request = budget_request  # the name tests/unit/test_device_checks.py reads
-
 # ---------------------------------------------------------------- policy snapshots
 
 

@@ -9,13 +9,14 @@ from typing import Any
 from django.utils import timezone
 
 from analyses.models import AdaptiveRun, Analysis
-from analyses.services.budget import budget_plan_refusal, parsed_budget_request
+from analyses.services.budget import budget_plan_refusal, budget_request_for
 from analyses.services.recipes import recipe_validate
 from analyses.validation import Problems
 from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
 from privacy.encoding import encoding_from_json
 from privacy.ngrams import UNITS, HashedNgramType, PrefixTreeType
+from privacy.parameters import PrivacyParameters
 
 # The static baseline's sketch when the spec does not say: 4 rows of 4,096 cells (Apple's
 # count-mean sketch shape, seed 004, at a size comparable to a discovery round).
@@ -82,7 +83,10 @@ def adaptive_validate(*, spec: Any) -> Spec:
     rounds_parsed = _check_plan(analysis, _round_recipes(parsed, analysis, first_recipe(parsed)), field, "")
     for planned, round_parsed in zip(plan, rounds_parsed, strict=True):
         # What each round will charge a device, so that later runs can reserve it (_reserved_requests).
-        planned.update({k: round_parsed[k] for k in ("noise", "mechanism", "epsilon0", "min_cohort")})
+        privacy = round_parsed.privacy
+        planned.update(
+            noise=privacy.noise, mechanism=privacy.mechanism, epsilon0=privacy.epsilon0, min_cohort=privacy.min_cohort
+        )
     baseline = spec.get("baseline")
     if baseline is not None:
         _check_baseline(parsed, baseline)
@@ -169,7 +173,7 @@ def _check_plan(analysis: Analysis, recipes: list[dict], field: str, label: str)
             parsed.append(recipe_validate(analysis=analysis, content=recipe))
         except ValidationFailed as failed:
             raise ValidationFailed({f"{label}round {i + 1}: {k}": v for k, v in failed.errors.items()}) from failed
-    requests = [parsed_budget_request(p) for p in parsed]
+    requests = [budget_request_for(p.privacy, p.field) for p in parsed]
     refusal = budget_plan_refusal(analysis, field, requests, reserved=_reserved_requests(analysis))
     if refusal:
         index, errors = refusal
@@ -209,7 +213,17 @@ def adaptive_rounds_started(run: AdaptiveRun) -> tuple[int, int]:
 
 
 def _planned_request(planned: dict, field: str):
-    return parsed_budget_request({**planned, "field": field})
+    # A plan stored before a key existed lacks it; the sampling rate does not change the charge.
+    privacy = PrivacyParameters(
+        noise=planned["noise"],
+        mechanism=planned["mechanism"],
+        epsilon0=planned["epsilon0"],
+        epsilon=planned["epsilon"],
+        delta=planned["delta"],
+        sampling_rate=planned.get("sampling_rate", 1.0),
+        min_cohort=planned["min_cohort"],
+    )
+    return budget_request_for(privacy, field)
 
 
 def _round_privacy(spec: Spec, index: int) -> dict[str, Any]:

@@ -3,17 +3,14 @@ every round started, and the reasons a device would refuse, in words."""
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import numpy as np
 
 from analyses.models import Analysis, Recipe
 from analyses.services.policy import analysis_policy
 from analyses.validation import Problems
 from devices.budget import NANO, Accountant, BudgetRequest, Decision, ledger_empty
-from devices.decision import fields_of
-from privacy.mechanisms import mechanism_get, replacement_epsilon0
+from devices.decision import fields_of, privacy_budget_request
+from privacy.parameters import PrivacyParameters
 
 
 def budget_precheck(problems: Problems, analysis: Analysis, field: str | None, request: BudgetRequest) -> None:
@@ -65,32 +62,15 @@ def budget_plan_refusal(
     return None
 
 
-def parsed_budget_request(parsed: dict[str, Any]) -> BudgetRequest:
-    """What one device answering a recipe (as ``recipe_validate`` parsed it) is charged."""
-    aggregator_noise = parsed["noise"] == Recipe.Noise.AGGREGATOR
-    epsilon0 = (
-        math.inf if aggregator_noise else replacement_epsilon0(mechanism_get(parsed["mechanism"], parsed["epsilon0"]))
-    )
-    return BudgetRequest(
-        epsilon0,
-        parsed["epsilon"],
-        parsed["delta"],
-        fields_of(parsed["field"]),
-        parsed["min_cohort"],
-        aggregator_noise=aggregator_noise,
-        mechanism=parsed["mechanism"],
-        mechanism_epsilon0=parsed["epsilon0"],
-    )
+def budget_request_for(privacy: PrivacyParameters, encoded_field: str) -> BudgetRequest:
+    """What one device answering a recipe with ``privacy`` over ``encoded_field`` is charged: the
+    device's own mapping (devices.decision.privacy_budget_request), so the two cannot disagree."""
+    return privacy_budget_request(privacy, fields_of(encoded_field))
 
 
 def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
     """What one device answering ``recipe`` is charged (the server's view, for its pre-checks)."""
-    return parsed_budget_request(
-        {
-            "field": recipe.encoded_field,
-            **{k: getattr(recipe, k) for k in ("noise", "mechanism", "epsilon0", "epsilon", "delta", "min_cohort")},
-        }
-    )
+    return budget_request_for(recipe.privacy, recipe.encoded_field)
 
 
 def _explain_analysis_refusal(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -20,13 +21,11 @@ from aggregation.services import (
 )
 from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Round
-from analyses.services.budget import budget_precheck
+from analyses.services.budget import budget_precheck, budget_request_for
 from analyses.validation import Problems
-from devices.budget import BudgetRequest
-from devices.decision import fields_of
+from devices.decision import DeviceTask
 from devices.encode import SCHEMAS_BY_KIND, schema_fits
 from devices.query import QueryRefused, verify_query
-from devices.services import DeviceTask
 from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
 from privacy.aggregator_noise import AggregatorGaussian
@@ -34,9 +33,21 @@ from privacy.amplification import MAX_COHORT, UnreachableEpsilon, min_cohort_clo
 from privacy.encoding import CombinationType, Encoding, content_encoding
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 from privacy.ngrams import SchemaError
+from privacy.parameters import PrivacyParameters
 
 
-def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ParsedRecipe:
+    """A recipe as ``recipe_validate`` accepted it: what is stored, sent and charged."""
+
+    identifier: str
+    field: str  # the encoded field, or fields joined by commas (a CombinationType)
+    encoding: Encoding | CombinationType
+    cohorts: list[str]
+    privacy: PrivacyParameters
+
+
+def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     """Check a recipe against the analysis's policy; the parsed recipe, or ValidationFailed per field."""
     if not isinstance(content, dict):
         raise ValidationFailed({"recipe": ["Must be a JSON object."]})
@@ -83,18 +94,17 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     if None not in (local_epsilon, epsilon, delta) and noise in Recipe.Noise.values:
         if noise == Recipe.Noise.CLIENT:
             min_cohort = _client_min_cohort(problems, local_epsilon, epsilon, delta, stated_cohort)
-        request = BudgetRequest(
-            local_epsilon,
-            epsilon,
-            delta,
-            fields_of(field) if field else (),
+        checked = PrivacyParameters(
+            noise=noise,
+            mechanism=mechanism or "",
+            epsilon0=epsilon0,
+            epsilon=epsilon,
+            delta=delta,
+            sampling_rate=sampling_rate or 1.0,
             # Check 3 is the minimum cohort, computed just above: an unreachable one is already refused.
             min_cohort=min_cohort or MAX_COHORT,
-            aggregator_noise=noise == Recipe.Noise.AGGREGATOR,
-            mechanism=mechanism or "",
-            mechanism_epsilon0=epsilon0,
         )
-        budget_precheck(problems, analysis, field, request)
+        budget_precheck(problems, analysis, field, budget_request_for(checked, field or ""))
         if min_cohort and sampling_rate and min_cohort > analysis.fleet.size * sampling_rate:
             problems.add(
                 "privacy.epsilon" if noise == Recipe.Noise.CLIENT else "privacy.minCohort",
@@ -104,19 +114,21 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> dict[str, Any]:
             )
     if problems:
         raise ValidationFailed(problems.errors)
-    return {
-        "identifier": identifier or f"r{timezone.now():%Y%m%d%H%M%S}-{secrets.token_hex(3)}",
-        "field": field,
-        "encoding": encoding,
-        "cohorts": cohorts,
-        "noise": noise,
-        "mechanism": mechanism,
-        "epsilon0": epsilon0,
-        "epsilon": epsilon,
-        "delta": delta,
-        "sampling_rate": sampling_rate,
-        "min_cohort": min_cohort,
-    }
+    return ParsedRecipe(
+        identifier=identifier or f"r{timezone.now():%Y%m%d%H%M%S}-{secrets.token_hex(3)}",
+        field=field,
+        encoding=encoding,
+        cohorts=cohorts,
+        privacy=PrivacyParameters(
+            noise=noise,
+            mechanism=mechanism,
+            epsilon0=epsilon0,
+            epsilon=epsilon,
+            delta=delta,
+            sampling_rate=sampling_rate,
+            min_cohort=min_cohort,
+        ),
+    )
 
 
 # With aggregator noise the guarantee does not depend on the cohort; a minimum cohort still keeps
@@ -217,21 +229,15 @@ def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -
     return recipe
 
 
-def recipe_unsaved(analysis: Analysis, content: dict, parsed: dict[str, Any], user: AbstractBaseUser | None) -> Recipe:
+def recipe_unsaved(analysis: Analysis, content: dict, parsed: ParsedRecipe, user: AbstractBaseUser | None) -> Recipe:
     """The (unsaved) recipe ``recipe_validate`` parsed from ``content``."""
     return Recipe(
         analysis=analysis,
-        identifier=parsed["identifier"],
+        identifier=parsed.identifier,
         content=content,
-        encoded_field=parsed["field"],
-        noise=parsed["noise"],
-        mechanism=parsed["mechanism"],
-        epsilon0=parsed["epsilon0"],
-        epsilon=parsed["epsilon"],
-        delta=parsed["delta"],
-        sampling_rate=parsed["sampling_rate"],
-        min_cohort=parsed["min_cohort"],
+        encoded_field=parsed.field,
         created_by=user,
+        **parsed.privacy.as_json(),
     )
 
 
@@ -241,9 +247,10 @@ def recipe_encoding(recipe: Recipe) -> Encoding | CombinationType:
 
 def recipe_estimator(recipe: Recipe) -> Estimator:
     size = recipe_encoding(recipe).size
-    if recipe.aggregator_noise:
-        return AggregatorNoiseEstimator(epsilon=recipe.epsilon, delta=recipe.delta, domain_size=size)
-    return ClientNoiseEstimator(mechanism=recipe.mechanism, epsilon0=recipe.epsilon0, domain_size=size)
+    privacy = recipe.privacy
+    if privacy.aggregator_noise:
+        return AggregatorNoiseEstimator(epsilon=privacy.epsilon, delta=privacy.delta, domain_size=size)
+    return ClientNoiseEstimator(mechanism=privacy.mechanism, epsilon0=privacy.epsilon0, domain_size=size)
 
 
 def device_task(round_: Round) -> DeviceTask:
@@ -252,7 +259,8 @@ def device_task(round_: Round) -> DeviceTask:
 
 def recipe_device_task(recipe: Recipe, *, task_key: str, seed: int) -> DeviceTask:
     """What the devices are sent for ``recipe``: the recipe as the device sees it."""
-    return DeviceTask(
+    return DeviceTask.for_privacy(
+        recipe.privacy,
         task_key=task_key,
         analysis=recipe.analysis.identifier,
         snapshot_digest=recipe.analysis.snapshot.digest,
@@ -260,12 +268,5 @@ def recipe_device_task(recipe: Recipe, *, task_key: str, seed: int) -> DeviceTas
         cohorts=tuple(recipe.content.get("cohorts", [])),
         encoded_field=recipe.encoded_field,
         data_types=recipe.content["dataTypeContent"],
-        noise=recipe.noise,
-        mechanism=recipe.mechanism,
-        epsilon0=recipe.epsilon0,
-        epsilon=recipe.epsilon,
-        delta=recipe.delta,
-        sampling_rate=recipe.sampling_rate,
-        min_cohort=recipe.min_cohort,
         seed=seed,
     )

@@ -18,6 +18,7 @@ from privacy.intervals import INTERVALS, VIEWS, present, view_rule, z_value
 
 def release_content(round_: Round, encoding: Encoding, batches: list, progress: dict) -> dict[str, Any]:
     recipe = round_.recipe
+    privacy = recipe.privacy
     released = [b for b in batches if not b.suppressed]
     return {
         "analysis": recipe.analysis.identifier,
@@ -31,18 +32,14 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
             if isinstance(encoding, CombinationType)
             else None
         ),
-        "noise": recipe.noise,
-        "aggregator_sigma": AggregatorGaussian(recipe.epsilon, recipe.delta).sigma if recipe.aggregator_noise else None,
-        "mechanism": recipe.mechanism,
-        "epsilon0": recipe.epsilon0,
-        "epsilon": recipe.epsilon,
-        "delta": recipe.delta,
-        "sampling_rate": recipe.sampling_rate,
-        "min_cohort": recipe.min_cohort,
+        **privacy.as_json(),  # noise, mechanism, epsilon0, epsilon, delta, sampling_rate, min_cohort
+        "aggregator_sigma": (
+            AggregatorGaussian(privacy.epsilon, privacy.delta).sigma if privacy.aggregator_noise else None
+        ),
         "reports": sum(b.reports for b in released),
         # Each answering device spent epsilon once; with no released batch nothing was learned,
         # but the devices were charged all the same.
-        "epsilon_spent": recipe.epsilon if progress["devices_answered"] else 0.0,
+        "epsilon_spent": privacy.epsilon if progress["devices_answered"] else 0.0,
         "refusals": progress["devices_not_answering"],
         "rejected_reports": rejections(round_.task_key),
         "batches": [b.as_json() for b in batches],

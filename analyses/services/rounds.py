@@ -64,17 +64,17 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
 
 def _collection_rules_open(round_: Round) -> None:
     """Configure both aggregators with the round's public batch rules."""
-    recipe = round_.recipe
-    size = recipe_encoding(recipe).size
-    if recipe.aggregator_noise:
+    size = recipe_encoding(round_.recipe).size
+    privacy = round_.recipe.privacy
+    if privacy.aggregator_noise:
         length, weight_bound = size, 1
-        noise = AggregatorGaussian(recipe.epsilon, recipe.delta)
+        noise = AggregatorGaussian(privacy.epsilon, privacy.delta)
     else:
-        oracle = mechanism_get(recipe.mechanism, recipe.epsilon0)
+        oracle = mechanism_get(privacy.mechanism, privacy.epsilon0)
         length, noise = oracle.report_length(size), None
         weight_bound = report_weight_bound(oracle, size, WEIGHT_FALSE_REJECTION)
     collection_rules_open(
-        key=round_.task_key, length=length, min_cohort=recipe.min_cohort, weight_bound=weight_bound, noise=noise
+        key=round_.task_key, length=length, min_cohort=privacy.min_cohort, weight_bound=weight_bound, noise=noise
     )
 
 
@@ -106,8 +106,8 @@ def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
         "would_answer": answering,
         "not_sampled": not_sampled,
         "would_refuse": decisions,
-        "min_cohort": parsed["min_cohort"],
-        "meets_min_cohort": answering >= parsed["min_cohort"],
+        "min_cohort": parsed.privacy.min_cohort,
+        "meets_min_cohort": answering >= parsed.privacy.min_cohort,
     }
 
 

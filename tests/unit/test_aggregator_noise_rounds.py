@@ -79,7 +79,7 @@ def test_a_recipe_can_raise_the_minimum_cohort_but_never_lower_it(analysis, reci
         recipe_validate(analysis=analysis, content=recipe)
     assert "never lower" in refused.value.errors["privacy.minCohort"][0]
     recipe["privacy"]["minCohort"] = 4000
-    assert recipe_validate(analysis=analysis, content=recipe)["min_cohort"] == 4000
+    assert recipe_validate(analysis=analysis, content=recipe).privacy.min_cohort == 4000
 
 
 def test_a_round_with_aggregator_noise_releases_counts_within_their_error(

@@ -131,7 +131,7 @@ def test_charge_spends_only_for_answering_devices_on_analysis_and_field() -> Non
 
 
 def test_the_device_charges_a_deletion_model_mechanism_at_twice_its_epsilon0() -> None:
-    from devices.services import DeviceTask, _budget_request
+    from devices.decision import DeviceTask, budget_request
 
     task = DeviceTask(
         task_key="k",
@@ -149,7 +149,7 @@ def test_the_device_charges_a_deletion_model_mechanism_at_twice_its_epsilon0() -
         min_cohort=2935,
         seed=1,
     )
-    assert _budget_request(task).epsilon0 == 3.0
+    assert budget_request(task).epsilon0 == 3.0
 
 
 def count_answered(composition, epsilon: float, allowed: float = 1.0, delta: float = 1e-6, tries: int = 200) -> int:

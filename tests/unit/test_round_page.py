@@ -202,7 +202,7 @@ def test_refining_a_numeric_bucket_splits_it_and_keeps_the_privacy_parameters(
     assert content["privacy"] == recipe["privacy"] and content["query"] == recipe["query"]
     assert content["cohorts"] == []
     assert "values below 30 (and missing ones) fall into OOV" in refined["explanation"]
-    assert recipe_validate(analysis=analysis, content=content)["field"] == "age"
+    assert recipe_validate(analysis=analysis, content=content).field == "age"
     # The identifier stays unique once the refinement has run.
     recipe_create(analysis=analysis, content=content, user=analyst)
     assert drilldown.refined_recipe(round_=round_, cohort="", bucket=2)["recipe"]["recipeIdentifier"] == (
@@ -264,7 +264,7 @@ def test_an_ngram_bucket_of_a_prefix_tree_extends_its_prefix_one_level(
     assert schema == {"dataType": "PrefixTree", "tree": {"root": [tokens[1]], tokens[1]: [tokens[5]]}, "tokens": tokens}
     assert f"Extends the n-gram “{leaf}” one level" in refined["explanation"]
     assert "the batch of locale=en_US shows the refinement" in refined["explanation"]
-    assert recipe_validate(analysis=discovery, content=refined["recipe"])["encoding"].size == 1 + 42
+    assert recipe_validate(analysis=discovery, content=refined["recipe"]).encoding.size == 1 + 42
     # A phrase's end has nothing after it, nor has a word outside the tokens; every cohort field is used.
     for end_or_oov in (1, 2):
         assert drilldown.refined_recipe(round_=round_, cohort="locale=en_US", bucket=end_or_oov)["recipe"] is None

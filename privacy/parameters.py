@@ -1,0 +1,50 @@
+"""A recipe's privacy parameters as one frozen value: what every layer reads, spelled out once.
+
+The recipe (analyses), the task devices receive (devices.decision.DeviceTask), the budget a device
+is charged (devices.decision.privacy_budget_request), the aggregators' batch rules and the release
+all take their privacy numbers from a ``PrivacyParameters``, so none of them restates the list.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from privacy.mechanisms import mechanism_get, replacement_epsilon0
+
+Noise = Literal["client", "aggregator"]
+CLIENT: Noise = "client"
+AGGREGATOR: Noise = "aggregator"
+
+
+@dataclass(frozen=True)
+class PrivacyParameters:
+    """noise: "client" (each device runs ``mechanism`` at ``epsilon0``) or "aggregator" (no local
+    randomizer; each aggregator adds noise for (``epsilon``, ``delta``)). ``epsilon``/``delta``:
+    the aggregate guarantee; ``sampling_rate``: each device's participation probability;
+    ``min_cohort``: the smallest batch either aggregator releases."""
+
+    noise: Noise
+    mechanism: str  # "" with aggregator noise
+    epsilon0: float | None  # None with aggregator noise
+    epsilon: float
+    delta: float
+    sampling_rate: float
+    min_cohort: int
+
+    @property
+    def aggregator_noise(self) -> bool:
+        return self.noise == AGGREGATOR
+
+    @property
+    def local_epsilon(self) -> float:
+        """The local randomizer's epsilon in the replacement model, the unit of every cap and bound:
+        a deletion-model randomizer costs twice its nominal epsilon0; with aggregator noise there is
+        no local randomizer, so it is infinite."""
+        if self.aggregator_noise:
+            return math.inf
+        return replacement_epsilon0(mechanism_get(self.mechanism, self.epsilon0))
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
