@@ -1,6 +1,6 @@
 """Individually uploaded reports: HPKE shares, anonymous single-use tokens, weight and rate rules.
 
-Real crypto throughout (pyhpke, RSA blind signatures); the devices are devices.report_client.
+Real crypto throughout (HPKE and RSA blind signatures from `cryptography`); the devices are devices.report_client.
 """
 
 from __future__ import annotations

@@ -1,0 +1,417 @@
+"""What an analyst reads about an analysis besides its releases: budget burn-down, audit, policy,
+and two releases side by side. Read-only; shared by the dashboard pages and the REST API.
+
+The burn-down counts budget exactly as ``services.analysis_spent`` does (every round started
+counts in full, failed and cancelled ones included), so the pages cannot disagree with the
+analysis page or with the server's pre-checks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import IntegerField, Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
+
+from analyses import selectors
+from analyses.models import AdaptiveRun, Analysis, Round
+from analyses.services.policy import analysis_policy
+from analyses.services.releases import ReleaseView, release_as_json
+from analyses.validation import Problems
+from devices.budget import NANO, to_units
+from devices.decision import fields_of, snapshot_digest
+from pfs_base.errors import ValidationFailed
+from privacy.intervals import z_value
+
+# ---------------------------------------------------------------- budget burn-down
+
+
+def budget_burndown(analysis: Analysis) -> dict[str, Any]:
+    """Per scope (the analysis, then each field): one cumulative point per round started, in order.
+
+    Sums run in the devices' integer nano-epsilon, so ten rounds of 0.1 end at exactly 1.0.
+    """
+    rounds = (
+        Round.objects.filter(recipe__analysis=analysis)
+        .select_related("recipe", "created_by")
+        .order_by("created_at", "pk")
+    )
+    scopes: dict[str | None, dict[str, Any]] = {
+        None: _scope("analysis", None, analysis.epsilon_allowed, analysis.reports_allowed)
+    }
+    for policy in analysis.field_policies.all():
+        scopes[policy.field] = _scope(f"field {policy.field}", policy.field, policy.epsilon, policy.reports)
+    units: dict[str | None, int] = {}
+    for round_ in rounds:
+        recipe = round_.recipe
+        # A joint histogram charges every field it reads, as analysis_spent counts it.
+        for key in (None, *fields_of(recipe.encoded_field)):
+            # A field charged without a policy of its own still shows, with no allowed line.
+            scope = scopes.setdefault(key, _scope(f"field {key}", key, None, None))
+            units[key] = units.get(key, 0) + to_units(recipe.epsilon)
+            scope["points"].append(
+                {
+                    "round": round_.pk,
+                    "recipe": recipe.identifier,
+                    "status": round_.status,
+                    "created_at": round_.created_at,
+                    "epsilon_round": recipe.epsilon,
+                    "epsilon": units[key] / NANO,
+                    "reports": len(scope["points"]) + 1,
+                }
+            )
+    for scope in scopes.values():
+        last = scope["points"][-1] if scope["points"] else {"epsilon": 0.0, "reports": 0}
+        scope["epsilon_used"], scope["reports_used"] = last["epsilon"], last["reports"]
+        scope["epsilon_remaining"] = _remaining(scope["epsilon_allowed"], last["epsilon"])
+        scope["reports_remaining"] = _remaining(scope["reports_allowed"], last["reports"])
+    return {
+        "analysis": analysis.identifier,
+        "accountant": analysis.accountant,
+        "delta": analysis.delta,
+        "approved_at": analysis.approved_at,
+        "counting": "Every round started counts in full, failed and cancelled ones included "
+        "(basic composition: the sum of the rounds' epsilons).",
+        "scopes": list(scopes.values()),
+    }
+
+
+def _scope(label: str, field: str | None, epsilon: float | None, reports: int | None) -> dict[str, Any]:
+    return {"scope": label, "field": field, "epsilon_allowed": epsilon, "reports_allowed": reports, "points": []}
+
+
+def _remaining(allowed: float | None, used: float) -> float | None:
+    """What is left; never below 0 (a policy lowered after rounds ran leaves nothing, not a debt)."""
+    if allowed is None:
+        return None
+    if isinstance(allowed, int) and isinstance(used, int):
+        return max(allowed - used, 0)
+    return max(to_units(allowed) - to_units(used), 0) / NANO
+
+
+def burndown_table(burndown: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per round started, with every scope's cumulative use after it (the chart as a table)."""
+    scopes = burndown["scopes"]
+    analysis_points = scopes[0]["points"]
+    by_round = [{p["round"]: p for p in scope["points"]} for scope in scopes]
+    rows, running = [], [{"epsilon": 0.0, "reports": 0} for _ in scopes]
+    for point in analysis_points:
+        cells = []
+        for i, points in enumerate(by_round):
+            charged = point["round"] in points
+            if charged:
+                running[i] = points[point["round"]]
+            cells.append({"epsilon": running[i]["epsilon"], "reports": running[i]["reports"], "charged": charged})
+        rows.append({**point, "cells": cells})
+    return rows
+
+
+# ---------------------------------------------------------------- audit
+
+
+def audit_rounds(analysis: Analysis) -> QuerySet[Round]:
+    """Every round of the analysis, newest first, whatever its status, with the reports it released."""
+    return (
+        Round.objects.filter(recipe__analysis=analysis)
+        .select_related("recipe", "created_by")
+        # Only the count is read from the release, not its (possibly large) estimates.
+        .annotate(reports_released=Cast(KeyTextTransform("reports", "release__content"), IntegerField()))
+        .order_by("-created_at", "-pk")
+    )
+
+
+def audit_adaptive_runs(analysis: Analysis) -> list[AdaptiveRun]:
+    """The adaptive runs that started rounds here: the analysis's own, and runs whose baseline it holds."""
+    runs = AdaptiveRun.objects.filter(
+        Q(analysis=analysis) | Q(spec__baseline__analysis=analysis.identifier)
+    ).select_related("created_by", "analysis")
+    return list(runs.order_by("-created_at", "-pk"))
+
+
+def adaptive_round_starters(runs: Iterable[AdaptiveRun]) -> dict[int, AdaptiveRun]:
+    """Round id → the adaptive run that started it (its levels, its baseline, the round it waits on)."""
+    starters: dict[int, AdaptiveRun] = {}
+    for run in runs:
+        round_ids = [entry["round"] for entry in (*run.levels, *run.baseline) if "round" in entry]
+        if run.current_round_id is not None:
+            round_ids.append(run.current_round_id)
+        starters.update(dict.fromkeys(round_ids, run))
+    return starters
+
+
+def adaptive_run_summary(run: AdaptiveRun, starters: Mapping[int, AdaptiveRun]) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "analysis": run.analysis.identifier,
+        "kind": run.kind,
+        "kind_label": run.get_kind_display(),
+        "status": run.status,
+        "created_by": run.created_by.get_username(),
+        "created_at": run.created_at,
+        "finished_at": run.finished_at,
+        "rounds": sorted(pk for pk, started_by in starters.items() if started_by.pk == run.pk),
+        "stop_reason": run.stop_reason,
+    }
+
+
+def audit_row(round_: Round, starters: Mapping[int, AdaptiveRun]) -> dict[str, Any]:
+    """Who started a round, when, with what parameters, and how it ended."""
+    recipe = round_.recipe
+    run = starters.get(round_.pk)
+    return {
+        "round": round_.pk,
+        "status": round_.status,
+        "status_label": round_.get_status_display(),
+        "created_by": round_.created_by.get_username(),
+        "created_at": round_.created_at,
+        "started_at": round_.started_at,
+        "finished_at": round_.finished_at,
+        "recipe": recipe.identifier,
+        "field": recipe.encoded_field,
+        "noise": recipe.noise,
+        "mechanism": recipe.mechanism,
+        "epsilon0": recipe.epsilon0,
+        "epsilon": recipe.epsilon,
+        "delta": recipe.delta,
+        "sampling_rate": recipe.sampling_rate,
+        "min_cohort": recipe.min_cohort,
+        "reports_released": getattr(round_, "reports_released", None),
+        "error": round_.error,
+        "adaptive_run": {"id": run.pk, "kind": run.kind} if run is not None else None,
+    }
+
+
+AUDIT_CSV_COLUMNS = [
+    "round",
+    "status",
+    "created_by",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "recipe",
+    "field",
+    "noise",
+    "mechanism",
+    "epsilon0",
+    "epsilon",
+    "delta",
+    "sampling_rate",
+    "min_cohort",
+    "reports_released",
+    "adaptive_run",
+    "error",
+]
+
+
+def audit_csv_row(row: dict[str, Any]) -> dict[str, Any]:
+    """An audit row flattened for CSV: dates in ISO 8601, the adaptive run as its id."""
+    flat = {k: row[k] for k in AUDIT_CSV_COLUMNS}
+    for key in ("created_at", "started_at", "finished_at"):
+        flat[key] = row[key].isoformat() if row[key] else ""
+    flat["adaptive_run"] = row["adaptive_run"]["id"] if row["adaptive_run"] else ""
+    return {k: "" if v is None else v for k, v in flat.items()}
+
+
+# ---------------------------------------------------------------- policy
+
+
+def policy_summary(analysis: Analysis) -> dict[str, Any]:
+    """The approved policy (the snapshot devices enforce), who approved it, and any edit not yet approved.
+
+    Devices enforce the snapshot taken at approval; the live rows (``analysis_policy``) take
+    effect only when a privacy officer approves again.
+    """
+    live = analysis_policy(analysis)
+    snapshot = analysis.snapshot
+    policy = snapshot.content if snapshot else live
+    accountants = dict(Analysis._meta.get_field("accountant").choices)
+    return {
+        "analysis": analysis.identifier,
+        "status": analysis.status,
+        "approved_by": analysis.approved_by.get_username() if analysis.approved_by else None,
+        "approved_at": analysis.approved_at,
+        "snapshot_digest": snapshot.digest if snapshot else None,
+        # Before approval there is no snapshot: the policy shown is the one awaiting approval.
+        "policy": policy,
+        # Snapshots taken before accountants were pluggable name none: they compose basically.
+        "accountant_label": accountants.get(policy["budget"].get("accountant", "basic"), "unknown"),
+        "unbudgeted_fields": [f for f in policy["queryClass"]["fields"] if f not in policy["fields"]],
+        "pending_changes": live if snapshot is not None and snapshot_digest(live) != snapshot.digest else None,
+    }
+
+
+# ---------------------------------------------------------------- comparing two releases
+
+COMPARE_LEVEL = ReleaseView.LEVEL
+
+
+def compare_ids(params: Mapping[str, Any]) -> tuple[int, int]:
+    """The round ids ``a`` and ``b`` of a comparison; ValidationFailed per parameter."""
+    problems = Problems()
+    ids = {}
+    for key in ("a", "b"):
+        text = str(params.get(key) or "").strip()
+        if not text:
+            problems.add(key, "Required: the id of a released round.")
+        elif not text.isdecimal() or int(text) < 1:
+            problems.add(key, "Must be a round id (a positive whole number).")
+        else:
+            ids[key] = int(text)
+    if not problems and ids["a"] == ids["b"]:
+        problems.add("b", "Must be another round than a.")
+    if problems:
+        raise ValidationFailed(problems.errors)
+    return ids["a"], ids["b"]
+
+
+def released_rounds(*, user: AbstractBaseUser) -> QuerySet[Round]:
+    """The released rounds the user may read, newest first (what a comparison can choose from)."""
+    visible = selectors.analysis_list(user=user)
+    return (
+        Round.objects.filter(status=Round.Status.RELEASED, recipe__analysis__in=visible)
+        .select_related("recipe__analysis")
+        .order_by("-created_at", "-pk")
+    )
+
+
+def release_compare(*, user: AbstractBaseUser, a: int, b: int) -> dict[str, Any]:
+    """Two released rounds side by side, bucket by bucket and cohort by cohort, with B − A.
+
+    Each estimate, error and interval is the release's own (``release_as_json``, per-bucket 95%
+    intervals, raw view). The two releases use independent noise, so the difference has standard
+    error sqrt(se_A² + se_B²); it is significant at 95% when |B − A| > z · se (z = 1.96).
+    A round the user may not read is a 404 (``round_get``); one not released is ValidationFailed.
+    """
+    rounds = {"a": selectors.round_get(user=user, pk=a), "b": selectors.round_get(user=user, pk=b)}
+    problems = Problems()
+    for key, round_ in rounds.items():
+        if round_.status != Round.Status.RELEASED:
+            problems.add(
+                key,
+                f"Round {round_.pk} is {round_.get_status_display().lower()}, not released: "
+                "only released rounds can be compared.",
+            )
+    if problems:
+        raise ValidationFailed(problems.errors)
+    view = ReleaseView()
+    releases = {key: release_as_json(round_.release, view) for key, round_ in rounds.items()}
+    labels = {key: round_.release.content["buckets"] for key, round_ in rounds.items()}
+    z = z_value(level=COMPARE_LEVEL, cells=1, intervals="per-bucket")
+    batches = {key: {batch["cohort"]: batch for batch in release["batches"]} for key, release in releases.items()}
+    cohorts = _union(batches["a"], batches["b"])
+    return {
+        "a": _side(rounds["a"], releases["a"]),
+        "b": _side(rounds["b"], releases["b"]),
+        "level": COMPARE_LEVEL,
+        "z": z,
+        "difference": "b - a",
+        "cohorts": [
+            _cohort_compare(cohort, batches["a"].get(cohort), batches["b"].get(cohort), labels, z) for cohort in cohorts
+        ],
+        "notes": _compare_notes(rounds["a"], rounds["b"], batches),
+    }
+
+
+def _union(first: Iterable[str], second: Iterable[str]) -> list[str]:
+    """Both sequences' items, each once: the first's order, then the second's new ones."""
+    return list(dict.fromkeys([*first, *second]))
+
+
+def _side(round_: Round, release: dict[str, Any]) -> dict[str, Any]:
+    recipe = round_.recipe
+    return {
+        "round": round_.pk,
+        "analysis": recipe.analysis.identifier,
+        "recipe": recipe.identifier,
+        "field": recipe.encoded_field,
+        "noise": recipe.noise,
+        "noise_label": recipe.noise_label,
+        "mechanism": recipe.mechanism,
+        "epsilon0": recipe.epsilon0,
+        "epsilon": recipe.epsilon,
+        "delta": recipe.delta,
+        "sampling_rate": recipe.sampling_rate,
+        "min_cohort": recipe.min_cohort,
+        "reports": release["reports"],
+        "epsilon_spent": release["epsilon_spent"],
+        "released_at": round_.release.created_at,
+    }
+
+
+def _cohort_compare(
+    cohort: str, batch_a: dict | None, batch_b: dict | None, labels: dict[str, list[str]], z: float
+) -> dict[str, Any]:
+    """One cohort's buckets, aligned by label; a side without the bucket (or the batch) is None."""
+    sides = {"a": batch_a, "b": batch_b}
+    estimates = {
+        key: {bucket["label"]: bucket for bucket in batch.get("buckets", [])} if batch else {}
+        for key, batch in sides.items()
+    }
+    buckets = []
+    for label in _union(labels["a"], labels["b"]):
+        a, b = estimates["a"].get(label), estimates["b"].get(label)
+        row: dict[str, Any] = {
+            "label": label,
+            "a": _estimate(a),
+            "b": _estimate(b),
+            "difference": None,
+            "standard_error": None,
+            "significant": None,
+        }
+        if a is not None and b is not None:
+            difference = b["estimate"] - a["estimate"]
+            error = math.hypot(a["standard_error"], b["standard_error"])
+            row.update(difference=difference, standard_error=error, significant=abs(difference) > z * error)
+        buckets.append(row)
+    return {
+        "cohort": cohort,
+        "a": _batch_state(batch_a),
+        "b": _batch_state(batch_b),
+        "buckets": buckets,
+    }
+
+
+def _estimate(bucket: dict | None) -> dict[str, Any] | None:
+    if bucket is None:
+        return None
+    low, high = bucket["ci95"]
+    # margin: the interval's half-width (raw view, so the interval is symmetric): "estimate ± margin".
+    return {**{k: bucket[k] for k in ("estimate", "standard_error", "ci95")}, "margin": (high - low) / 2}
+
+
+def _batch_state(batch: dict | None) -> dict[str, Any]:
+    if batch is None:
+        return {"present": False, "suppressed": False, "reports": None, "reason": "No such cohort in this release."}
+    return {
+        "present": True,
+        "suppressed": batch["suppressed"],
+        "reports": batch["reports"],
+        "reason": batch.get("reason", ""),
+    }
+
+
+def _compare_notes(round_a: Round, round_b: Round, batches: dict) -> list[str]:
+    """What makes the two releases less comparable than they look."""
+    a, b = round_a.recipe, round_b.recipe
+    notes = []
+    if a.encoded_field != b.encoded_field:
+        notes.append(
+            f"The releases histogram different fields ({a.encoded_field} and {b.encoded_field}): "
+            "buckets are matched by label only."
+        )
+    if a.sampling_rate != b.sampling_rate:
+        notes.append(
+            f"Sampling rates differ ({a.sampling_rate:g} and {b.sampling_rate:g}): estimates count "
+            "reporting devices, so they scale with the rate."
+        )
+    if set(batches["a"]) != set(batches["b"]):
+        notes.append("The releases are split into different cohorts: a cohort found in one only has no difference.")
+    notes.append(
+        "Significance is per bucket at 95% (|B − A| > 1.96 standard errors of the difference): "
+        "about one bucket in twenty whose true counts are equal still looks significant by chance."
+    )
+    return notes

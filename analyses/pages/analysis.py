@@ -1,0 +1,228 @@
+"""Dashboard pages: thin views over the same services as the API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from analyses import device_rounds, drilldown, release_cache, selectors
+from analyses.forms import RecipeForm
+from analyses.models import Round
+from analyses.services import rounds
+from analyses.services.policy import analyses_spent, analysis_spent
+from analyses.services.releases import ReleaseView
+from analyses.services.rounds import round_create_and_start, round_dry_run, round_progress
+from pfs_base.errors import NotAllowed, ValidationFailed
+from privacy.mechanisms import MECHANISMS
+
+
+@login_required
+def analysis_list(request: HttpRequest) -> HttpResponse:
+    analyses = list(selectors.analysis_list(user=request.user))
+    latest = selectors.last_releases(analyses=analyses)
+    spent = analyses_spent(analyses)
+    rows = [{"analysis": a, "spent": spent[a.pk], "last_release": latest.get(a.pk)} for a in analyses]
+    return render(request, "analyses/list.html", {"rows": rows})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
+    analysis = selectors.analysis_get(user=request.user, identifier=identifier)
+    # Drill-down from a round page: ?refine=<round>&cohort=<c>&bucket=<i> prefills a refined recipe.
+    refine = (
+        drilldown.refinement_for_page(user=request.user, analysis=analysis, query=request.GET)
+        if "refine" in request.GET
+        else None
+    )
+    form = RecipeForm(request.POST or None, analysis=analysis, initial=(refine or {}).get("initial"))
+    dry_run = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            if request.POST.get("action") == "dry-run":
+                dry_run = round_dry_run(analysis=analysis, content=form.recipe())
+            else:
+                round_ = round_create_and_start(analysis=analysis, content=form.recipe(), user=request.user)
+                return redirect("round-detail", pk=round_.pk)
+        except ValidationFailed as invalid:
+            form.add_recipe_errors(invalid.errors)
+        except NotAllowed as refusal:
+            form.add_error(None, str(refusal))
+    rounds = Round.objects.filter(recipe__analysis=analysis).select_related("recipe")[:20]
+    spent = analysis_spent(analysis)
+    field_rows = [
+        {"field": p.field, "policy": p, "used": spent["fields"].get(p.field, {"epsilon": 0.0, "reports": 0})}
+        for p in analysis.field_policies.all()
+    ]
+    context = {
+        "analysis": analysis,
+        "field_rows": field_rows,
+        "spent": spent,
+        "form": form,
+        "rounds": rounds,
+        "dry_run": dry_run,
+        "deletion_model_mechanisms": [name for name, cls in MECHANISMS.items() if cls.privacy_model == "deletion"],
+        "refine": refine,
+    }
+    invalid = form.errors or (refine and refine["error"])
+    return render(request, "analyses/detail.html", context, status=400 if invalid else 200)
+
+
+def _release_view(request: HttpRequest) -> ReleaseView:
+    """The intervals and view asked for in the query string; unknown values fall back to the defaults."""
+    try:
+        return ReleaseView(intervals=request.GET.get("intervals", "per-bucket"), view=request.GET.get("view", "raw"))
+    except ValidationFailed:
+        return ReleaseView()
+
+
+@login_required
+def round_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    release = selectors.round_release(round_) if round_.status == Round.Status.RELEASED else None
+    context = {
+        "round": round_,
+        "recipe": round_.recipe,
+        "progress": _progress(round_),
+        "can_cancel": not round_.is_finished and _owns(request.user, round_),
+        "release": release,
+        "release_section": release_cache.release_section(round_, release, _release_view(request)) if release else "",
+    }
+    return render(request, "analyses/round.html", context)
+
+
+@login_required
+@require_GET
+def round_status(request: HttpRequest, pk: int) -> JsonResponse:
+    """What the round page's script polls: the progress as the page shows it."""
+    return JsonResponse(_progress(selectors.round_get(user=request.user, pk=pk)))
+
+
+@login_required
+@require_POST
+def round_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    return _owner_acts(request, pk, "cancel", rounds.round_cancel, "Round {pk} cancelled: nothing will be released.")
+
+
+@login_required
+@require_POST
+def round_close(request: HttpRequest, pk: int) -> HttpResponse:
+    """Close the collection of a round on real devices: its reports are verified and released."""
+    return _owner_acts(
+        request, pk, "close", device_rounds.round_close, "Round {pk}: the collection is closed; its release follows."
+    )
+
+
+def _owner_acts(request: HttpRequest, pk: int, verb: str, act: Any, done: str) -> HttpResponse:
+    """Run ``act`` on a round its owner asked to ``verb``; ``done`` (with {pk}) or the refusal as a message."""
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    if not _owns(request.user, round_):
+        raise PermissionDenied(f"Only the analyst who owns the analysis can {verb} its rounds.")
+    try:
+        act(round_=round_, user=request.user)
+        messages.success(request, done.format(pk=round_.pk))
+    except NotAllowed as refusal:
+        messages.error(request, str(refusal))
+    return redirect("round-detail", pk=round_.pk)
+
+
+@login_required
+@require_POST
+def round_refine(request: HttpRequest, pk: int) -> HttpResponse:
+    """Run the drill-down's refined recipe as it was shown (rebuilt here from the round and the bucket)."""
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    analysis = round_.recipe.analysis
+    query = {
+        "refine": str(round_.pk),
+        "cohort": request.POST.get("cohort", ""),
+        "bucket": request.POST.get("bucket", ""),
+    }
+    back = f"{reverse('analysis-detail', args=[analysis.identifier])}?{urlencode(query)}"
+    try:
+        refinement = drilldown.refined_recipe(round_=round_, cohort=query["cohort"], bucket=int(query["bucket"]))
+        if refinement["recipe"] is None:
+            raise NotAllowed(refinement["explanation"])
+        new_round = round_create_and_start(analysis=analysis, content=refinement["recipe"], user=request.user)
+    except ValueError:
+        messages.error(request, "bucket must be a whole number.")
+    except ValidationFailed as invalid:
+        for path, problems in invalid.errors.items():
+            for problem in problems:
+                messages.error(request, f"{path}: {problem}")
+    except NotAllowed as refusal:
+        messages.error(request, str(refusal))
+    else:
+        return redirect("round-detail", pk=new_round.pk)
+    return redirect(back)
+
+
+def _owns(user: AbstractBaseUser, round_: Round) -> bool:
+    return round_.recipe.analysis.owner_id == user.pk
+
+
+def _progress(round_: Round) -> dict[str, Any]:
+    """round_progress with what the page says in words: status, elapsed time, time left."""
+    progress = round_progress(round_)
+    if round_.is_finished:
+        eta = "done"
+    elif progress["elapsed_seconds"] is None:
+        eta = "waiting for a worker to start"
+    elif progress["eta_seconds"] is None:
+        eta = "estimating…"
+    else:
+        eta = f"about {_duration(progress['eta_seconds'])}"
+    return {
+        **progress,
+        "finished": round_.is_finished,
+        "status_display": round_.get_status_display(),
+        "elapsed_text": "not started"
+        if progress["elapsed_seconds"] is None
+        else _duration(progress["elapsed_seconds"]),
+        "eta_text": eta,
+    }
+
+
+def _duration(seconds: float) -> str:
+    """1 h 02 min, 3 min 05 s, 12 s."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+@login_required
+def release_csv(request: HttpRequest, pk: int) -> HttpResponse:
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    if round_.status != Round.Status.RELEASED:
+        return HttpResponse("No release yet.", status=404, content_type="text/plain")
+    csv = release_cache.release_csv(selectors.round_release(round_), _release_view(request))
+    response = HttpResponse(csv, content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.csv"'
+    return response
+
+
+@login_required
+def release_json(request: HttpRequest, pk: int) -> HttpResponse:
+    """The release as the API gives it, as a file to download (the API's browsable page is not one)."""
+    round_ = selectors.round_get(user=request.user, pk=pk)
+    if round_.status != Round.Status.RELEASED:
+        return HttpResponse("No release yet.", status=404, content_type="text/plain")
+    content = release_cache.release_json(selectors.round_release(round_), _release_view(request))
+    body = json.dumps(content, indent=2, ensure_ascii=False)
+    response = HttpResponse(body, content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.json"'
+    return response
