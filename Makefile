@@ -29,6 +29,7 @@ test: $(VENV)/.dev static/vendor/plotly.min.js ## the whole suite: unit, stats, 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.dev static/vendor/plotly.min.js
 	$(PY) bench/fleet_round.py

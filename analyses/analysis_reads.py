@@ -26,6 +26,7 @@ from devices.budget import NANO, to_units
 from devices.decision import fields_of, snapshot_digest
 from pfs_base.errors import ValidationFailed
 from privacy.intervals import z_value
+from privacy.parameters import PRIVACY_KEYS
 
 # ---------------------------------------------------------------- budget burn-down
 
@@ -194,13 +195,7 @@ AUDIT_CSV_COLUMNS = [
     "finished_at",
     "recipe",
     "field",
-    "noise",
-    "mechanism",
-    "epsilon0",
-    "epsilon",
-    "delta",
-    "sampling_rate",
-    "min_cohort",
+    *PRIVACY_KEYS,
     "reports_released",
     "adaptive_run",
     "error",

@@ -14,6 +14,7 @@ from analyses.models import Analysis, Recipe
 from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
+from privacy.parameters import PRIVACY_KEYS
 
 # Dotted JSON paths of recipe errors, and the form field that shows each. The editor's script
 # (static/js/recipe_form.js) reads this table from the page to place its messages.
@@ -100,13 +101,7 @@ class RecipeForm(forms.Form):
         "field",
         "boundaries",
         "cohorts",
-        "noise",
-        "mechanism",
-        "epsilon0",
-        "epsilon",
-        "delta",
-        "sampling_rate",
-        "min_cohort",
+        *PRIVACY_KEYS,
     )
 
     def __init__(self, *args: Any, analysis: Analysis, **kwargs: Any) -> None:

@@ -133,15 +133,7 @@ class Recipe(models.Model):
     @property
     def privacy(self) -> PrivacyParameters:
         """The recipe's privacy parameters as one value (privacy.parameters)."""
-        return PrivacyParameters(
-            noise=self.noise,
-            mechanism=self.mechanism,
-            epsilon0=self.epsilon0,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            sampling_rate=self.sampling_rate,
-            min_cohort=self.min_cohort,
-        )
+        return PrivacyParameters.of(self)
 
     @property
     def aggregator_noise(self) -> bool:
@@ -159,7 +151,6 @@ class Round(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
         RUNNING = "running", "Running on devices"
-        AGGREGATING = "aggregating", "Aggregating"
         RELEASED = "released", "Released"
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"

@@ -64,15 +64,7 @@ class DeviceTask:
 
     @property
     def privacy(self) -> PrivacyParameters:
-        return PrivacyParameters(
-            noise=self.noise,  # type: ignore[arg-type]
-            mechanism=self.mechanism,
-            epsilon0=self.epsilon0,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            sampling_rate=self.sampling_rate,
-            min_cohort=self.min_cohort,
-        )
+        return PrivacyParameters.of(self)
 
     @classmethod
     def for_privacy(cls, privacy: PrivacyParameters, **task: object) -> DeviceTask:

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-# The columns of the dashboard's CSV (analyses.views.release_csv), in its order.
+# The columns of the dashboard's CSV (analyses.pages.analysis.release_csv), in its order.
 CSV_COLUMNS = ["cohort", "bucket", "estimate", "standard_error", "ci_low", "ci_high"]
 
 Target = str | os.PathLike[str] | IO[str] | None

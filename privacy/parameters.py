@@ -8,7 +8,7 @@ all take their privacy numbers from a ``PrivacyParameters``, so none of them res
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from privacy.mechanisms import mechanism_get, replacement_epsilon0
@@ -48,3 +48,12 @@ class PrivacyParameters:
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def of(cls, holder: Any) -> PrivacyParameters:
+        """The parameters of anything that carries them as flat attributes (a stored recipe, a device task)."""
+        return cls(**{name: getattr(holder, name) for name in PRIVACY_KEYS})
+
+
+# The parameters' names, in the order every table, form and export lists them.
+PRIVACY_KEYS: tuple[str, ...] = tuple(f.name for f in fields(PrivacyParameters))

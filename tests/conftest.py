@@ -119,3 +119,15 @@ def celery_worker_process(django_db_setup, django_db_blocker, tmp_path_factory):
     worker.wait_ready()
     yield worker
     worker.stop()
+
+
+_DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests say what they need: a test that reaches the database (through any fixture) is marked
+    ``database``; the others are pure and pytest-django refuses them a database. So
+    ``pytest -m "not database"`` runs the pure suite, with no database at all."""
+    for item in items:
+        if _DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("django_db"):
+            item.add_marker(pytest.mark.database)

@@ -1,6 +1,6 @@
 """REST API, read-only: budget burn-down, audit, policy of an analysis, and two releases compared.
 
-The same analyses.reports_view functions as the dashboard pages. An analysis or round the user
+The same analyses.analysis_reads functions as the dashboard pages. An analysis or round the user
 may not read is a 404; bad or missing round ids, or a round not released, a 400 by parameter.
 """
 
@@ -12,14 +12,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analyses import reports_view, selectors
+from analyses import analysis_reads, selectors
 from pfs_base.errors import ValidationFailed
 
 
 class AnalysisBudget(APIView):
     def get(self, request: Request, identifier: str) -> Response:
         analysis = selectors.analysis_get(user=request.user, identifier=identifier)
-        return Response(reports_view.budget_burndown(analysis))
+        return Response(analysis_reads.budget_burndown(analysis))
 
 
 class AnalysisAudit(GenericAPIView):
@@ -27,24 +27,24 @@ class AnalysisAudit(GenericAPIView):
 
     def get(self, request: Request, identifier: str) -> Response:
         analysis = selectors.analysis_get(user=request.user, identifier=identifier)
-        runs = reports_view.audit_adaptive_runs(analysis)
-        starters = reports_view.adaptive_round_starters(runs)
-        page = self.paginate_queryset(reports_view.audit_rounds(analysis))
-        response = self.get_paginated_response([reports_view.audit_row(round_, starters) for round_ in page])
-        response.data["adaptive_runs"] = [reports_view.adaptive_run_summary(run, starters) for run in runs]
+        runs = analysis_reads.audit_adaptive_runs(analysis)
+        starters = analysis_reads.adaptive_round_starters(runs)
+        page = self.paginate_queryset(analysis_reads.audit_rounds(analysis))
+        response = self.get_paginated_response([analysis_reads.audit_row(round_, starters) for round_ in page])
+        response.data["adaptive_runs"] = [analysis_reads.adaptive_run_summary(run, starters) for run in runs]
         return response
 
 
 class AnalysisPolicy(APIView):
     def get(self, request: Request, identifier: str) -> Response:
         analysis = selectors.analysis_get(user=request.user, identifier=identifier)
-        return Response(reports_view.policy_summary(analysis))
+        return Response(analysis_reads.policy_summary(analysis))
 
 
 class ReleaseCompare(APIView):
     def get(self, request: Request) -> Response:
         try:
-            a, b = reports_view.compare_ids(request.query_params)
-            return Response(reports_view.release_compare(user=request.user, a=a, b=b))
+            a, b = analysis_reads.compare_ids(request.query_params)
+            return Response(analysis_reads.release_compare(user=request.user, a=a, b=b))
         except ValidationFailed as invalid:
             raise ValidationError(invalid.errors) from invalid

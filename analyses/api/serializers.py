@@ -14,6 +14,7 @@ from analyses.services.rounds import round_progress
 from devices.models import Fleet
 from devices.streams import RETENTION_DAYS, STREAMS
 from privacy.intervals import INTERVALS, VIEWS
+from privacy.parameters import PRIVACY_KEYS
 
 
 class FieldPolicySerializer(serializers.Serializer):
@@ -81,12 +82,7 @@ class RecipeSerializer(serializers.ModelSerializer):
             "identifier",
             "content",
             "encoded_field",
-            "mechanism",
-            "epsilon0",
-            "epsilon",
-            "delta",
-            "sampling_rate",
-            "min_cohort",
+            *PRIVACY_KEYS,
             "created_at",
         ]
 
@@ -130,7 +126,9 @@ class RoundSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ProgressSerializer)
     def get_progress(self, round_: Round) -> dict:
-        progress = round_progress(round_)
+        # A list view passes every row's progress, computed in one query (rounds_progress).
+        known = self.context.get("progress", {})
+        progress = known[round_.pk] if round_.pk in known else round_progress(round_)
         return {k: v for k, v in progress.items() if k not in ("status", "error")}
 
     @extend_schema_field(serializers.CharField(allow_null=True))

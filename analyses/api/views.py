@@ -40,7 +40,7 @@ from analyses.recipe_preview import recipe_preview
 from analyses.services.policy import analyses_spent
 from analyses.services.recipes import recipe_create
 from analyses.services.releases import ReleaseView
-from analyses.services.rounds import round_cancel, round_dry_run, round_start
+from analyses.services.rounds import round_cancel, round_dry_run, round_start, rounds_progress
 from devices.models import Fleet
 from pfs_base.api_limits import UserRateThrottle
 from pfs_base.api_parsers import JSONParser
@@ -199,6 +199,13 @@ class RoundList(ListAPIView):
         if self.request.query_params.get("analysis"):
             rounds = rounds.filter(recipe__analysis__identifier=self.request.query_params["analysis"])
         return rounds
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        rounds = list(page if page is not None else self.get_queryset())
+        context = {**self.get_serializer_context(), "progress": rounds_progress(rounds)}
+        data = RoundSerializer(rounds, many=True, context=context).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
 
 
 @extend_schema(summary="A round: status and progress", responses={200: RoundSerializer, **errors(404)})

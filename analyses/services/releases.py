@@ -14,6 +14,7 @@ from pfs_base.errors import ValidationFailed
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.encoding import CombinationType, Encoding
 from privacy.intervals import INTERVALS, VIEWS, present, view_rule, z_value
+from privacy.parameters import PRIVACY_KEYS
 
 
 def release_content(round_: Round, encoding: Encoding, batches: list, progress: dict) -> dict[str, Any]:
@@ -155,14 +156,8 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
             "recipe",
             "round",
             "field",
-            "noise",
+            *PRIVACY_KEYS,
             "aggregator_sigma",
-            "mechanism",
-            "epsilon0",
-            "epsilon",
-            "delta",
-            "sampling_rate",
-            "min_cohort",
             "reports",
             "epsilon_spent",
             "refusals",

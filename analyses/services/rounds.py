@@ -197,27 +197,38 @@ def _announce_finished(round_: Round) -> None:
 
 def round_progress(round_: Round) -> dict[str, Any]:
     """Shards done and devices answered or refused by reason, derived from the shards' own records."""
-    if device_rounds.is_device_round(round_):
-        return device_rounds.round_progress_devices(round_)  # no shards: what the aggregators hold
-    runs = ShardRun.objects.filter(task_key=round_.task_key)
-    outcomes: dict[str, int] = {}
-    answered = 0
-    for run in runs.only("answered", "outcomes"):
-        answered += run.answered
-        for reason, count in run.outcomes.items():
-            outcomes[reason] = outcomes.get(reason, 0) + count
-    done = runs.count()
-    elapsed, eta = _round_timing(round_, done)
-    return {
-        "status": round_.status,
-        "shards_total": round_.shards_total,
-        "shards_done": done,
-        "devices_answered": answered,
-        "devices_not_answering": outcomes,
-        "error": round_.error,
-        "elapsed_seconds": elapsed,
-        "eta_seconds": eta,
-    }
+    return rounds_progress([round_])[round_.pk]
+
+
+def rounds_progress(rounds: list[Round]) -> dict[int, dict[str, Any]]:
+    """round_progress of each round, by id: the shard records of every simulated round in one query."""
+    simulated = {r.task_key: r for r in rounds if not device_rounds.is_device_round(r)}
+    tallies: dict[str, dict[str, Any]] = {key: {"done": 0, "answered": 0, "outcomes": {}} for key in simulated}
+    runs = ShardRun.objects.filter(task_key__in=list(simulated)).values_list("task_key", "answered", "outcomes")
+    for task_key, answered, outcomes in runs:
+        tally = tallies[task_key]
+        tally["done"] += 1
+        tally["answered"] += answered
+        for reason, count in outcomes.items():
+            tally["outcomes"][reason] = tally["outcomes"].get(reason, 0) + count
+    progress = {}
+    for round_ in rounds:
+        if round_.task_key not in simulated:
+            progress[round_.pk] = device_rounds.round_progress_devices(round_)  # what the aggregators hold
+            continue
+        tally = tallies[round_.task_key]
+        elapsed, eta = _round_timing(round_, tally["done"])
+        progress[round_.pk] = {
+            "status": round_.status,
+            "shards_total": round_.shards_total,
+            "shards_done": tally["done"],
+            "devices_answered": tally["answered"],
+            "devices_not_answering": tally["outcomes"],
+            "error": round_.error,
+            "elapsed_seconds": elapsed,
+            "eta_seconds": eta,
+        }
+    return progress
 
 
 def _round_timing(round_: Round, shards_done: int) -> tuple[float | None, float | None]:
