@@ -3,11 +3,19 @@
 A device that answers with an eps0-DP local randomizer is (eps, delta)-DP in the aggregate
 model once its report is summed with enough others. The aggregators refuse to release a batch
 smaller than the minimum cohort m, so the cohort-aggregate guarantee holds whatever the turnout.
+
+Which randomizers the closed form covers: seed 000 states Theorem 3.1 "due to [31]", Feldman,
+McMillan and Talwar's "Stronger privacy amplification by shuffling" (2022; its clone probability
+2/(e^eps0 + 1) is what the validity condition below encodes). That paper's errata restricts its
+general bounds to a class of local randomizers (privacy/enforced_cohort.py says which of ours
+qualify, and why); for any other eps0-DP randomizer the proven bound is the 2020 one
+(privacy/shuffling.py, "clones-2020").
 """
 
 from __future__ import annotations
 
 import math
+from typing import Final
 
 
 class UnreachableEpsilon(ValueError):
@@ -16,6 +24,11 @@ class UnreachableEpsilon(ValueError):
 
 # The minimum-cohort search stops here: a cohort larger than any fleet is no answer.
 MAX_COHORT = 10**12
+# The smallest delta accepted here, in privacy.shuffling and in privacy.gaussian. Below the smallest
+# normal double (2.2e-308) a delta loses significant bits (5e-324 has one), so it is no longer the
+# number the caller meant; and the numerical shuffling bounds set aside 1e-4 * delta for their
+# tail, which must itself stay a normal double.
+MIN_DELTA: Final = 1e-300
 
 
 def closed_form_epsilon(epsilon0: float, n: int, delta: float) -> float:
@@ -62,8 +75,15 @@ def min_cohort_closed_form(epsilon0: float, epsilon: float, delta: float) -> int
     return high
 
 
+def check_delta(delta: float) -> None:
+    """Raise ValueError unless MIN_DELTA <= delta < 1 (NaN included)."""
+    if not (0.0 < delta < 1.0):
+        raise ValueError("delta must lie strictly between 0 and 1")
+    if delta < MIN_DELTA:
+        raise ValueError(f"delta must be at least {MIN_DELTA:g}: smaller ones lose precision as doubles")
+
+
 def _check(*, epsilon0: float, delta: float) -> None:
     if not (epsilon0 > 0 and math.isfinite(epsilon0)):
         raise ValueError("epsilon0 must be a positive finite number")
-    if not (0.0 < delta < 1.0):
-        raise ValueError("delta must lie strictly between 0 and 1")
+    check_delta(delta)

@@ -44,11 +44,23 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special, stats
 
-from privacy.amplification import MAX_COHORT, UnreachableEpsilon, closed_form_epsilon, min_cohort_closed_form
+from privacy.amplification import (
+    MAX_COHORT,
+    UnreachableEpsilon,
+    check_delta,
+    closed_form_epsilon,
+    min_cohort_closed_form,
+)
 
 Method = Literal["stronger-2022", "clones-2020", "closed-form"]
 METHODS: Final[tuple[Method, ...]] = ("stronger-2022", "clones-2020", "closed-form")
 DEFAULT_METHOD: Final[Method] = "stronger-2022"
+
+# Largest epsilon0 accepted. The bound evaluates e^(eps + eps0) - 1 for eps up to eps0, a finite
+# double only while 2 eps0 < log(max double) = 709.78 (above that it raised OverflowError). No cohort
+# of up to MAX_COHORT reports amplifies an epsilon0 above about log(MAX_COHORT) = 27.6, so the cap
+# refuses no epsilon0 that aggregation can amplify. Deltas below privacy.amplification.MIN_DELTA are refused too.
+MAX_EPSILON0: Final = 350.0
 
 # Mass of the clone count left out of the explicit sum, as a fraction of the target delta. It is
 # added to delta in full, so it only costs tightness.
@@ -301,8 +313,9 @@ def _half_binomial_cdf(k: npt.NDArray[np.float64], c: npt.NDArray[np.float64]) -
 def _check(*, epsilon0: float, delta: float) -> None:
     if not (epsilon0 > 0 and math.isfinite(epsilon0)):
         raise ValueError("epsilon0 must be a positive finite number")
-    if not (0.0 < delta < 1.0):
-        raise ValueError("delta must lie strictly between 0 and 1")
+    if epsilon0 > MAX_EPSILON0:
+        raise ValueError(f"epsilon0 must be at most {MAX_EPSILON0:g}: e^(2 epsilon0) overflows a double above 354.89")
+    check_delta(delta)
 
 
 def _check_n(n: int) -> None:

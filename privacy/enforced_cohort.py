@@ -1,0 +1,137 @@
+"""The minimum cohort a device enforces (check 3), by the tightest amplification bound proven for its randomizer.
+
+A device refuses a recipe unless m reports, each eps0-DP, are (epsilon, delta)-DP once summed. The
+numerical bounds of privacy/shuffling.py give far smaller m than seed 000's closed form (1,670
+against 19,485 for eps0 = 2, epsilon = 0.3, delta = 1e-6), but they are not proven for the same
+randomizers:
+
+- "clones-2020" (Feldman, McMillan, Talwar, "Hiding among the clones", FOCS 2021,
+  arXiv:2012.12803, Section 3): every eps0-DP randomizer, because any R(x) is at least
+  e^-eps0 (R(x0) + R(x1)) / 2, so each other report is a "clone" of x0's or x1's with probability e^-eps0.
+- "stronger-2022" (FMT, "Stronger privacy amplification by shuffling", SODA 2023,
+  arXiv:2208.04591, Theorems 3.1-3.2): the errata restricts them to a class of randomizers. The
+  decomposition their bound counts (each other report a clone with probability 2 / (e^eps0 + 1),
+  half of x0's and half of x1's; x0's and x1's own reports split e^eps0 : 1 between the two
+  clone kinds) exists exactly when, for all inputs x, x0, x1 and every output y,
+
+      R(x)(y) >= (R(x0)(y) + R(x1)(y)) / (e^eps0 + 1).                                      (*)
+
+  For x in {x0, x1} that is eps0-DP itself, so a randomizer of two inputs always satisfies it.
+
+Per mechanism, with eps0 the replacement-model epsilon0 the device charges (tests/unit/privacy/
+test_enforced_cohort.py checks (*) or its failure by exact enumeration):
+
+- binary_rr: two inputs, so (*) holds.
+- kary_rr: R(x)(y) >= q = 1 / (e^eps0 + k - 1) and R(x0)(y) + R(x1)(y) <= (e^eps0 + 1) q, so (*) holds,
+  with equality at y = x0.
+- asymmetric_ohe and symmetric_rappor: every bit is sent with its own coin, and neighbours x0, x1
+  change only bits x0 and x1, so the other bits of the sum are independent of those two and equal
+  in law under both: the sum's hockey-stick divergence is that of bits (x0, x1) alone. That
+  two-bit randomizer satisfies (*) (equality at y = (1, 1) for asymmetric OHE). Symmetric RAPPOR is
+  eps0-DP in the deletion model; the devices charge it 2 eps0 in the replacement model (seed 000,
+  Appendix C), and it is that 2 eps0 that this module takes and that (*) holds for.
+- one_bit_mean (privacy/one_bit_mean.py, not a recipe mechanism): its report is binary randomized
+  response applied to a Bernoulli(x/m) bit, so by joint convexity of the hockey-stick divergence
+  (coupling the two inputs' bits) the sum is no less private than binary RR's.
+- hadamard_response: (*) fails once the domain has 4 values (K = 8): an output in the sets of x0
+  and x1 but not of x has ratio e^-eps0 / 2 < 1 / (e^eps0 + 1), and there is no independence to
+  reduce it. The 2020 bound applies.
+
+The closed form (seed 000 Theorem 3.1, "due to [31]", FMT 2022) is never chosen. It rests on the
+same stronger clone reduction (its validity condition is n 2 / (e^eps0 + 1) >= 16 log(2/delta)), so
+the errata restricts it as much as the numerical 2022 bound; and it is never tighter than the bound
+chosen (tested over the demo range), so where the numerical search finds no cohort of up to
+MAX_COHORT reports, neither would it: UnreachableEpsilon is raised instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Final
+
+from privacy.hadamard_response import HadamardResponse
+from privacy.mechanisms import AsymmetricOHE
+from privacy.randomized_response import BinaryRandomizedResponse, KaryRandomizedResponse, SymmetricRappor
+from privacy.shuffling import Method, min_cohort
+
+# The 1-bit mean is not a recipe mechanism (privacy.mechanisms.MECHANISMS); this is its name here.
+ONE_BIT_MEAN: Final = "one_bit_mean"
+
+# Mechanism name -> (bound, why it applies), as the module docstring derives.
+BOUNDS: Final[dict[str, tuple[Method, str]]] = {
+    BinaryRandomizedResponse.name: (
+        "stronger-2022",
+        "binary randomized response has two inputs, so FMT 2022's errata condition holds",
+    ),
+    KaryRandomizedResponse.name: (
+        "stronger-2022",
+        "k-ary randomized response meets FMT 2022's errata condition, with equality",
+    ),
+    AsymmetricOHE.name: (
+        "stronger-2022",
+        "independent bits: neighbours differ in two bits, whose randomizer meets FMT 2022's errata condition",
+    ),
+    SymmetricRappor.name: (
+        "stronger-2022",
+        "independent bits: neighbours differ in two bits, whose randomizer meets FMT 2022's errata "
+        "condition at the replacement epsilon0 (2 x the deletion epsilon0)",
+    ),
+    ONE_BIT_MEAN: (
+        "stronger-2022",
+        "binary randomized response of a Bernoulli(x/m) bit: by joint convexity no less private than binary RR",
+    ),
+    HadamardResponse.name: (
+        "clones-2020",
+        "Hadamard response fails FMT 2022's errata condition (domains of 4 or more); FMT 2020 holds for every "
+        "eps0-DP randomizer",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class EnforcedCohort:
+    """The smallest cohort that makes eps0-DP reports (epsilon, delta)-DP, and the bound that proves it."""
+
+    min_cohort: int
+    method: Method
+    reason: str
+
+
+def min_cohort_enforced(*, mechanism: str, epsilon0: float, epsilon: float, delta: float) -> EnforcedCohort:
+    """Smallest m such that the sum of m ``mechanism`` reports, each eps0-DP, is (epsilon, delta)-DP.
+
+    ``epsilon0`` is the replacement-model local epsilon the device charges: for symmetric RAPPOR,
+    twice its deletion-model epsilon0 (privacy.mechanisms.replacement_epsilon0). The bound is the
+    tightest proven for the mechanism (BOUNDS, module docstring): FMT 2022 numerically, or FMT 2020
+    numerically, through privacy.shuffling.min_cohort, which rounds up: the bound's epsilon at m
+    is at most ``epsilon`` and at m - 1 above it.
+
+    Raises ValueError for an unknown mechanism; epsilon0 not in (0, 350] (above it e^(2 epsilon0)
+    overflows a double); epsilon not positive and finite; delta not in [1e-300, 1) (smaller deltas
+    lose precision as doubles); any of them NaN, infinite or not a real number. Raises
+    UnreachableEpsilon (a ValueError) when no cohort of up to 10^12 reports is enough. Results are
+    memoized by the exact arguments; an uncached call takes 4-27 ms over the demo range, a memoized one
+    1.5 us (bench/results/min_cohort.md).
+    """
+    try:
+        method, reason = BOUNDS[mechanism]
+    except (KeyError, TypeError):
+        raise ValueError(f"mechanism must be one of {', '.join(sorted(BOUNDS))}, not {mechanism!r}") from None
+    arguments = (_real("epsilon0", epsilon0), _real("epsilon", epsilon), _real("delta", delta))
+    return EnforcedCohort(_min_cohort(*arguments, method), method, reason)
+
+
+@functools.lru_cache(maxsize=1024)
+def _min_cohort(epsilon0: float, epsilon: float, delta: float, method: Method) -> int:
+    """Memoized: devices check the same few recipes again and again. privacy.shuffling.min_cohort
+    refuses the out-of-range values, and a refusal is not cached."""
+    return min_cohort(epsilon0, epsilon, delta, method=method)
+
+
+def _real(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite real number, not {value!r}")
+    return float(value)
