@@ -38,7 +38,9 @@ class AggregateShare:
 
 @dataclass(frozen=True)
 class BatchRefused:
-    reports: int
+    """A batch the aggregator will not release. It carries no report count: the size of a batch
+    below the minimum cohort is exactly what the cohort hides ("fewer than m" is all it says)."""
+
     min_cohort: int
     reason: str
 
@@ -115,7 +117,7 @@ class Aggregator:
             reports = sum(share.reports for share in shares)
             min_cohort = max([share.min_cohort for share in shares] + [rules.min_cohort if rules else 0])
             if not shares or reports < min_cohort:
-                reason = f"{reports:,} reports is below the minimum cohort of {min_cohort:,}"
+                reason = f"fewer than {min_cohort:,} reports (the minimum cohort)"
             elif flooded:
                 reason = (
                     f"reports arrived faster than twice the expected {rules.expected_rate:g} per second "
@@ -126,9 +128,7 @@ class Aggregator:
                     vector=self._noised_sum(shares, collection.length, rules), reports=reports, min_cohort=min_cohort
                 )
                 continue
-            results[collection.batch_key] = BatchRefused(
-                reports=reports, min_cohort=min_cohort, reason=f"{self.role}: {reason}"
-            )
+            results[collection.batch_key] = BatchRefused(min_cohort=min_cohort, reason=f"{self.role}: {reason}")
         return results
 
     def _flooded(self, key: str, rules: CollectionRules) -> bool:

@@ -19,7 +19,7 @@ from privacy.mechanisms import mechanism_get
 @dataclass(frozen=True)
 class BatchEstimate:
     batch_key: str
-    reports: int
+    reports: int | None  # None when suppressed: a suppressed batch's size is never released
     min_cohort: int
     suppressed: bool
     reason: str = ""
@@ -132,7 +132,7 @@ def collection_release(*, collection_key: str, estimator: Estimator) -> list[Bat
                 results.append(
                     BatchEstimate(
                         batch_key=collection.batch_key,
-                        reports=refusal.reports,
+                        reports=None,
                         min_cohort=refusal.min_cohort,
                         suppressed=True,
                         reason=refusal.reason,

@@ -36,6 +36,7 @@ class AnalysisAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["identifier", "title", "fleet", "owner", "query_class"]}),
         ("Check 1: analysis budget", {"fields": ["epsilon_allowed", "reports_allowed", "delta", "accountant"]}),
+        ("Limits", {"fields": ["min_cohort_floor", "max_buckets"]}),
         (
             "Approval",
             {
@@ -45,6 +46,11 @@ class AnalysisAdmin(admin.ModelAdmin):
             },
         ),
     ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Analysis | None = None) -> list[str]:
+        # Devices key their budgets by the identifier: once approved, it cannot change.
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "identifier"] if obj is not None and obj.snapshot_id is not None else fields
 
     @admin.action(description="Approve (devices receive a snapshot of the current policy)")
     def approve(self, request: HttpRequest, queryset: QuerySet[Analysis]) -> None:

@@ -19,8 +19,8 @@ from django.db.models.functions import Cast
 
 from analyses import selectors
 from analyses.models import AdaptiveRun, Analysis, Round
-from analyses.services.policy import analysis_policy
 from analyses.services.releases import ReleaseView, release_as_json
+from analyses.services.rounds import rounds_progress
 from analyses.validation import Problems
 from devices.budget import NANO, to_units
 from devices.decision import fields_of, snapshot_digest
@@ -41,19 +41,27 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
         .select_related("recipe", "created_by")
         .order_by("created_at", "pk")
     )
+    enforced = analysis.enforced  # the approved policy: an unapproved edit is not what devices enforce
     scopes: dict[str | None, dict[str, Any]] = {
-        None: _scope("analysis", None, analysis.epsilon_allowed, analysis.reports_allowed)
+        None: _scope("analysis", None, enforced.epsilon_allowed, enforced.reports_allowed)
     }
-    for policy in analysis.field_policies.all():
+    for policy in enforced.field_budgets:
         scopes[policy.field] = _scope(f"field {policy.field}", policy.field, policy.epsilon, policy.reports)
     units: dict[str | None, int] = {}
+    device_units: dict[str | None, int] = {}
+    rounds = list(rounds)
+    progress = rounds_progress(rounds)
     for round_ in rounds:
         recipe = round_.recipe
+        # What devices spent: a round no device answered charged none of them.
+        charged = progress[round_.pk]["devices_answered"] > 0
         # A joint histogram charges every field it reads, as analysis_spent counts it.
         for key in (None, *fields_of(recipe.encoded_field)):
             # A field charged without a policy of its own still shows, with no allowed line.
             scope = scopes.setdefault(key, _scope(f"field {key}", key, None, None))
             units[key] = units.get(key, 0) + to_units(recipe.epsilon)
+            device_units[key] = device_units.get(key, 0) + (to_units(recipe.epsilon) if charged else 0)
+            scope["devices_reports"] = scope.get("devices_reports", 0) + (1 if charged else 0)
             scope["points"].append(
                 {
                     "round": round_.pk,
@@ -63,20 +71,27 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
                     "epsilon_round": recipe.epsilon,
                     "epsilon": units[key] / NANO,
                     "reports": len(scope["points"]) + 1,
+                    "devices_answered": charged,
+                    "epsilon_devices": device_units[key] / NANO,
                 }
             )
     for scope in scopes.values():
         last = scope["points"][-1] if scope["points"] else {"epsilon": 0.0, "reports": 0}
         scope["epsilon_used"], scope["reports_used"] = last["epsilon"], last["reports"]
+        # What the devices were actually charged, apart from what was requested (rounds no device
+        # answered, for instance every device refusing, spent nothing on them).
+        scope["epsilon_spent_by_devices"] = last.get("epsilon_devices", 0.0)
+        scope["reports_spent_by_devices"] = scope.pop("devices_reports", 0)
         scope["epsilon_remaining"] = _remaining(scope["epsilon_allowed"], last["epsilon"])
         scope["reports_remaining"] = _remaining(scope["reports_allowed"], last["reports"])
     return {
         "analysis": analysis.identifier,
-        "accountant": analysis.accountant,
-        "delta": analysis.delta,
+        "accountant": enforced.accountant,
+        "delta": enforced.delta,
         "approved_at": analysis.approved_at,
-        "counting": "Every round started counts in full, failed and cancelled ones included "
-        "(basic composition: the sum of the rounds' epsilons).",
+        "counting": "Requested: every round started counts in full, failed and cancelled ones included "
+        "(basic composition: the sum of the rounds' epsilons); the server plans with it. Spent by devices: "
+        "only rounds some device answered.",
         "scopes": list(scopes.values()),
     }
 
@@ -217,10 +232,10 @@ def audit_csv_row(row: dict[str, Any]) -> dict[str, Any]:
 def policy_summary(analysis: Analysis) -> dict[str, Any]:
     """The approved policy (the snapshot devices enforce), who approved it, and any edit not yet approved.
 
-    Devices enforce the snapshot taken at approval; the live rows (``analysis_policy``) take
+    Devices enforce the snapshot taken at approval; the live rows (``Analysis.edited_policy``) take
     effect only when a privacy officer approves again.
     """
-    live = analysis_policy(analysis)
+    live = analysis.edited_policy()
     snapshot = analysis.snapshot
     policy = snapshot.content if snapshot else live
     accountants = dict(Analysis._meta.get_field("accountant").choices)
@@ -236,6 +251,7 @@ def policy_summary(analysis: Analysis) -> dict[str, Any]:
         "accountant_label": accountants.get(policy["budget"].get("accountant", "basic"), "unknown"),
         "unbudgeted_fields": [f for f in policy["queryClass"]["fields"] if f not in policy["fields"]],
         "pending_changes": live if snapshot is not None and snapshot_digest(live) != snapshot.digest else None,
+        "pending_lines": analysis.pending_changes,
     }
 
 

@@ -104,7 +104,7 @@ def round_progress_devices(round_: Round) -> dict[str, Any]:
     window = CollectionWindow.objects.filter(task_key=round_.task_key).first()
     release = getattr(round_, "release", None) if round_.status == Round.Status.RELEASED else None
     if release is not None:
-        accepted = sum(batch["reports"] for batch in release.content["batches"])
+        accepted = release.content["reports"]  # the released batches: a suppressed one's size stays hidden
     else:
         stored = LeaderShare.objects.filter(collection__key=round_.task_key).aggregate(reports=Sum("reports"))
         accepted = stored["reports"] or 0

@@ -126,7 +126,9 @@ def refinement_cost(*, round_: Round, recipe: dict) -> dict[str, Any]:
         reasons = [f"{path}: {m}" for path, ms in invalid.errors.items() for m in ms]
     spent = analysis_spent(analysis)
     fields = []
-    for policy in analysis.field_policies.filter(field__in=fields_of(round_.recipe.encoded_field)):
+    enforced = analysis.enforced
+    read = set(fields_of(round_.recipe.encoded_field))
+    for policy in (p for p in enforced.field_budgets if p.field in read):
         used = spent["fields"].get(policy.field, {"epsilon": 0.0, "reports": 0})
         fields.append(
             {
@@ -141,10 +143,10 @@ def refinement_cost(*, round_: Round, recipe: dict) -> dict[str, Any]:
         "epsilon": round_.recipe.epsilon,
         "delta": round_.recipe.delta,
         "analysis": {
-            "epsilon_left": analysis.epsilon_allowed - spent["epsilon"],
-            "epsilon_allowed": analysis.epsilon_allowed,
-            "reports_left": analysis.reports_allowed - spent["reports"],
-            "reports_allowed": analysis.reports_allowed,
+            "epsilon_left": enforced.epsilon_allowed - spent["epsilon"],
+            "epsilon_allowed": enforced.epsilon_allowed,
+            "reports_left": enforced.reports_allowed - spent["reports"],
+            "reports_allowed": enforced.reports_allowed,
         },
         "fields": fields,
         "rounds_that_fit": rounds_that_fit,
@@ -332,7 +334,7 @@ def _released(round_: Round) -> Any:
 def unused_cohort_fields(recipe: Recipe) -> list[str]:
     """The cohort fields the analysis's query class allows that ``recipe`` does not break down by."""
     used = set(recipe.content.get("cohorts", []))
-    return [c for c in recipe.analysis.query_class.get("cohortFields", []) if c not in used]
+    return [c for c in recipe.analysis.enforced.query_class.get("cohortFields", []) if c not in used]
 
 
 def _identifier(recipe: Recipe, bucket: int) -> str:

@@ -108,12 +108,13 @@ class RecipeForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.analysis = analysis
         self._fields_recipe: dict[str, Any] | None = None
-        stream = analysis.query_class["stream"]
-        numeric = [f for f in analysis.query_class["fields"] if field_kind(stream, f) == "number"]
+        query_class = analysis.enforced.query_class  # what devices accept, not an unapproved edit
+        stream = query_class["stream"]
+        numeric = [f for f in query_class["fields"] if field_kind(stream, f) == "number"]
         self.fields["field"].choices = [(f, f) for f in numeric]
         self.fields["field"].initial = numeric[0] if numeric else None
         self.fields["mechanism"].initial = "asymmetric_ohe"  # the recipe format's default
-        self.fields["cohorts"].choices = [(c, c) for c in analysis.query_class.get("cohortFields", [])]
+        self.fields["cohorts"].choices = [(c, c) for c in query_class.get("cohortFields", [])]
         if not self.is_bound and self.initial.get("recipe_json"):
             # A recipe given as JSON (a drill-down's refinement) runs as written unless the analyst
             # picks the fields: they may not hold all of it.
@@ -166,7 +167,7 @@ class RecipeForm(forms.Form):
             "version": "1",
             "AnalysisIdentifier": self.analysis.identifier,
             # A recipe query, verified on every device, not SQL run against a database.
-            "query": f"select {field} from {self.analysis.query_class['stream']}",  # noqa: S608
+            "query": f"select {field} from {self.analysis.enforced.query_class['stream']}",  # noqa: S608
             "cohorts": data["cohorts"],
             "dataTypeContent": {field: {"dataType": "BucketedType", "boundaries": data["boundaries"]}},
             "privacy": self._privacy(data),

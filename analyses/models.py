@@ -5,9 +5,13 @@ Models hold invariants; workflows (validate, approve, start, aggregate) live in 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
+from analyses.enforced_policy import EnforcedPolicy, pending_changes
 from devices.models import Fleet, PolicySnapshot
 from privacy.parameters import PrivacyParameters
 
@@ -42,6 +46,18 @@ class Analysis(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     approved_at = models.DateTimeField(null=True, blank=True)
+    min_cohort_floor = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Smallest minimum cohort any recipe of this analysis may have; a recipe can raise it, never "
+        "lower it, and devices refuse a task below it. Empty: what devices compute (client noise) or 1,000 "
+        "(aggregator noise).",
+    )
+    max_buckets = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Most buckets a recipe of this analysis may ask for, below the global limit of 131,072.",
+    )
     snapshot = models.ForeignKey(
         PolicySnapshot,
         null=True,
@@ -63,9 +79,67 @@ class Analysis(models.Model):
     def __str__(self) -> str:
         return self.identifier
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Devices key their ledgers and snapshots by the identifier: renaming an approved analysis
+        # would hand every device a fresh budget. Once approved, it never changes.
+        if self.pk is not None:
+            stored = Analysis.objects.filter(pk=self.pk).values("identifier", "snapshot_id").first()
+            if stored and stored["snapshot_id"] is not None and stored["identifier"] != self.identifier:
+                raise ValidationError(
+                    {"identifier": "An approved analysis keeps its identifier: devices key their budgets by it."}
+                )
+        super().save(*args, **kwargs)
+
     @property
     def is_approved(self) -> bool:
         return self.status == self.Status.APPROVED
+
+    def edited_policy(self) -> dict:
+        """The policy as the columns hold it now, in the snapshot's format (docs/formats.md): what
+        approval would send devices. Until approved, an edit here changes nothing they enforce."""
+        budget = {
+            "epsilon": self.epsilon_allowed,
+            "reports": self.reports_allowed,
+            "delta": self.delta,
+            "accountant": self.accountant,
+        }
+        # Only when set, so that the snapshots of analyses without them keep their digests.
+        if self.min_cohort_floor is not None:
+            budget["minCohort"] = self.min_cohort_floor
+        if self.max_buckets is not None:
+            budget["maxBuckets"] = self.max_buckets
+        return {
+            "analysis": self.identifier,
+            "fleet": self.fleet.name,
+            "queryClass": self.query_class,
+            "budget": budget,
+            "fields": {
+                p.field: {
+                    "localEpsilon": p.local_epsilon,
+                    "epsilon": p.epsilon,
+                    "reports": p.reports,
+                    "aggregatorNoise": p.aggregator_noise,
+                }
+                for p in self.field_policies.all()
+            },
+        }
+
+    @property
+    def enforced_content(self) -> dict:
+        """The policy devices enforce: the approved snapshot, never an unapproved edit. An analysis
+        never approved has no snapshot: its draft stands in (no round can start on it)."""
+        return self.snapshot.content if self.snapshot_id is not None else self.edited_policy()
+
+    @property
+    def enforced(self) -> EnforcedPolicy:
+        return EnforcedPolicy.from_content(self.enforced_content)
+
+    @property
+    def pending_changes(self) -> list[str]:
+        """An officer's edit not approved yet, one line per value ([] when there is none)."""
+        if self.snapshot_id is None:
+            return []
+        return pending_changes(self.snapshot.content, self.edited_policy())
 
 
 class FieldPolicy(models.Model):

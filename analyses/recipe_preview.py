@@ -66,7 +66,8 @@ def _budget(analysis: Analysis, parsed: ParsedRecipe, request: BudgetRequest) ->
     """
     spent = analysis_spent(analysis)
     cost = parsed.privacy.epsilon
-    policies = {p.field: p for p in analysis.field_policies.all()}
+    enforced = analysis.enforced  # the approved policy, not an unapproved edit
+    policies = {p.field: p for p in enforced.field_budgets}
     fields = []
     for name in fields_of(parsed.field):
         used = spent["fields"].get(name, {"epsilon": 0.0, "reports": 0})
@@ -77,14 +78,14 @@ def _budget(analysis: Analysis, parsed: ParsedRecipe, request: BudgetRequest) ->
     scope = _scope(
         analysis.identifier,
         cost,
-        analysis.epsilon_allowed - spent["epsilon"],
-        analysis.reports_allowed - spent["reports"],
+        enforced.epsilon_allowed - spent["epsilon"],
+        enforced.reports_allowed - spent["reports"],
     )
     reports_left = min([scope["reports_left"], *(f["reports_left"] for f in fields)])
     planned = max(1, min(reports_left, _MAX_ROUNDS_COUNTED))
     refusal = budget_plan_refusal(analysis, parsed.field, [request] * planned)
     return {
-        "accountant": analysis.accountant,
+        "accountant": enforced.accountant,
         "analysis": scope,
         "fields": fields,
         "rounds_that_fit": planned if refusal is None else refusal[0],
@@ -133,7 +134,7 @@ def _summary(analysis: Analysis, budget: dict[str, Any]) -> str:
     parts = [f"This round will spend ε = {scope['epsilon']:g} of the {scope['left']:g} left for the analysis"]
     parts += [f"field {f['name']}: {f['epsilon']:g} of {f['left']:g} left" for f in budget["fields"]]
     sentence = "; ".join(parts) + f". Rounds like this one that fit, this one included: {budget['rounds_that_fit']}"
-    if analysis.accountant != "basic":
+    if budget["accountant"] != "basic":
         # The figures left are plain sums; the advanced or Rényi accountant may fit more rounds.
-        sentence += f" (by the {analysis.accountant} accountant; the figures left are plain sums)"
+        sentence += f" (by the {budget['accountant']} accountant; the figures left are plain sums)"
     return sentence + "."

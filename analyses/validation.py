@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
+
+from privacy.limits import Limit
+from privacy.schema_keys import unknown_keys
+
+
+def sentence(error: object) -> str:
+    """An error's text as a sentence: capitalised, ending in a full stop unless it has its own."""
+    text = str(error)
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "?", "!")) else f"{text}."
 
 
 class Problems:
@@ -16,6 +27,12 @@ class Problems:
     def __bool__(self) -> bool:
         return bool(self.errors)
 
+    def only(self, data: Any, known: Iterable[str], prefix: str = "") -> None:
+        """Refuse every key of ``data`` (an object at ``prefix``) that is not ``known``."""
+        if isinstance(data, dict):
+            for key, message in unknown_keys(data, known).items():
+                self.add(f"{prefix}{key}", message)
+
     def number(
         self,
         data: dict,
@@ -26,8 +43,10 @@ class Problems:
         positive: bool = False,
         open_unit: bool = False,
         unit: bool = False,
+        limit: Limit | None = None,
     ) -> float | None:
-        """A finite number at data[key]; positive: > 0; open_unit: in (0, 1); unit: in (0, 1]."""
+        """A finite number at data[key]; positive: > 0; open_unit: in (0, 1); unit: in (0, 1]; within ``limit``
+        (privacy.limits) when given."""
         value = data.get(key, default)
         if value is None:
             self.add(path, "This field is required.")
@@ -44,9 +63,14 @@ class Problems:
         if unit and not 0 < value <= 1:
             self.add(path, "Must lie in (0, 1].")
             return None
+        if limit is not None and (refusal := limit.refusal(value)):
+            self.add(path, refusal)
+            return None
         return float(value)
 
-    def integer(self, data: dict, key: str, path: str, *, minimum: int = 0, required: bool = True) -> int | None:
+    def integer(
+        self, data: dict, key: str, path: str, *, minimum: int = 0, required: bool = True, limit: Limit | None = None
+    ) -> int | None:
         value = data.get(key)
         if value is None and not required:
             return None
@@ -55,6 +79,9 @@ class Problems:
             return None
         if value < minimum:
             self.add(path, f"Must be at least {minimum}.")
+            return None
+        if limit is not None and (refusal := limit.refusal(value)):
+            self.add(path, refusal)
             return None
         return value
 

@@ -27,6 +27,7 @@ from aggregation.wire import MAX_KEY_LENGTH
 from devices.credentials import device_authenticate
 from devices.models import DeviceCredential
 from devices.selectors import window_exists, window_open_get, windows_open
+from pfs_base.api_bodies import StrictSerializer
 
 KEYWORD = "Device"
 
@@ -123,7 +124,7 @@ class DeviceTasks(DeviceView):
         )
 
 
-class TokenRequest(serializers.Serializer):
+class TokenRequest(StrictSerializer):
     collection_key = serializers.CharField(max_length=MAX_KEY_LENGTH)
     blinded = serializers.CharField(max_length=4096, help_text="The blinded token message, big-endian, base64.")
 

@@ -239,12 +239,15 @@ class Accountant:
             decision[(decision == Decision.ANSWERED) & ~field_ok] = Decision.FIELD_BUDGET
 
         # Check 3: epsilon is reached by aggregating at least min_cohort eps0-DP reports. The
-        # device computes the cohort itself; a recipe claiming a smaller one is refused.
-        if not self.min_cohort_suffices(request):
+        # device computes the cohort itself; a recipe claiming a smaller one is refused, and so is
+        # one below the floor the privacy officer set for the analysis (budget.minCohort).
+        if not self.min_cohort_suffices(request, floor=budget.get("minCohort", 0)):
             decision[decision == Decision.ANSWERED] = Decision.MIN_COHORT
         return decision
 
-    def min_cohort_suffices(self, request: BudgetRequest) -> bool:
+    def min_cohort_suffices(self, request: BudgetRequest, *, floor: int = 0) -> bool:
+        if request.min_cohort < floor:
+            return False
         if request.aggregator_noise:
             return True  # the aggregators' noise gives epsilon whatever the cohort size
         try:

@@ -17,7 +17,9 @@ from itertools import pairwise
 import numpy as np
 import numpy.typing as npt
 
+from privacy import limits
 from privacy.ngrams import HashedNgramType, PrefixTreeType, SchemaError
+from privacy.schema_keys import unknown_keys
 
 OOV_LABEL = "OOV"
 
@@ -62,17 +64,34 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
+# The keys each dataType may carry (docs/formats.md); any other key is refused.
+SCHEMA_KEYS: dict[str, tuple[str, ...]] = {
+    "BucketedType": ("dataType", "boundaries"),
+    "PrefixTree": ("dataType", "tree", "tokens", "unit"),
+    "HashedNgrams": ("dataType", "length", "tokens", "rows", "columns", "unit"),
+    "CombinationType": ("dataType", "structure"),
+}
+
+
 def encoding_from_json(schema: dict) -> Encoding:
     """The encoding a recipe's dataTypeContent entry names; SchemaError says which key is wrong and why."""
     if not isinstance(schema, dict):
         raise SchemaError("dataType", "must be an object")
     data_type = schema.get("dataType")
+    if not isinstance(data_type, str) or data_type not in SCHEMA_KEYS or data_type == "CombinationType":
+        raise SchemaError("dataType", "must be one of BucketedType, PrefixTree, HashedNgrams")
+    for key, message in unknown_keys(schema, SCHEMA_KEYS[data_type]).items():
+        raise SchemaError(key, message)
     if data_type == "BucketedType":
         boundaries = schema.get("boundaries")
         if not isinstance(boundaries, list) or not boundaries:
             raise SchemaError("boundaries", "must be a non-empty list of numbers")
+        if len(boundaries) > limits.MAX_BOUNDARIES:
+            raise SchemaError("boundaries", f"at most {limits.MAX_BOUNDARIES:,} boundaries")
         if any(isinstance(b, bool) or not isinstance(b, (int, float)) for b in boundaries):
             raise SchemaError("boundaries", "every boundary must be a number")
+        if any(not abs(b) <= limits.MAX_BOUNDARY_MAGNITUDE for b in boundaries):
+            raise SchemaError("boundaries", f"every boundary must lie within ±{limits.MAX_BOUNDARY_MAGNITUDE:g}")
         try:
             return BucketedType(tuple(float(b) for b in boundaries))
         except ValueError as error:
@@ -129,10 +148,12 @@ def content_encoding(data_types: dict) -> tuple[tuple[str, ...], Encoding | Comb
         if len(data_types) != 1:
             raise SchemaError("", "several fields must be joined by one CombinationType entry")
         ((field, schema),) = data_types.items()
-        return (field,), _part(field, schema)
+        return (field,), _within_buckets(_part(field, schema), field)
     if len(combinations) > 1:
         raise SchemaError(combinations[1], "only one CombinationType entry is allowed")
     name = combinations[0]
+    for key, message in unknown_keys(data_types[name], SCHEMA_KEYS["CombinationType"]).items():
+        raise SchemaError(f"{name}.{key}", message)
     structure = data_types[name].get("structure")
     if not isinstance(structure, list) or len(structure) < 2 or not all(isinstance(f, str) for f in structure):
         raise SchemaError(f"{name}.structure", "must list at least two fields")
@@ -140,7 +161,14 @@ def content_encoding(data_types: dict) -> tuple[tuple[str, ...], Encoding | Comb
         raise SchemaError(f"{name}.structure", "lists a field twice")
     if set(structure) != set(data_types) - {name}:
         raise SchemaError(f"{name}.structure", "must list exactly the other fields of dataTypeContent")
-    return tuple(structure), CombinationType(tuple((f, _part(f, data_types[f])) for f in structure))
+    joint = CombinationType(tuple((f, _part(f, data_types[f])) for f in structure))
+    return tuple(structure), _within_buckets(joint, name)
+
+
+def _within_buckets(encoding: Encoding | CombinationType, key: str) -> Encoding | CombinationType:
+    if encoding.size > limits.MAX_BUCKETS:
+        raise SchemaError(key, f"{encoding.size:,} buckets; at most {limits.MAX_BUCKETS:,} (privacy.limits)")
+    return encoding
 
 
 def _part(field: str, schema: dict) -> Encoding:

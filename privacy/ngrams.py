@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from privacy import limits
+
 OOV_SYMBOL = -1  # a word (or character) the recipe's tokens do not list
 END_SYMBOL = -2  # the end of a phrase (or word)
 OOV_LABEL = "OOV"
@@ -40,6 +42,16 @@ class SchemaError(ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+def _tokens_of(schema: dict) -> list[str]:
+    """A schema's vocabulary: a list of strings, at most privacy.limits.MAX_TOKENS of them."""
+    tokens = schema.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise SchemaError("tokens", "tokens must be a list of strings")
+    if len(tokens) > limits.MAX_TOKENS:
+        raise SchemaError("tokens", f"at most {limits.MAX_TOKENS:,} tokens")
+    return tokens
 
 
 # ---------------------------------------------------------------- sequences and windows
@@ -210,12 +222,12 @@ class PrefixTreeType:
     def from_json(cls, schema: dict) -> PrefixTreeType:
         """Figure 4's PrefixTree; a node's key is its path joined by spaces (no separator for characters)."""
         unit = schema.get("unit", "word")
-        tokens = schema.get("tokens")
+        tokens = _tokens_of(schema)
         tree = schema.get("tree", {"root": []})
-        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-            raise SchemaError("tokens", "tokens must be a list of strings")
         if not isinstance(tree, dict) or "root" not in tree:
             raise SchemaError("tree", 'tree must be an object with a "root" node')
+        if len(tree) > limits.MAX_LEAVES + 1:
+            raise SchemaError("tree", f"the tree must have at most {limits.MAX_LEAVES:,} nodes")
         if unit not in UNITS:
             raise SchemaError("unit", f"unit must be one of {', '.join(UNITS)}")
         leaves, complete, seen = [], [], {"root"}
@@ -235,6 +247,8 @@ class PrefixTreeType:
             if not extended:
                 leaves.append(path)
             frontier.extend((*path, child) for child in extended)
+            if len(leaves) > limits.MAX_LEAVES:
+                raise SchemaError("tree", f"the tree must have at most {limits.MAX_LEAVES:,} leaves")
         unreachable = sorted(set(tree) - seen)
         if unreachable:
             raise SchemaError("tree", f"node(s) not reachable from root: {', '.join(unreachable[:5])}")
@@ -365,14 +379,18 @@ class HashedNgramType:
 
     @classmethod
     def from_json(cls, schema: dict) -> HashedNgramType:
-        tokens = schema.get("tokens")
-        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-            raise SchemaError("tokens", "tokens must be a list of strings")
+        tokens = _tokens_of(schema)
         numbers = {}
-        for name, default in (("length", None), ("rows", 4), ("columns", 4096)):
+        for name, default, most in (
+            ("length", None, 12),
+            ("rows", 4, limits.MAX_SKETCH_ROWS),
+            ("columns", 4096, limits.MAX_SKETCH_COLUMNS),
+        ):
             value = schema.get(name, default)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise SchemaError(name, f"{name} must be an integer")
+            if value > most:
+                raise SchemaError(name, f"{name} must be at most {most:,}")
             numbers[name] = value
         return cls(tokens=tuple(tokens), unit=schema.get("unit", "word"), **numbers)
 

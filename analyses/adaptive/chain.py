@@ -27,6 +27,7 @@ from analyses.adaptive.spec import (
 )
 from analyses.audit_log import refusal_log
 from analyses.models import AdaptiveRun, Analysis, Round
+from analyses.services.policy import analysis_lock
 from analyses.services.recipes import recipe_create, recipe_validate
 from analyses.services.rounds import round_start
 from analyses.task_names import ADVANCE_ADAPTIVE_RUN, COMPARE_ADAPTIVE_RUN
@@ -43,18 +44,32 @@ def adaptive_start(*, spec: Any, user: AbstractBaseUser) -> AdaptiveRun:
         refusal_log(user=user, action="adaptive.start", target=named.identifier, reasons="owned by another analyst")
         raise NotAllowed("Only the analysis's owner can run it.")
     try:
-        parsed = adaptive_validate(spec=spec)
+        with transaction.atomic():
+            # The plan is checked and reserved in one step, under the locks of the analyses it
+            # spends: concurrent starts see each other's reservations and accept only what fits.
+            for analysis in _spent_analyses(spec):
+                analysis_lock(analysis)
+            parsed = adaptive_validate(spec=spec)
+            run = AdaptiveRun.objects.create(
+                analysis=parsed.analysis, kind=parsed.kind, spec=spec, plan=parsed.plan, created_by=user
+            )
+            run.current_round = _round_create(parsed.analysis, first_recipe(parsed), user)
+            run.save(update_fields=["current_round"])
     except ValidationFailed as invalid:
         target = named.identifier if named is not None else "unknown analysis"
         refusal_log(user=user, action="adaptive.start", target=target, reasons=invalid.errors)
         raise
-    with transaction.atomic():
-        run = AdaptiveRun.objects.create(
-            analysis=parsed.analysis, kind=parsed.kind, spec=spec, plan=parsed.plan, created_by=user
-        )
-        run.current_round = _round_create(parsed.analysis, first_recipe(parsed), user)
-        run.save(update_fields=["current_round"])
     return run
+
+
+def _spent_analyses(spec: Any) -> list[Analysis]:
+    """The analyses a spec spends (its own and its baseline's), in a fixed order so locks never deadlock."""
+    if not isinstance(spec, dict):
+        return []
+    baseline = spec.get("baseline")
+    names = [spec.get("analysis"), baseline.get("analysis") if isinstance(baseline, dict) else None]
+    names = [n for n in names if isinstance(n, str)]
+    return list(Analysis.objects.filter(identifier__in=names).order_by("pk"))
 
 
 def _round_create(analysis: Analysis, content: dict, user: AbstractBaseUser) -> Round:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from analyses.models import AdaptiveRun, Analysis
 from analyses.services.budget import budget_plan_refusal, budget_request_for
 from analyses.services.recipes import recipe_validate
-from analyses.validation import Problems
+from analyses.validation import Problems, sentence
 from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
 from privacy.encoding import encoding_from_json
@@ -21,6 +21,25 @@ from privacy.parameters import PrivacyParameters
 # The static baseline's sketch when the spec does not say: 4 rows of 4,096 cells (Apple's
 # count-mean sketch shape, seed 004, at a size comparable to a discovery round).
 BASELINE_ROWS, BASELINE_COLUMNS = 4, 4096
+
+
+# An adaptive spec's keys (docs/adaptive.md); any other is refused. Its privacy object goes into
+# every round's recipe, where recipe_validate refuses unknown keys.
+SPEC_KEYS = (
+    "analysis",
+    "kind",
+    "field",
+    "cohorts",
+    "maxLength",
+    "maxRounds",
+    "privacy",
+    "threshold",
+    "unit",
+    "vocabulary",
+    "boundaries",
+    "minWidth",
+    "baseline",
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,8 @@ def adaptive_validate(*, spec: Any) -> Spec:
     if not isinstance(spec, dict):
         raise ValidationFailed({"spec": ["Must be a JSON object."]})
     problems = Problems()
+    problems.only(spec, SPEC_KEYS)
+    problems.only(spec.get("threshold"), ("zScore", "maxPerLevel", "maxBuckets"), "threshold.")
     identifier = problems.string(spec, "analysis", "analysis")
     analysis = Analysis.objects.filter(identifier=identifier).select_related("fleet").first() if identifier else None
     if identifier and analysis is None:
@@ -72,7 +93,7 @@ def adaptive_validate(*, spec: Any) -> Spec:
     elif kind == AdaptiveRun.Kind.BUCKET_REFINEMENT:
         _check_refinement_spec(problems, spec)
     if analysis is not None and field:
-        kind_of_field = field_kind(analysis.query_class.get("stream", ""), field)
+        kind_of_field = field_kind(analysis.enforced.query_class.get("stream", ""), field)
         wanted = "text" if kind == AdaptiveRun.Kind.NGRAM_DISCOVERY else "number"
         if kind_of_field != wanted:
             problems.add("field", f"Must be a {wanted} field of the analysis's stream.")
@@ -118,7 +139,7 @@ def _check_ngram_spec(problems: Problems, spec: dict) -> None:
         try:
             PrefixTreeType(tokens=tuple(vocabulary), unit=unit if unit in UNITS else "word")
         except ValueError as error:
-            problems.add("vocabulary", f"{str(error)[:1].upper()}{str(error)[1:]}.")
+            problems.add("vocabulary", sentence(error))
 
 
 def _check_refinement_spec(problems: Problems, spec: dict) -> None:
@@ -126,7 +147,7 @@ def _check_refinement_spec(problems: Problems, spec: dict) -> None:
     try:
         encoding_from_json({"dataType": "BucketedType", "boundaries": boundaries})
     except ValueError as error:
-        problems.add("boundaries", f"{str(error)[:1].upper()}{str(error)[1:]}.")
+        problems.add("boundaries", sentence(error))
         return
     if len(boundaries) < 2:
         problems.add("boundaries", "Give at least two boundaries: a bucket to refine lies between two.")
@@ -139,6 +160,7 @@ def _check_baseline(spec: Spec, baseline: Any) -> None:
     problems = Problems()
     if not isinstance(baseline, dict):
         raise ValidationFailed({"baseline": ["Must be an object."]})
+    problems.only(baseline, ("analysis", "topK", "rows", "columns"), "baseline.")
     identifier = problems.string(baseline, "analysis", "baseline.analysis")
     other = Analysis.objects.filter(identifier=identifier).first() if identifier else None
     if identifier and other is None:
@@ -234,7 +256,7 @@ def _round_privacy(spec: Spec, index: int) -> dict[str, Any]:
 def spec_recipe(spec: Spec, analysis: Analysis, index: int, schema: dict, label: str) -> dict[str, Any]:
     privacy = {k: v for k, v in spec.privacy.items() if k != "epsilonPerRound"}
     privacy.update(_round_privacy(spec, index))
-    stream = analysis.query_class["stream"]
+    stream = analysis.enforced.query_class["stream"]
     return {
         "recipeIdentifier": f"{label}-{timezone.now():%Y%m%d%H%M%S%f}",
         "AnalysisIdentifier": analysis.identifier,

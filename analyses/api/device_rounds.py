@@ -14,11 +14,12 @@ from rest_framework.views import APIView
 from analyses import selectors
 from analyses.api.serializers import RoundSerializer
 from analyses.device_rounds import round_close
+from pfs_base.api_bodies import StrictSerializer
 from pfs_base.api_errors import ConflictError
 from pfs_base.errors import Conflict
 
 
-class CloseRequest(serializers.Serializer):
+class CloseRequest(StrictSerializer):
     at = serializers.DateTimeField(required=False, help_text="When to close; absent or past: now.")
 
 

@@ -37,7 +37,16 @@ class SpentSerializer(serializers.Serializer):
 class AnalysisSerializer(serializers.ModelSerializer):
     fleet = serializers.CharField(source="fleet.name")
     owner = serializers.CharField(source="owner.username")
+    query_class = serializers.SerializerMethodField()
+    epsilon_allowed = serializers.SerializerMethodField()
+    reports_allowed = serializers.SerializerMethodField()
+    delta = serializers.SerializerMethodField()
     field_policies = serializers.SerializerMethodField()
+    pending_changes = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="An officer's edit not approved yet, one line per value; the figures above are the approved ones.",
+    )
     spent = serializers.SerializerMethodField()
 
     class Meta:
@@ -53,15 +62,33 @@ class AnalysisSerializer(serializers.ModelSerializer):
             "reports_allowed",
             "delta",
             "field_policies",
+            "pending_changes",
             "spent",
             "approved_at",
         ]
+
+    # The policy devices enforce (the approved snapshot), never an unapproved edit.
+    @extend_schema_field(serializers.DictField())
+    def get_query_class(self, analysis: Analysis) -> dict:
+        return analysis.enforced.query_class
+
+    @extend_schema_field(serializers.FloatField())
+    def get_epsilon_allowed(self, analysis: Analysis) -> float:
+        return analysis.enforced.epsilon_allowed
+
+    @extend_schema_field(serializers.IntegerField())
+    def get_reports_allowed(self, analysis: Analysis) -> int:
+        return analysis.enforced.reports_allowed
+
+    @extend_schema_field(serializers.FloatField())
+    def get_delta(self, analysis: Analysis) -> float:
+        return analysis.enforced.delta
 
     @extend_schema_field(serializers.DictField(child=FieldPolicySerializer()))
     def get_field_policies(self, analysis: Analysis) -> dict:
         return {
             p.field: {"localEpsilon": p.local_epsilon, "epsilon": p.epsilon, "reports": p.reports}
-            for p in analysis.field_policies.all()
+            for p in analysis.enforced.field_budgets
         }
 
     @extend_schema_field(SpentSerializer)

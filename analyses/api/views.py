@@ -14,6 +14,7 @@ from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import ListAPIView, RetrieveAPIView
@@ -42,15 +43,23 @@ from analyses.services.recipes import recipe_create
 from analyses.services.releases import ReleaseView
 from analyses.services.rounds import round_cancel, round_dry_run, round_start, rounds_progress
 from devices.models import Fleet
+from pfs_base.api_bodies import refuse_unknown_keys
 from pfs_base.api_limits import UserRateThrottle
 from pfs_base.api_parsers import JSONParser
 from pfs_base.errors import ValidationFailed
 from privacy.intervals import INTERVALS, VIEWS
 
 
+class StrictAuthTokenSerializer(AuthTokenSerializer):
+    def to_internal_value(self, data: Any) -> Any:
+        refuse_unknown_keys(data, self.fields)
+        return super().to_internal_value(data)
+
+
 class TokenObtain(ObtainAuthToken):
     """DRF's token view, but counted against the anonymous rate per address: guessing passwords is slow."""
 
+    serializer_class = StrictAuthTokenSerializer
     throttle_classes = [UserRateThrottle]
     parser_classes = [JSONParser, FormParser, MultiPartParser]  # DRF's names its own JSON parser
 

@@ -33,24 +33,25 @@ _EXAMPLE_BOUNDARIES = {"perplexity": [0, 25, 50, 75, 100, 125], "age": [0, 20, 4
 
 def _example_privacy(analysis: Analysis, field: str, wanted_rounds: int) -> tuple[int, dict[str, Any]]:
     """As many rounds as wanted and the policy's reports allow, its epsilon split evenly between them."""
-    policy = analysis.field_policies.filter(field=field).first()
-    reports = min(analysis.reports_allowed, policy.reports if policy else analysis.reports_allowed)
+    enforced = analysis.enforced
+    policy = enforced.field(field)
+    reports = min(enforced.reports_allowed, policy.reports if policy else enforced.reports_allowed)
     rounds = max(1, min(wanted_rounds, reports))
-    epsilon = min(analysis.epsilon_allowed, policy.epsilon if policy else analysis.epsilon_allowed)
+    epsilon = min(enforced.epsilon_allowed, policy.epsilon if policy else enforced.epsilon_allowed)
     local = min(4.0, policy.local_epsilon) if policy else 4.0
     return rounds, {
         "mechanism": "asymmetric_ohe",
         "epsilon0": local,
         "epsilonPerRound": math.floor(1000 * epsilon / rounds) / 1000,
-        "delta": min(1e-6, analysis.delta / rounds),
+        "delta": min(1e-6, enforced.delta / rounds),
         "samplingRate": 1.0,
     }
 
 
 def _spec_examples(analysis: Analysis, user: AbstractBaseUser) -> dict[str, dict[str, Any]]:
     """A spec of each kind the query class allows (docs/examples), n-gram discovery first."""
-    stream = analysis.query_class.get("stream", "")
-    fields = analysis.query_class.get("fields", [])
+    stream = analysis.enforced.query_class.get("stream", "")
+    fields = analysis.enforced.query_class.get("fields", [])
     text = sorted((f for f in fields if field_kind(stream, f) == "text"), key=lambda f: f != "ngrams")
     numbers = [f for f in fields if field_kind(stream, f) == "number"]
     examples: dict[str, dict[str, Any]] = {}

@@ -60,12 +60,14 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
             form.add_error(None, str(refusal))
     rounds = Round.objects.filter(recipe__analysis=analysis).select_related("recipe")[:20]
     spent = analysis_spent(analysis)
+    enforced = analysis.enforced  # the approved policy; an unapproved edit is shown apart, as pending
     field_rows = [
         {"field": p.field, "policy": p, "used": spent["fields"].get(p.field, {"epsilon": 0.0, "reports": 0})}
-        for p in analysis.field_policies.all()
+        for p in enforced.field_budgets
     ]
     context = {
         "analysis": analysis,
+        "enforced": enforced,
         "field_rows": field_rows,
         "spent": spent,
         "form": form,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from analyses.models import Analysis, Recipe
-from analyses.services.policy import analysis_policy
 from analyses.validation import Problems
 from devices.budget import NANO, Accountant, BudgetRequest, Decision, ledger_empty
 from devices.decision import fields_of, privacy_budget_request
@@ -21,7 +20,7 @@ def budget_precheck(problems: Problems, analysis: Analysis, field: str | None, r
 
 def _server_ledger(analysis: Analysis) -> tuple[dict, Accountant, dict]:
     """The policy, its accountant, and the ledger of one device that answered every round started."""
-    policy = analysis_policy(analysis)
+    policy = analysis.enforced_content  # the approved snapshot: an unapproved edit changes nothing
     accountant = Accountant.for_policy(policy)
     ledger = ledger_empty(1)
     everyone = np.ones(1, dtype=bool)
@@ -76,16 +75,17 @@ def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
 def _explain_analysis_refusal(
     problems: Problems, analysis: Analysis, ledger: dict, epsilon: float, delta: float
 ) -> None:
-    if delta > analysis.delta:
-        problems.add("privacy.delta", f"Above the analysis's delta of {analysis.delta:g}.")
-    elif ledger["reports_used"][0] + 1 > analysis.reports_allowed:
-        problems.add("privacy.epsilon", f"The analysis has used all {analysis.reports_allowed} of its reports.")
+    enforced = analysis.enforced
+    if delta > enforced.delta:
+        problems.add("privacy.delta", f"Above the analysis's delta of {enforced.delta:g}.")
+    elif ledger["reports_used"][0] + 1 > enforced.reports_allowed:
+        problems.add("privacy.epsilon", f"The analysis has used all {enforced.reports_allowed} of its reports.")
     else:
-        left = analysis.epsilon_allowed - ledger["epsilon_used"][0] / NANO
+        left = enforced.epsilon_allowed - ledger["epsilon_used"][0] / NANO
         problems.add(
             "privacy.epsilon",
-            f"Exceeds the analysis budget: {left:g} of its epsilon {analysis.epsilon_allowed:g} left "
-            f"({analysis.get_accountant_display().lower()}).",
+            f"Exceeds the analysis budget: {left:g} of its epsilon {enforced.epsilon_allowed:g} left "
+            f"({enforced.get_accountant_display().lower()}).",
         )
 
 
@@ -102,7 +102,7 @@ def _explain_field_refusal(
 def _explain_one_field(
     problems: Problems, analysis: Analysis, ledger: dict, field: str, request: BudgetRequest, *, last: bool
 ) -> bool:
-    policy = analysis.field_policies.filter(field=field).first()
+    policy = analysis.enforced.field(field)
     epsilon0 = request.epsilon0
     if policy is None:
         problems.add(f"dataTypeContent.{field}", "The field has no budget policy in this analysis.")

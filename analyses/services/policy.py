@@ -18,6 +18,8 @@ from devices.models import Fleet
 from devices.services import fleet_enroll, policy_snapshot_create
 from devices.streams import STREAMS, field_kind
 from pfs_base.errors import NotAllowed, ValidationFailed
+from privacy.limits import MAX_BUCKETS
+from privacy.limits import NUMBERS as LIMITS
 
 
 def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
@@ -25,6 +27,11 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
     problems = Problems()
     if not isinstance(spec, dict):
         raise ValidationFailed({"spec": ["Must be a JSON object."]})
+    problems.only(spec, ("identifier", "title", "fleet", "queryClass", "budget", "fields"))
+    problems.only(spec.get("queryClass"), ("stream", "fields", "cohortFields"), "queryClass.")
+    problems.only(
+        spec.get("budget"), ("epsilon", "reports", "delta", "accountant", "minCohort", "maxBuckets"), "budget."
+    )
     identifier = problems.string(spec, "identifier", "identifier")
     if identifier and Analysis.objects.filter(identifier=identifier).exists():
         problems.add("identifier", f"An analysis {identifier!r} already exists.")
@@ -48,6 +55,12 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
     epsilon = problems.number(budget, "epsilon", "budget.epsilon", positive=True)
     reports = problems.integer(budget, "reports", "budget.reports", minimum=1)
     delta = problems.number(budget, "delta", "budget.delta", open_unit=True)
+    min_cohort_floor = problems.integer(
+        budget, "minCohort", "budget.minCohort", minimum=1, required=False, limit=LIMITS["minCohort"]
+    )
+    max_buckets = problems.integer(budget, "maxBuckets", "budget.maxBuckets", minimum=2, required=False)
+    if max_buckets is not None and max_buckets > MAX_BUCKETS:
+        problems.add("budget.maxBuckets", f"At most {MAX_BUCKETS:,}, the limit of every analysis (privacy.limits).")
     accountant = budget.get("accountant", BasicComposition.name)
     if accountant not in COMPOSITIONS:
         problems.add("budget.accountant", f"Unknown accountant; known: {', '.join(COMPOSITIONS)}.")
@@ -61,6 +74,7 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
         if not isinstance(field_spec, dict):
             problems.add(path, "Must be an object.")
             continue
+        problems.only(field_spec, ("localEpsilon", "epsilon", "reports", "aggregatorNoise"), f"{path}.")
         local = problems.number(field_spec, "localEpsilon", f"{path}.localEpsilon", positive=True)
         field_epsilon = problems.number(field_spec, "epsilon", f"{path}.epsilon", positive=True)
         field_reports = problems.integer(field_spec, "reports", f"{path}.reports", minimum=1)
@@ -82,6 +96,8 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
             reports_allowed=reports,
             delta=delta,
             accountant=accountant,
+            min_cohort_floor=min_cohort_floor,
+            max_buckets=max_buckets,
         )
         FieldPolicy.objects.bulk_create(
             FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r, aggregator_noise=a)
@@ -90,28 +106,15 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
     return analysis
 
 
-def analysis_policy(analysis: Analysis) -> dict:
-    """The policy devices enforce, in the spec's format: query class, analysis and field budgets."""
-    return {
-        "analysis": analysis.identifier,
-        "fleet": analysis.fleet.name,
-        "queryClass": analysis.query_class,
-        "budget": {
-            "epsilon": analysis.epsilon_allowed,
-            "reports": analysis.reports_allowed,
-            "delta": analysis.delta,
-            "accountant": analysis.accountant,
-        },
-        "fields": {
-            p.field: {
-                "localEpsilon": p.local_epsilon,
-                "epsilon": p.epsilon,
-                "reports": p.reports,
-                "aggregatorNoise": p.aggregator_noise,
-            }
-            for p in analysis.field_policies.all()
-        },
-    }
+def analysis_lock(analysis: Analysis) -> Analysis:
+    """Serialise every budget decision on ``analysis`` until the transaction ends.
+
+    Checking a budget and starting the round it allows must be one step: two concurrent starts
+    would each see the budget before the other's round. PostgreSQL locks the analysis's row;
+    SQLite's transactions take the database's write lock when they begin (settings), which
+    serialises them already.
+    """
+    return Analysis.objects.select_for_update().get(pk=analysis.pk)
 
 
 def analysis_approve(*, analysis: Analysis, officer: AbstractBaseUser) -> Analysis:
@@ -119,7 +122,7 @@ def analysis_approve(*, analysis: Analysis, officer: AbstractBaseUser) -> Analys
     if not officer.is_staff:
         raise NotAllowed("Only a privacy officer can approve an analysis.")
     with transaction.atomic():
-        analysis.snapshot = policy_snapshot_create(content=analysis_policy(analysis))
+        analysis.snapshot = policy_snapshot_create(content=analysis.edited_policy())
         fleet_enroll(fleet=analysis.fleet, snapshot=analysis.snapshot)
         analysis.status = Analysis.Status.APPROVED
         analysis.approved_by = officer

@@ -22,18 +22,35 @@ from aggregation.services import (
 from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Round
 from analyses.services.budget import budget_precheck, budget_request_for
-from analyses.validation import Problems
+from analyses.validation import Problems, sentence
 from devices.decision import DeviceTask
 from devices.encode import SCHEMAS_BY_KIND, schema_fits
 from devices.query import QueryRefused, verify_query
 from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
 from privacy.aggregator_noise import AggregatorGaussian
-from privacy.amplification import MAX_COHORT, UnreachableEpsilon, min_cohort_closed_form
+from privacy.amplification import MAX_COHORT, min_cohort_closed_form
 from privacy.encoding import CombinationType, Encoding, content_encoding
+from privacy.limits import NUMBERS as LIMITS
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 from privacy.ngrams import SchemaError
 from privacy.parameters import PrivacyParameters
+
+# A recipe's keys: Figure 4's (seed 000; version, intervalTimeType and dataRecorderType are stored
+# as given) and ours. Anything else is refused: a typo must not change the recipe silently.
+RECIPE_KEYS = (
+    "recipeIdentifier",
+    "version",
+    "AnalysisIdentifier",
+    "policySnapshot",
+    "query",
+    "cohorts",
+    "dataTypeContent",
+    "intervalTimeType",
+    "dataRecorderType",
+    "privacy",
+)
+PRIVACY_CONTENT_KEYS = ("noise", "mechanism", "epsilon0", "epsilon", "delta", "samplingRate", "minCohort")
 
 
 @dataclass(frozen=True)
@@ -52,6 +69,8 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     if not isinstance(content, dict):
         raise ValidationFailed({"recipe": ["Must be a JSON object."]})
     problems = Problems()
+    problems.only(content, RECIPE_KEYS)
+    problems.only(content.get("privacy"), PRIVACY_CONTENT_KEYS, "privacy.")
     if not analysis.is_approved:
         problems.add("AnalysisIdentifier", "The analysis is not approved by a privacy officer yet.")
     named = content.get("AnalysisIdentifier")
@@ -69,10 +88,10 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     query = None
     if query_text:
         try:
-            query = verify_query(query_text, [], analysis.query_class)
+            query = verify_query(query_text, [], analysis.enforced.query_class)
         except QueryRefused as refusal:
             problems.add("query", f"{refusal}.")
-    unapproved = [c for c in cohorts if c not in analysis.query_class.get("cohortFields", [])]
+    unapproved = [c for c in cohorts if c not in analysis.enforced.query_class.get("cohortFields", [])]
     if unapproved:
         problems.add("cohorts", f"Not approved as non-sensitive cohort fields: {', '.join(unapproved)}.")
 
@@ -81,19 +100,34 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     noise = privacy.get("noise", Recipe.Noise.CLIENT)
     if noise not in Recipe.Noise.values:
         problems.add("privacy.noise", f"Must be one of {', '.join(Recipe.Noise.values)}.")
-    epsilon = problems.number(privacy, "epsilon", "privacy.epsilon", positive=True)
-    delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True)
-    sampling_rate = problems.number(privacy, "samplingRate", "privacy.samplingRate", default=1.0, unit=True)
-    stated_cohort = problems.integer(privacy, "minCohort", "privacy.minCohort", minimum=1, required=False)
+    epsilon = problems.number(privacy, "epsilon", "privacy.epsilon", positive=True, limit=LIMITS["epsilon"])
+    delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True, limit=LIMITS["delta"])
+    sampling_rate = problems.number(
+        privacy, "samplingRate", "privacy.samplingRate", default=1.0, unit=True, limit=LIMITS["samplingRate"]
+    )
+    stated_cohort = problems.integer(
+        privacy, "minCohort", "privacy.minCohort", minimum=1, required=False, limit=LIMITS["minCohort"]
+    )
+    enforced = analysis.enforced
+    if encoding is not None and enforced.max_buckets is not None and encoding.size > enforced.max_buckets:
+        problems.add(
+            "dataTypeContent",
+            f"{encoding.size:,} buckets; this analysis allows at most {enforced.max_buckets:,} (its privacy officer's "
+            "limit).",
+        )
     if noise == Recipe.Noise.AGGREGATOR:
         mechanism, epsilon0 = "", None
-        local_epsilon, min_cohort = _aggregator_noise_content(problems, privacy, epsilon, delta, stated_cohort)
+        local_epsilon, min_cohort = _aggregator_noise_content(
+            problems, privacy, epsilon, delta, stated_cohort, floor=enforced.aggregator_noise_min_cohort()
+        )
     else:
         mechanism, epsilon0, local_epsilon = _client_noise_content(problems, privacy, encoding)
         min_cohort = None
     if None not in (local_epsilon, epsilon, delta) and noise in Recipe.Noise.values:
         if noise == Recipe.Noise.CLIENT:
-            min_cohort = _client_min_cohort(problems, local_epsilon, epsilon, delta, stated_cohort)
+            min_cohort = _client_min_cohort(
+                problems, local_epsilon, epsilon, delta, stated_cohort, floor=enforced.min_cohort_floor or 0
+            )
         checked = PrivacyParameters(
             noise=noise,
             mechanism=mechanism or "",
@@ -131,11 +165,6 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     )
 
 
-# With aggregator noise the guarantee does not depend on the cohort; a minimum cohort still keeps
-# batches large enough that a few sybil devices cannot single one device out (seed 003, 4.8).
-AGGREGATOR_NOISE_MIN_COHORT = 1000
-
-
 def _client_noise_content(
     problems: Problems, privacy: dict, encoding: Encoding | None
 ) -> tuple[str | None, float | None, float | None]:
@@ -143,7 +172,7 @@ def _client_noise_content(
     mechanism = problems.string(privacy, "mechanism", "privacy.mechanism")
     if mechanism and mechanism not in MECHANISMS:
         problems.add("privacy.mechanism", f"Unknown mechanism; known: {', '.join(sorted(MECHANISMS))}.")
-    epsilon0 = problems.number(privacy, "epsilon0", "privacy.epsilon0", positive=True)
+    epsilon0 = problems.number(privacy, "epsilon0", "privacy.epsilon0", positive=True, limit=LIMITS["epsilon0"])
     if mechanism not in MECHANISMS or epsilon0 is None:
         return mechanism, epsilon0, None
     oracle = mechanism_get(mechanism, epsilon0)
@@ -156,27 +185,28 @@ def _client_noise_content(
 
 
 def _client_min_cohort(
-    problems: Problems, epsilon0: float, epsilon: float, delta: float, stated: int | None
+    problems: Problems, epsilon0: float, epsilon: float, delta: float, stated: int | None, *, floor: int
 ) -> int | None:
-    """The cohort Theorem 3.1 needs, or the recipe's own if larger; never smaller."""
+    """The cohort Theorem 3.1 needs (or the analysis's floor, or the recipe's own, if larger); never smaller."""
     try:
         needed = min_cohort_closed_form(epsilon0, epsilon, delta)
-    except UnreachableEpsilon as unreachable:
-        problems.add("privacy.epsilon", f"{unreachable}.")
+    except ValueError as unreachable:  # UnreachableEpsilon, or parameters outside the bound's range
+        problems.add("privacy.epsilon", sentence(unreachable))
         return None
-    if stated is not None and stated < needed:
-        problems.add(
-            "privacy.minCohort",
-            f"Below the {needed:,} reports that epsilon0 {epsilon0:g}, epsilon {epsilon:g} and delta {delta:g} "
-            "need: a recipe can raise the minimum cohort, never lower it.",
+    if stated is not None and stated < max(needed, floor):
+        why = (
+            f"the {needed:,} reports that epsilon0 {epsilon0:g}, epsilon {epsilon:g} and delta {delta:g} need"
+            if needed >= floor
+            else f"this analysis's floor of {floor:,} reports (set by its privacy officer)"
         )
+        problems.add("privacy.minCohort", f"Below {why}: a recipe can raise the minimum cohort, never lower it.")
         return None
-    return max(needed, stated or 0)
+    return max(needed, floor, stated or 0)
 
 
 def _aggregator_noise_content(
-    problems: Problems, privacy: dict, epsilon: float | None, delta: float | None, stated: int | None
-) -> tuple[float | None, int]:
+    problems: Problems, privacy: dict, epsilon: float | None, delta: float | None, stated: int | None, *, floor: int
+) -> tuple[float | None, int | None]:
     """(local epsilon, minimum cohort) of an aggregator-noise recipe: no local randomizer at all."""
     for name in ("mechanism", "epsilon0"):
         if name in privacy:
@@ -189,7 +219,14 @@ def _aggregator_noise_content(
             AggregatorGaussian(epsilon, delta).check()
         except ValueError as error:
             problems.add("privacy.epsilon", f"{str(error).capitalize()}.")
-    return math.inf, stated if stated is not None else AGGREGATOR_NOISE_MIN_COHORT
+    if stated is not None and stated < floor:
+        problems.add(
+            "privacy.minCohort",
+            f"Below this analysis's floor of {floor:,} reports: a recipe can raise the minimum cohort, never lower it "
+            "(with aggregator noise the floor keeps a few sybil devices from singling one device out).",
+        )
+        return math.inf, None
+    return math.inf, max(floor, stated or 0)
 
 
 def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[str | None, Any]:
@@ -201,7 +238,7 @@ def _data_type_content(problems: Problems, content: dict, query: Any) -> tuple[s
         fields, encoding = content_encoding(data_types)
     except SchemaError as error:
         path = f"dataTypeContent.{error.key}" if error.key else "dataTypeContent"
-        problems.add(path, f"{str(error)[:1].upper()}{str(error)[1:]}.")
+        problems.add(path, sentence(error))
         # The privacy checks still run on the fields named, so every problem is reported at once.
         named = [f for f, schema in data_types.items() if not (isinstance(schema, dict) and "structure" in schema)]
         return (",".join(named) if named else None), None

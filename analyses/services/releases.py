@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from typing import Any
 
 from aggregation.reports import rejections
@@ -37,7 +38,7 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
         "aggregator_sigma": (
             AggregatorGaussian(privacy.epsilon, privacy.delta).sigma if privacy.aggregator_noise else None
         ),
-        "reports": sum(b.reports for b in released),
+        "reports": sum(b.reports for b in released),  # suppressed batches' sizes are never released
         # Each answering device spent epsilon once; with no released batch nothing was learned,
         # but the devices were charged all the same.
         "epsilon_spent": privacy.epsilon if progress["devices_answered"] else 0.0,
@@ -45,6 +46,17 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
         "rejected_reports": rejections(round_.task_key),
         "batches": [b.as_json() for b in batches],
     }
+
+
+# Releases stored before suppressed sizes were withheld say "3 reports is below the minimum cohort".
+_STORED_SIZE = re.compile(r"^(\w+): [\d,]+ reports is below the minimum cohort of ([\d,]+)$")
+
+
+def suppressed_shown(batch: dict[str, Any]) -> dict[str, Any]:
+    """A suppressed batch as it may be shown: "fewer than m reports", never its exact size, even
+    where a release stored before this rule has it."""
+    reason = _STORED_SIZE.sub(r"\1: fewer than \2 reports (the minimum cohort)", batch.get("reason", ""))
+    return {**batch, "reports": None, "reason": reason}
 
 
 class ReleaseView:
@@ -70,7 +82,7 @@ class ReleaseView:
         shown = []
         for batch in batches:
             if batch["suppressed"]:
-                shown.append(batch)
+                shown.append(suppressed_shown(batch))
                 continue
             presented = present(batch["estimates"], batch["standard_errors"], z=z, view=self.view)
             shown.append(

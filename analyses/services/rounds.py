@@ -21,6 +21,8 @@ from aggregation.services import (
 from analyses import device_rounds
 from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Release, Round
+from analyses.services.budget import budget_plan_refusal, recipe_budget_request
+from analyses.services.policy import analysis_lock
 from analyses.services.recipes import (
     device_task,
     recipe_create,
@@ -36,7 +38,7 @@ from analyses.task_names import DISPATCH_ROUND
 from devices.budget import Decision
 from devices.models import FleetShard, ShardRun
 from devices.services import shard_answer, shard_dry_run
-from pfs_base.errors import Conflict
+from pfs_base.errors import Conflict, ValidationFailed
 from pfs_base.task_queue import enqueue
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.mechanisms import mechanism_get, report_weight_bound
@@ -55,6 +57,14 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
         refusal_log(user=user, action="round.start", target=recipe.analysis.identifier, reasons="not approved")
         raise Conflict("The analysis is not approved.")
     with transaction.atomic():
+        # The budget is checked again here, under the analysis's lock, in the transaction that
+        # creates the round: a recipe validated earlier (re-run later, or raced by another start)
+        # starts only if devices would still accept it. A refusal writes nothing.
+        analysis_lock(recipe.analysis)
+        refusal = budget_plan_refusal(recipe.analysis, recipe.encoded_field, [recipe_budget_request(recipe)])
+        if refusal is not None:
+            refusal_log(user=user, action="round.start", target=recipe.analysis.identifier, reasons=refusal[1])
+            raise ValidationFailed({"privacy.budget": refusal[1]})
         round_ = Round.objects.create(recipe=recipe, seed=secrets.randbits(63), created_by=user)
         _collection_rules_open(round_)
         device_rounds.window_open(round_, device_task(round_))  # real devices fetch the task over HTTP
@@ -81,6 +91,7 @@ def _collection_rules_open(round_: Round) -> None:
 def round_create_and_start(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Round:
     """Validate and store a recipe and start its round, all or nothing."""
     with transaction.atomic():
+        analysis_lock(analysis)  # before anything is read: the check and the start are one step
         recipe = recipe_create(analysis=analysis, content=content, user=user)
         return round_start(recipe=recipe, user=user)
 

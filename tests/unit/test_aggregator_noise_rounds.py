@@ -67,7 +67,7 @@ def test_an_unknown_noise_and_a_weak_calibration_are_refused(central, analyst) -
     with pytest.raises(ValidationFailed) as refused:
         recipe_create(analysis=central, content=content, user=analyst)
     assert "privacy.noise" in refused.value.errors
-    content["privacy"].update(noise="aggregator", epsilon=40.0, delta=0.1)
+    content["privacy"].update(noise="aggregator", epsilon=15.0, delta=0.1)  # within the limits, yet sigma < 1
     with pytest.raises(ValidationFailed) as refused:
         recipe_validate(analysis=central, content=content)
     assert "below 1" in refused.value.errors["privacy.epsilon"][0]

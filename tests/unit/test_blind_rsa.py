@@ -174,6 +174,9 @@ def test_finalize_refuses_a_blinded_message_signed_by_another_key(signer, other_
     variant = blind_rsa.PSS_RANDOMIZED
     input_msg = blind_rsa.prepare(b"msg", variant)
     blinded_msg, inv = blind_rsa.blind(signer.public_key(), input_msg, variant)
+    # Blind again until the other key can sign it at all (else blind_sign refuses it as out of range).
+    while int.from_bytes(blinded_msg, "big") >= other_signer.public_key().public_numbers().n:
+        blinded_msg, inv = blind_rsa.blind(signer.public_key(), input_msg, variant)
     # Same size, other key: a signer that swapped keys (to tag this client) is caught at once.
     blind_sig = blind_rsa.blind_sign(other_signer, blinded_msg)
     with pytest.raises(blind_rsa.InvalidSignature):

@@ -94,11 +94,12 @@ def test_burndown_points_are_the_cumulative_recipe_epsilons_and_match_analysis_s
     assert (analysis_scope["reports_allowed"], analysis_scope["reports_remaining"]) == (4, 1)
 
 
-def test_burndown_sums_in_nano_epsilon_so_small_epsilons_add_up_exactly(api, budget_analysis, analyst) -> None:
+def test_burndown_sums_in_nano_epsilon_so_small_epsilons_add_up_exactly(api, budget_analysis, analyst, officer) -> None:
     # Ten rounds of 0.1 (aggregator noise: no minimum cohort to meet) end at exactly 1.0, not 0.9999999999999999.
     budget_analysis.reports_allowed = 10
     budget_analysis.save(update_fields=["reports_allowed"])
     FieldPolicy.objects.filter(analysis=budget_analysis).update(reports=10)
+    analysis_approve(analysis=budget_analysis, officer=officer)  # an edit counts once approved
     for i in range(10):
         content = recipe_for(f"small-{i}", 0.1)
         content["privacy"] = {"noise": "aggregator", "epsilon": 0.1, "delta": 1e-6, "samplingRate": 1.0}

@@ -11,10 +11,11 @@ import re
 import pytest
 from rest_framework.test import APIClient
 
+from analyses.enforced_policy import AGGREGATOR_NOISE_MIN_COHORT
 from analyses.forms import RecipeForm
 from analyses.models import FieldPolicy, Recipe, Round
-from analyses.services.policy import analysis_spent
-from analyses.services.recipes import AGGREGATOR_NOISE_MIN_COHORT, recipe_create
+from analyses.services.policy import analysis_approve, analysis_spent
+from analyses.services.recipes import recipe_create
 from analyses.services.rounds import round_start
 from devices.models import ShardLedger, ShardRun
 from privacy.aggregator_noise import AggregatorGaussian
@@ -100,8 +101,9 @@ def test_validate_gives_the_mechanisms_standard_error_for_the_fleet(api, analysi
     assert body["standard_error"]["full_bucket"] == pytest.approx(math.sqrt(n * 4 * e / (e - 1) ** 2 + n), rel=1e-12)
 
 
-def test_validate_gives_the_aggregators_noise_as_the_standard_error(api, analysis, recipe) -> None:
+def test_validate_gives_the_aggregators_noise_as_the_standard_error(api, analysis, recipe, officer) -> None:
     FieldPolicy.objects.filter(analysis=analysis, field="age").update(aggregator_noise=True)
+    analysis_approve(analysis=analysis, officer=officer)  # an edit counts once approved
     recipe["privacy"] = {"noise": "aggregator", "epsilon": 1.0, "delta": 1e-6}
     body = api.post(VALIDATE, recipe, format="json").json()
     error = AggregatorGaussian(1.0, 1e-6).standard_error()

@@ -62,10 +62,11 @@ class Command(BaseCommand):
             f"epsilon spent {release['epsilon_spent']}"
         )
         for batch in release["batches"]:
-            self.stdout.write(f"cohort {batch['cohort'] or 'all'}: {batch['reports']:,} reports")
             if batch["suppressed"]:
+                self.stdout.write(f"cohort {batch['cohort'] or 'all'}: fewer than {batch['min_cohort']:,} reports")
                 self.stdout.write(f"  suppressed: {batch['reason']}")
                 continue
+            self.stdout.write(f"cohort {batch['cohort'] or 'all'}: {batch['reports']:,} reports")
             for bucket in batch["buckets"]:
                 self.stdout.write(
                     f"  {bucket['label']:>12}  {bucket['estimate']:>10.1f} ± {1.96 * bucket['standard_error']:.1f}"
