@@ -43,6 +43,7 @@ class BatchRefused:
 
     min_cohort: int
     reason: str
+    empty: bool  # no report at all: whether any device answered (and spent budget), no more
 
 
 def noise_rng() -> np.random.Generator:
@@ -128,7 +129,9 @@ class Aggregator:
                     vector=self._noised_sum(shares, collection.length, rules), reports=reports, min_cohort=min_cohort
                 )
                 continue
-            results[collection.batch_key] = BatchRefused(min_cohort=min_cohort, reason=f"{self.role}: {reason}")
+            results[collection.batch_key] = BatchRefused(
+                min_cohort=min_cohort, reason=f"{self.role}: {reason}", empty=reports == 0
+            )
         return results
 
     def _flooded(self, key: str, rules: CollectionRules) -> bool:

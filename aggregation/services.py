@@ -23,6 +23,7 @@ class BatchEstimate:
     min_cohort: int
     suppressed: bool
     reason: str = ""
+    answered: bool = True  # some device's report is in it (it spent budget); never more than that
     estimates: np.ndarray | None = None  # float64 per bucket
     standard_errors: np.ndarray | None = None
 
@@ -136,6 +137,7 @@ def collection_release(*, collection_key: str, estimator: Estimator) -> list[Bat
                         min_cohort=refusal.min_cohort,
                         suppressed=True,
                         reason=refusal.reason,
+                        answered=not refusal.empty,
                     )
                 )
                 continue

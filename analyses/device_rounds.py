@@ -28,6 +28,7 @@ from django.utils import timezone
 from aggregation.models import CollectionRules, LeaderShare, PendingReport
 from aggregation.reports import collection_close, rejections
 from analyses.models import Round
+from analyses.roles import check_may_run
 from analyses.task_names import AGGREGATE_ROUND
 from devices.decision import DeviceTask
 from devices.models import CollectionWindow, Enrollment
@@ -68,6 +69,8 @@ def round_close(*, round_: Round, user: AbstractBaseUser | None, at: datetime | 
     aggregation again (idempotent), so a lost task can be replaced. A round on a simulated fleet,
     or one that has finished, cannot be closed (Conflict).
     """
+    if user is not None:  # the reaper closes at the deadline; a person must own the analysis
+        check_may_run(user, round_.recipe.analysis)
     with transaction.atomic():
         locked = Round.objects.select_for_update().select_related("recipe__analysis__fleet").get(pk=round_.pk)
         if not is_device_round(locked):

@@ -226,10 +226,12 @@ class Round(models.Model):
         QUEUED = "queued", "Queued"
         RUNNING = "running", "Running on devices"
         RELEASED = "released", "Released"
+        # Aggregated, but no batch reached its minimum cohort: nothing was learned, and it is not a release.
+        WITHHELD = "withheld", "Nothing released (every batch below its minimum cohort)"
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
 
-    TERMINAL = {Status.RELEASED, Status.FAILED, Status.CANCELLED}
+    TERMINAL = {Status.RELEASED, Status.WITHHELD, Status.FAILED, Status.CANCELLED}
 
     recipe = models.ForeignKey(Recipe, on_delete=models.CASCADE, related_name="rounds")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)

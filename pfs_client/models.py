@@ -26,7 +26,7 @@ class Round:
     recipe: int | None
     data: dict[str, Any] = field(repr=False)
 
-    TERMINAL = frozenset({"released", "failed", "cancelled"})
+    TERMINAL = frozenset({"released", "withheld", "failed", "cancelled"})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Round:

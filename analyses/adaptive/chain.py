@@ -27,6 +27,7 @@ from analyses.adaptive.spec import (
 )
 from analyses.audit_log import refusal_log
 from analyses.models import AdaptiveRun, Analysis, Round
+from analyses.roles import check_may_run, check_may_stop
 from analyses.services.policy import analysis_lock
 from analyses.services.recipes import recipe_create, recipe_validate
 from analyses.services.rounds import round_start
@@ -40,9 +41,12 @@ from privacy.ngrams import PrefixTreeType
 def adaptive_start(*, spec: Any, user: AbstractBaseUser) -> AdaptiveRun:
     """Validate the spec and its budget plan, then start round 1; all or nothing."""
     named = Analysis.objects.filter(identifier=spec.get("analysis")).first() if isinstance(spec, dict) else None
-    if named is not None and named.owner_id != user.pk and not user.is_staff:
-        refusal_log(user=user, action="adaptive.start", target=named.identifier, reasons="owned by another analyst")
-        raise NotAllowed("Only the analysis's owner can run it.")
+    if named is not None:
+        try:
+            check_may_run(user, named)
+        except NotAllowed as refusal:
+            refusal_log(user=user, action="adaptive.start", target=named.identifier, reasons=str(refusal))
+            raise
     try:
         with transaction.atomic():
             # The plan is checked and reserved in one step, under the locks of the analyses it
@@ -220,7 +224,7 @@ def _next_refinement(spec: Spec, run: AdaptiveRun) -> dict:
 
 def adaptive_pause(*, run: AdaptiveRun, user: AbstractBaseUser) -> AdaptiveRun:
     """The current round finishes; the next one waits, editable, until the analyst continues."""
-    _check_actor(run, user)
+    check_may_stop(user, run.analysis)
     updated = AdaptiveRun.objects.filter(pk=run.pk, status=AdaptiveRun.Status.RUNNING).update(
         status=AdaptiveRun.Status.PAUSED
     )
@@ -232,7 +236,7 @@ def adaptive_pause(*, run: AdaptiveRun, user: AbstractBaseUser) -> AdaptiveRun:
 
 def adaptive_next_edit(*, run: AdaptiveRun, recipe: Any, user: AbstractBaseUser) -> AdaptiveRun:
     """Replace the waiting next round's recipe; its privacy must stay the planned one."""
-    _check_actor(run, user)
+    check_may_run(user, run.analysis)
     with transaction.atomic():
         run = AdaptiveRun.objects.select_for_update().get(pk=run.pk)
         if run.status != AdaptiveRun.Status.PAUSED or run.next_recipe is None:
@@ -287,7 +291,7 @@ def _check_same_question(planned: dict, recipe: dict) -> None:
 
 def adaptive_resume(*, run: AdaptiveRun, user: AbstractBaseUser) -> AdaptiveRun:
     """Continue a paused analysis: send the waiting round, if any, else let the current one advance it."""
-    _check_actor(run, user)
+    check_may_run(user, run.analysis)
     with transaction.atomic():
         run = AdaptiveRun.objects.select_for_update().get(pk=run.pk)
         if run.status != AdaptiveRun.Status.PAUSED:
@@ -299,7 +303,3 @@ def adaptive_resume(*, run: AdaptiveRun, user: AbstractBaseUser) -> AdaptiveRun:
         analysis = Analysis.objects.get(identifier=run.next_recipe["analysis"])
         return _start_next(run, analysis, run.next_recipe["recipe"])
 
-
-def _check_actor(run: AdaptiveRun, user: AbstractBaseUser) -> None:
-    if run.analysis.owner_id != user.pk and not user.is_staff:
-        raise NotAllowed("Only the analysis's owner can steer it.")

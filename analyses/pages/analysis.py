@@ -18,11 +18,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from analyses import device_rounds, drilldown, release_cache, selectors
 from analyses.forms import RecipeForm
 from analyses.models import Round
+from analyses.roles import check_may_run, check_may_stop
 from analyses.services import rounds
 from analyses.services.policy import analyses_spent, analysis_spent
 from analyses.services.releases import ReleaseView
 from analyses.services.rounds import round_create_and_start, round_dry_run, round_progress
-from pfs_base.errors import NotAllowed, ValidationFailed
+from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
 from privacy.mechanisms import MECHANISMS
 
 
@@ -68,6 +69,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     context = {
         "analysis": analysis,
         "enforced": enforced,
+        "may_run": analysis.owner_id == request.user.pk,
         "field_rows": field_rows,
         "spent": spent,
         "form": form,
@@ -96,7 +98,8 @@ def round_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "round": round_,
         "recipe": round_.recipe,
         "progress": _progress(round_),
-        "can_cancel": not round_.is_finished and _owns(request.user, round_),
+        "can_cancel": not round_.is_finished and _may(check_may_stop, request.user, round_),
+        "can_close": not round_.is_finished and _may(check_may_run, request.user, round_),
         "release": release,
         "release_section": release_cache.release_section(round_, release, _release_view(request)) if release else "",
     }
@@ -126,15 +129,17 @@ def round_close(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _owner_acts(request: HttpRequest, pk: int, verb: str, act: Any, done: str) -> HttpResponse:
-    """Run ``act`` on a round its owner asked to ``verb``; ``done`` (with {pk}) or the refusal as a message."""
+    """Run ``act`` (to ``verb`` a round); ``done`` (with {pk}) as a message. A state conflict (the round
+    has finished) is a message on the round page; a refusal of the user's rights is a 403 page that
+    says why (templates/403.html), as the API's 403 does."""
     round_ = selectors.round_get(user=request.user, pk=pk)
-    if not _owns(request.user, round_):
-        raise PermissionDenied(f"Only the analyst who owns the analysis can {verb} its rounds.")
     try:
         act(round_=round_, user=request.user)
         messages.success(request, done.format(pk=round_.pk))
+    except Conflict as conflict:
+        messages.error(request, str(conflict))
     except NotAllowed as refusal:
-        messages.error(request, str(refusal))
+        raise PermissionDenied(str(refusal)) from refusal
     return redirect("round-detail", pk=round_.pk)
 
 
@@ -168,8 +173,12 @@ def round_refine(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect(back)
 
 
-def _owns(user: AbstractBaseUser, round_: Round) -> bool:
-    return round_.recipe.analysis.owner_id == user.pk
+def _may(check: Any, user: AbstractBaseUser, round_: Round) -> bool:
+    try:
+        check(user, round_.recipe.analysis)
+    except NotAllowed:
+        return False
+    return True
 
 
 def _progress(round_: Round) -> dict[str, Any]:

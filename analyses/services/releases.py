@@ -41,7 +41,7 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
         "reports": sum(b.reports for b in released),  # suppressed batches' sizes are never released
         # Each answering device spent epsilon once; with no released batch nothing was learned,
         # but the devices were charged all the same.
-        "epsilon_spent": privacy.epsilon if progress["devices_answered"] else 0.0,
+        "epsilon_spent": privacy.epsilon if progress["devices_answered"] or any(b.answered for b in batches) else 0.0,
         "refusals": progress["devices_not_answering"],
         "rejected_reports": rejections(round_.task_key),
         "batches": [b.as_json() for b in batches],

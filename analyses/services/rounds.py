@@ -21,6 +21,7 @@ from aggregation.services import (
 from analyses import device_rounds
 from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Release, Round
+from analyses.roles import check_may_run, check_may_stop
 from analyses.services.budget import budget_plan_refusal, recipe_budget_request
 from analyses.services.policy import analysis_lock
 from analyses.services.recipes import (
@@ -38,7 +39,7 @@ from analyses.task_names import DISPATCH_ROUND
 from devices.budget import Decision
 from devices.models import FleetShard, ShardRun
 from devices.services import shard_answer, shard_dry_run
-from pfs_base.errors import Conflict, ValidationFailed
+from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
 from pfs_base.task_queue import enqueue
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.mechanisms import mechanism_get, report_weight_bound
@@ -53,6 +54,11 @@ class ShardsPending(RuntimeError):
 
 def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
     """Queue a round of ``recipe``; its tasks are sent when the transaction commits."""
+    try:
+        check_may_run(user, recipe.analysis)
+    except NotAllowed as refusal:
+        refusal_log(user=user, action="round.start", target=recipe.analysis.identifier, reasons=str(refusal))
+        raise
     if not recipe.analysis.is_approved:
         refusal_log(user=user, action="round.start", target=recipe.analysis.identifier, reasons="not approved")
         raise Conflict("The analysis is not approved.")
@@ -90,6 +96,7 @@ def _collection_rules_open(round_: Round) -> None:
 
 def round_create_and_start(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Round:
     """Validate and store a recipe and start its round, all or nothing."""
+    check_may_run(user, analysis)
     with transaction.atomic():
         analysis_lock(analysis)  # before anything is read: the check and the start are one step
         recipe = recipe_create(analysis=analysis, content=content, user=user)
@@ -160,9 +167,14 @@ def round_aggregate(*, round_id: int) -> Round | None:
         encoding = recipe_encoding(recipe)
         batches = collection_release(collection_key=round_.task_key, estimator=recipe_estimator(recipe))
         Release.objects.create(round=round_, content=release_content(round_, encoding, batches, progress))
-        round_.status = Round.Status.RELEASED
+        # A round no batch of which reached its minimum cohort released nothing: its status says
+        # so (the stored content keeps the devices' reasons), and no chart is drawn from it.
+        released = any(not batch.suppressed for batch in batches)
+        round_.status = Round.Status.RELEASED if released else Round.Status.WITHHELD
+        if not released:
+            round_.error = f"no batch reached its minimum cohort of {recipe.min_cohort:,} reports: nothing released"
         round_.finished_at = timezone.now()
-        round_.save(update_fields=["status", "finished_at"])
+        round_.save(update_fields=["status", "error", "finished_at"])
         _announce_finished(round_)
     return round_
 
@@ -189,6 +201,7 @@ def round_cancel(*, round_: Round, user: AbstractBaseUser) -> Round:
     finishes, and its devices' budget stays spent, because they did send reports. The collection
     is closed, so no later report lands in it. A finished round cannot be cancelled (NotAllowed).
     """
+    check_may_stop(user, round_.recipe.analysis)
     with transaction.atomic():
         locked = Round.objects.select_for_update().get(pk=round_.pk)
         if locked.is_finished:

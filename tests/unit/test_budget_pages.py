@@ -59,9 +59,9 @@ def start_and_cancel(analysis, recipe: dict, user) -> Round:
 
 @pytest.fixture
 def three_rounds(budget_analysis, analyst, officer, django_capture_on_commit_callbacks):
-    """Released A (ε 1, by alice), released B (ε 1.5, by the officer), cancelled C (ε 1, by alice)."""
+    """Released A (ε 1), released B (ε 1.5), cancelled C (ε 1), all by alice: only the owner runs rounds."""
     a = run(budget_analysis, recipe_for("a", 1.0), analyst, django_capture_on_commit_callbacks)
-    b = run(budget_analysis, recipe_for("b", 1.5), officer, django_capture_on_commit_callbacks)
+    b = run(budget_analysis, recipe_for("b", 1.5), analyst, django_capture_on_commit_callbacks)
     c = start_and_cancel(budget_analysis, recipe_for("c", 1.0), analyst)
     assert (a.status, b.status, c.status) == (Round.Status.RELEASED, Round.Status.RELEASED, Round.Status.CANCELLED)
     return a, b, c
@@ -140,7 +140,7 @@ def test_audit_lists_who_started_each_round_with_its_parameters_including_a_canc
     assert [row["round"] for row in body["results"]] == [c.pk, b.pk, a.pk]  # newest first
     assert rows[c.pk]["status"] == "cancelled" and rows[c.pk]["created_by"] == "alice"
     assert rows[c.pk]["reports_released"] is None and rows[c.pk]["error"] == "cancelled by alice"
-    assert rows[b.pk]["created_by"] == "olivia" and rows[b.pk]["reports_released"] == FLEET_SIZE
+    assert rows[b.pk]["created_by"] == "alice" and rows[b.pk]["reports_released"] == FLEET_SIZE
     assert {k: rows[b.pk][k] for k in ("recipe", "field", "noise", "mechanism", "epsilon0", "epsilon")} == {
         "recipe": "b",
         "field": "age",
@@ -161,7 +161,7 @@ def test_audit_page_shows_the_cancelled_round_and_who_started_each(
     table = page.split('id="audit-table"')[1].split("</table>")[0]
     assert table.count("<tr>") == 4  # header + 3 rounds
     assert "Cancelled" in table and "cancelled by alice" in table
-    assert "olivia" in table and "alice" in table and "<code>b</code>" in table
+    assert "alice" in table and "<code>b</code>" in table
     assert f">{FLEET_SIZE}<" in table
 
 
@@ -185,7 +185,7 @@ def test_audit_csv_has_every_round(client, analyst, budget_analysis, three_round
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     assert [(int(r["round"]), r["status"], r["created_by"]) for r in rows] == [
         (c.pk, "cancelled", "alice"),
-        (b.pk, "released", "olivia"),
+        (b.pk, "released", "alice"),
         (a.pk, "released", "alice"),
     ]
     assert rows[1]["epsilon"] == "1.5" and rows[0]["reports_released"] == ""
