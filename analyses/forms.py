@@ -28,6 +28,7 @@ _FIELD_FOR_PATH = {
     "privacy.minCohort": "min_cohort",
     "cohorts": "cohorts",
     "query": "field",
+    "confirmSmallCohorts": "confirm_small_cohorts",
 }
 # Which side of the editor is the recipe: the form's fields, or the JSON textarea.
 SOURCE_FORM = "form"
@@ -81,6 +82,13 @@ class RecipeForm(forms.Form):
     )
     # The JSON side: Figure 4's recipe, run as written when ``source`` says so. Without JavaScript
     # the analyst picks the side; the editor's script keeps both in sync and picks it itself.
+    # Not part of the recipe: the analyst's go-ahead for a split expected to leave cohorts below
+    # the minimum cohort (analyses.services.cohorts), asked for only when a start was refused so.
+    confirm_small_cohorts = forms.BooleanField(
+        label="Start anyway: the batches named are expected below the minimum cohort; they will be suppressed "
+        "and their devices will still spend budget",
+        required=False,
+    )
     source = forms.ChoiceField(
         label="Run from",
         choices=[(SOURCE_FORM, "the form fields"), (SOURCE_JSON, "the recipe JSON")],
@@ -186,7 +194,9 @@ class RecipeForm(forms.Form):
     def add_recipe_errors(self, errors: dict[str, list[str]]) -> None:
         for path, messages in errors.items():
             for message in messages:
-                if self.json_is_source:
+                if path == "confirmSmallCohorts":
+                    self.add_error("confirm_small_cohorts", message)  # a go-ahead to give, not a key to fix
+                elif self.json_is_source:
                     # The fields may not show what the JSON says: every message goes with the JSON, by key.
                     self.add_error("recipe_json", f"{path}: {message}")
                 else:

@@ -13,6 +13,7 @@ import numpy as np
 
 from analyses.models import Analysis, Recipe
 from analyses.services.budget import budget_plan_refusal, budget_request_for
+from analyses.services.cohorts import cohort_forecast
 from analyses.services.policy import analysis_spent
 from analyses.services.recipes import ParsedRecipe, recipe_validate
 from devices.budget import BudgetRequest
@@ -53,6 +54,14 @@ def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
         "devices_expected": round(devices_expected),
         "budget": budget,
         "standard_error": _standard_error(parsed, round(devices_expected)),
+        # Before any device spends: the batches expected below the minimum cohort (suppressed, yet
+        # their devices would spend), from what the server may know (analyses.services.cohorts).
+        "cohorts_forecast": (
+            forecast := cohort_forecast(
+                analysis, parsed.cohorts, parsed.privacy.sampling_rate, parsed.privacy.min_cohort
+            )
+        ),
+        "batches_below": [row["cohort"] for row in forecast if row["below"]],
         "summary": _summary(analysis, budget),
     }
 

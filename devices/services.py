@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from django.core.cache import cache
 from django.db import transaction
 
 from aggregation.upload import share_pair_upload
@@ -89,18 +90,44 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
     return ShardOutcome(created=True, answered=int(counts[Decision.ANSWERED]), outcomes=outcomes)
 
 
-def shard_dry_run(*, shard_id: int, task: DeviceTask) -> dict[str, int]:
-    """What the devices of one shard would decide on ``task``, by reason; nothing is read or spent.
+def shard_dry_run(*, shard_id: int, task: DeviceTask) -> tuple[dict[str, int], dict[str, int]]:
+    """What the devices of one shard would decide on ``task``, by reason, and how many would answer
+    in each batch (cohort); nothing is read of their data or spent.
 
     The same decision as ``shard_answer`` (sampling, snapshot, query class, checks 1-3 against the
     device's ledger), none of its effects: no data is encoded, no share sent, no ledger charged.
+    Only the cohort fields (approved as non-sensitive) are read, and only when the task has any.
     """
     shard = FleetShard.objects.select_related("fleet").defer("columns").get(pk=shard_id)
     ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
     ledger = ledger_row.load_state() if ledger_row else ledger_empty(shard.size)
     decision, _ = _decide(shard, task, ledger)
     counts = np.bincount(decision, minlength=len(Decision))
-    return {d.label: int(counts[d]) for d in Decision if counts[d]}
+    answering = decision == Decision.ANSWERED
+    if task.cohorts:
+        keys = cohort_keys(task.cohorts, shard.load_columns(), shard.fleet.vocabularies)[answering]
+        values, sizes = np.unique(keys.astype(str), return_counts=True)
+        by_batch = {str(k): int(n) for k, n in zip(values, sizes, strict=True)}
+    else:
+        by_batch = {"": int(answering.sum())} if answering.any() else {}
+    return {d.label: int(counts[d]) for d in Decision if counts[d]}, by_batch
+
+
+def fleet_batch_sizes(*, fleet: Fleet, cohorts: tuple[str, ...]) -> dict[str, int]:
+    """How many devices of a simulated fleet fall in each batch of ``cohorts`` (its enrollment), read
+    from the cohort columns alone (approved as non-sensitive). Cached: a fleet's devices do not move."""
+    key = f"pfs:fleet-batches:{fleet.pk}:{fleet.size}:{','.join(cohorts)}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    sizes: dict[str, int] = {}
+    for shard in FleetShard.objects.filter(fleet=fleet).select_related("fleet"):
+        keys = cohort_keys(cohorts, shard.load_columns(), fleet.vocabularies)
+        values, counts = np.unique(keys.astype(str), return_counts=True)
+        for value, count in zip(values, counts, strict=True):
+            sizes[str(value)] = sizes.get(str(value), 0) + int(count)
+    cache.set(key, sizes, timeout=3600)
+    return sizes
 
 
 def _columns_after_retention(shard: FleetShard) -> dict:

@@ -113,7 +113,13 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _check_writable(args.csv, args.json)
     client = _client(args)
     if args.no_wait:
-        round_ = client.run_recipe(args.analysis, recipe, wait=False, idempotency_key=args.idempotency_key)
+        round_ = client.run_recipe(
+            args.analysis,
+            recipe,
+            wait=False,
+            idempotency_key=args.idempotency_key,
+            confirm_small_cohorts=args.confirm_small_cohorts,
+        )
         print(round_.id, file=out)
         print(f"pfs: {round_.describe()}; follow it with `{PROG} status {round_.id}`", file=err)
         return 0
@@ -123,6 +129,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         poll=args.poll,
         timeout=args.timeout,
         idempotency_key=args.idempotency_key,
+        confirm_small_cohorts=args.confirm_small_cohorts,
         intervals=args.intervals,
         view=args.view,
         on_progress=_progress_printer(err),
@@ -315,6 +322,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-wait", action="store_true", help="print the round's id once started, and return")
     run.add_argument(
         "--idempotency-key", metavar="KEY", help="the same key again returns the same round (default: a new UUID)"
+    )
+    run.add_argument(
+        "--confirm-small-cohorts",
+        action="store_true",
+        help="start even if some cohorts are expected below the minimum cohort (their devices spend for nothing)",
     )
     _release_options(run)
     _wait_options(run)

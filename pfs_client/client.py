@@ -120,12 +120,17 @@ class Client:
 
     # ------------------------------------------------------------------ rounds
 
-    def start_round(self, recipe_id: int, *, idempotency_key: str | None = None) -> Round:
+    def start_round(
+        self, recipe_id: int, *, idempotency_key: str | None = None, confirm_small_cohorts: bool = False
+    ) -> Round:
         """Start a round of a stored recipe. The Idempotency-Key (a new UUID unless given) goes with
-        every retry, so a retried start returns the round the first attempt started."""
+        every retry, so a retried start returns the round the first attempt started. A recipe whose
+        cohorts are expected below the minimum cohort is refused (400, ``confirmSmallCohorts``)
+        unless ``confirm_small_cohorts``: their devices would spend budget for a suppressed batch."""
         key = idempotency_key or str(uuid.uuid4())
+        body = {"confirmSmallCohorts": True} if confirm_small_cohorts else None
         data = self._post(
-            f"/api/recipes/{int(recipe_id)}/rounds/", None, headers={"Idempotency-Key": key}, retry=Retry.SAFE
+            f"/api/recipes/{int(recipe_id)}/rounds/", body, headers={"Idempotency-Key": key}, retry=Retry.SAFE
         )
         return Round.from_json(data)
 
@@ -198,6 +203,7 @@ class Client:
         intervals: str | None = None,
         view: str | None = None,
         on_progress: OnProgress | None = None,
+        confirm_small_cohorts: bool = False,
     ) -> Release | Round:
         """Store the recipe, start its round and, with ``wait``, return its Release (else the Round).
 
@@ -213,7 +219,7 @@ class Client:
             if analysis is None:
                 raise ValueError("run_recipe needs the analysis to store a new recipe in")
             recipe_id = self._stored_recipe_id(analysis, load_json(recipe), key)
-        round_ = self.start_round(recipe_id, idempotency_key=key)
+        round_ = self.start_round(recipe_id, idempotency_key=key, confirm_small_cohorts=confirm_small_cohorts)
         if not wait:
             return round_
         self.wait(round_.id, poll=poll, timeout=timeout, on_progress=on_progress)

@@ -57,7 +57,9 @@ def adaptive_start(*, spec: Any, user: AbstractBaseUser) -> AdaptiveRun:
             run = AdaptiveRun.objects.create(
                 analysis=parsed.analysis, kind=parsed.kind, spec=spec, plan=parsed.plan, created_by=user
             )
-            run.current_round = _round_create(parsed.analysis, first_recipe(parsed), user)
+            # Small cohorts are confirmed once, for the run (its spec's confirmSmallCohorts).
+            confirmed = spec.get("confirmSmallCohorts") is True
+            run.current_round = _round_create(parsed.analysis, first_recipe(parsed), user, confirmed=confirmed)
             run.save(update_fields=["current_round"])
     except ValidationFailed as invalid:
         target = named.identifier if named is not None else "unknown analysis"
@@ -76,8 +78,9 @@ def _spent_analyses(spec: Any) -> list[Analysis]:
     return list(Analysis.objects.filter(identifier__in=names).order_by("pk"))
 
 
-def _round_create(analysis: Analysis, content: dict, user: AbstractBaseUser) -> Round:
-    return round_start(recipe=recipe_create(analysis=analysis, content=content, user=user), user=user)
+def _round_create(analysis: Analysis, content: dict, user: AbstractBaseUser, *, confirmed: bool) -> Round:
+    recipe = recipe_create(analysis=analysis, content=content, user=user)
+    return round_start(recipe=recipe, user=user, confirm_small_cohorts=confirmed)
 
 
 def adaptive_runs_wake(run_ids: list[int]) -> None:
@@ -132,7 +135,8 @@ def _start_next(run: AdaptiveRun, analysis: Analysis, content: dict) -> Adaptive
     """Start the next round, or finish the run when the devices' budget can no longer afford it."""
     try:
         with transaction.atomic():
-            run.current_round = _round_create(analysis, content, run.created_by)
+            # The run was started with its cohorts: their forecast was confirmed (or clear) then.
+            run.current_round = _round_create(analysis, content, run.created_by, confirmed=True)
             run.next_recipe = None
             run.save()
     except ValidationFailed as refused:
@@ -302,4 +306,3 @@ def adaptive_resume(*, run: AdaptiveRun, user: AbstractBaseUser) -> AdaptiveRun:
             return run
         analysis = Analysis.objects.get(identifier=run.next_recipe["analysis"])
         return _start_next(run, analysis, run.next_recipe["recipe"])
-

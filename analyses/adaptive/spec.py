@@ -39,6 +39,7 @@ SPEC_KEYS = (
     "boundaries",
     "minWidth",
     "baseline",
+    "confirmSmallCohorts",
 )
 
 

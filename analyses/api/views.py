@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.exceptions import NotFound, ValidationError
@@ -43,7 +43,7 @@ from analyses.services.recipes import recipe_create
 from analyses.services.releases import ReleaseView
 from analyses.services.rounds import round_cancel, round_dry_run, round_start, rounds_progress
 from devices.models import Fleet
-from pfs_base.api_bodies import refuse_unknown_keys
+from pfs_base.api_bodies import StrictSerializer, refuse_unknown_keys
 from pfs_base.api_limits import UserRateThrottle
 from pfs_base.api_parsers import JSONParser
 from pfs_base.errors import ValidationFailed
@@ -168,6 +168,14 @@ class RecipeDetail(RetrieveAPIView):
         return selectors.recipe_get(user=self.request.user, pk=self.kwargs["pk"])
 
 
+class RoundStartRequest(StrictSerializer):
+    confirmSmallCohorts = serializers.BooleanField(  # noqa: N815 - the API's camelCase key
+        required=False,
+        help_text="Start even if some cohorts are expected below the minimum cohort (their devices would spend "
+        "budget for a suppressed batch); without it such a start is a 400 naming them.",
+    )
+
+
 class RoundStart(APIView):
     throttle_scope = "round_start"
 
@@ -175,15 +183,18 @@ class RoundStart(APIView):
         summary="Start a round of a recipe",
         description="Every device of the analysis's fleet is asked; the round is queued and answers 202. "
         "Send an Idempotency-Key to make a retry safe.",
-        request=None,
+        request=RoundStartRequest,
         parameters=[IDEMPOTENCY_KEY],
-        responses={202: RoundSerializer, **errors(400, 404, 409, 413, 422)},
+        responses={202: RoundSerializer, **errors(400, 403, 404, 409, 413, 422)},
     )
     def post(self, request: Request, pk: int) -> Response:
         recipe = selectors.recipe_get(user=request.user, pk=pk)
+        body = RoundStartRequest(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        confirmed = body.validated_data.get("confirmSmallCohorts", False)
 
         def start() -> tuple[int, Any, dict[str, str]]:
-            round_ = round_start(recipe=recipe, user=request.user)
+            round_ = round_start(recipe=recipe, user=request.user, confirm_small_cohorts=confirmed)
             return status.HTTP_202_ACCEPTED, RoundSerializer(round_).data, {}
 
         return idempotent_response(request, endpoint=f"round-start:recipe={recipe.pk}", respond=start)

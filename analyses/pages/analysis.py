@@ -53,7 +53,12 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
             if request.POST.get("action") == "dry-run":
                 dry_run = round_dry_run(analysis=analysis, content=form.recipe())
             else:
-                round_ = round_create_and_start(analysis=analysis, content=form.recipe(), user=request.user)
+                round_ = round_create_and_start(
+                    analysis=analysis,
+                    content=form.recipe(),
+                    user=request.user,
+                    confirm_small_cohorts=form.cleaned_data.get("confirm_small_cohorts", False),
+                )
                 return redirect("round-detail", pk=round_.pk)
         except ValidationFailed as invalid:
             form.add_recipe_errors(invalid.errors)

@@ -23,6 +23,7 @@ from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Release, Round
 from analyses.roles import check_may_run, check_may_stop
 from analyses.services.budget import budget_plan_refusal, recipe_budget_request
+from analyses.services.cohorts import cohort_forecast, small_cohorts_check
 from analyses.services.policy import analysis_lock
 from analyses.services.recipes import (
     device_task,
@@ -52,8 +53,12 @@ class ShardsPending(RuntimeError):
     """Aggregation was asked for before every shard answered (a redelivered task can fire a chord early)."""
 
 
-def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
-    """Queue a round of ``recipe``; its tasks are sent when the transaction commits."""
+def round_start(*, recipe: Recipe, user: AbstractBaseUser, confirm_small_cohorts: bool = False) -> Round:
+    """Queue a round of ``recipe``; its tasks are sent when the transaction commits.
+
+    A recipe whose batches are expected below the minimum cohort (analyses.services.cohorts)
+    starts only with ``confirm_small_cohorts``: their devices would spend budget for nothing.
+    """
     try:
         check_may_run(user, recipe.analysis)
     except NotAllowed as refusal:
@@ -71,6 +76,9 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser) -> Round:
         if refusal is not None:
             refusal_log(user=user, action="round.start", target=recipe.analysis.identifier, reasons=refusal[1])
             raise ValidationFailed({"privacy.budget": refusal[1]})
+        cohorts = list(recipe.content.get("cohorts", []))
+        forecast = cohort_forecast(recipe.analysis, cohorts, recipe.sampling_rate, recipe.min_cohort)
+        small_cohorts_check(forecast, confirmed=confirm_small_cohorts)
         round_ = Round.objects.create(recipe=recipe, seed=secrets.randbits(63), created_by=user)
         _collection_rules_open(round_)
         device_rounds.window_open(round_, device_task(round_))  # real devices fetch the task over HTTP
@@ -94,13 +102,15 @@ def _collection_rules_open(round_: Round) -> None:
     )
 
 
-def round_create_and_start(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -> Round:
+def round_create_and_start(
+    *, analysis: Analysis, content: Any, user: AbstractBaseUser, confirm_small_cohorts: bool = False
+) -> Round:
     """Validate and store a recipe and start its round, all or nothing."""
     check_may_run(user, analysis)
     with transaction.atomic():
         analysis_lock(analysis)  # before anything is read: the check and the start are one step
         recipe = recipe_create(analysis=analysis, content=content, user=user)
-        return round_start(recipe=recipe, user=user)
+        return round_start(recipe=recipe, user=user, confirm_small_cohorts=confirm_small_cohorts)
 
 
 def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
@@ -114,18 +124,30 @@ def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     recipe = recipe_unsaved(analysis, content, parsed, None)
     task = recipe_device_task(recipe, task_key=f"{analysis.identifier}/dry-run", seed=secrets.randbits(63))
     decisions: dict[str, int] = {}
+    by_batch: dict[str, int] = {}
     for shard_id in FleetShard.objects.filter(fleet=analysis.fleet).values_list("pk", flat=True):
-        for reason, count in shard_dry_run(shard_id=shard_id, task=task).items():
+        reasons, batches = shard_dry_run(shard_id=shard_id, task=task)
+        for reason, count in reasons.items():
             decisions[reason] = decisions.get(reason, 0) + count
+        for batch, count in batches.items():
+            by_batch[batch] = by_batch.get(batch, 0) + count
     answering = decisions.pop(Decision.ANSWERED.label, 0)
     not_sampled = decisions.pop(Decision.NOT_SAMPLED.label, 0)
+    min_cohort = parsed.privacy.min_cohort
+    forecast = cohort_forecast(analysis, parsed.cohorts, parsed.privacy.sampling_rate, min_cohort)
+    if not analysis.fleet.is_real:
+        # The devices' own decisions, batch by batch: what this round would release.
+        forecast = [{**row, "expected": by_batch.get(row["cohort"], 0)} for row in forecast]
+        forecast = [{**row, "below": row["expected"] < min_cohort} for row in forecast]
     return {
         "devices": analysis.fleet.size,
         "would_answer": answering,
         "not_sampled": not_sampled,
         "would_refuse": decisions,
-        "min_cohort": parsed.privacy.min_cohort,
-        "meets_min_cohort": answering >= parsed.privacy.min_cohort,
+        "min_cohort": min_cohort,
+        "meets_min_cohort": answering >= min_cohort and not any(row["below"] for row in forecast),
+        "cohorts": forecast,
+        "batches_below": [row["cohort"] for row in forecast if row["below"]],
     }
 
 

@@ -48,7 +48,7 @@ def test_without_a_key_every_request_starts_a_round(api, recipe_id) -> None:
 
 def test_the_same_key_with_another_body_or_endpoint_is_a_422(api, analysis, recipe, recipe_id) -> None:
     assert start(api, recipe_id, "k1").status_code == 202
-    other_body = start(api, recipe_id, "k1", {"note": "again"})
+    other_body = start(api, recipe_id, "k1", {"confirmSmallCohorts": True})  # a valid body, another one
     assert other_body.status_code == 422 and other_body.json()["code"] == "idempotency_conflict"
     recipe["recipeIdentifier"] = "ages-2"
     other_recipe = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()["id"]

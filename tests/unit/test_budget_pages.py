@@ -46,14 +46,14 @@ def recipe_for(identifier: str, epsilon: float, *, epsilon0: float = 3.0, bounda
 def run(analysis, recipe: dict, user, capture) -> Round:
     """A round started and run to its release (tasks inline)."""
     with capture(execute=True):
-        round_ = round_create_and_start(analysis=analysis, content=recipe, user=user)
+        round_ = round_create_and_start(analysis=analysis, content=recipe, user=user, confirm_small_cohorts=True)
     round_.refresh_from_db()
     return round_
 
 
 def start_and_cancel(analysis, recipe: dict, user) -> Round:
     """A round started (its tasks never sent: on_commit does not run here) and cancelled."""
-    round_ = round_create_and_start(analysis=analysis, content=recipe, user=user)
+    round_ = round_create_and_start(analysis=analysis, content=recipe, user=user, confirm_small_cohorts=True)
     return round_cancel(round_=round_, user=user)
 
 
@@ -103,7 +103,7 @@ def test_burndown_sums_in_nano_epsilon_so_small_epsilons_add_up_exactly(api, bud
     for i in range(10):
         content = recipe_for(f"small-{i}", 0.1)
         content["privacy"] = {"noise": "aggregator", "epsilon": 0.1, "delta": 1e-6, "samplingRate": 1.0}
-        round_create_and_start(analysis=budget_analysis, content=content, user=analyst)
+        round_create_and_start(analysis=budget_analysis, content=content, user=analyst, confirm_small_cohorts=True)
     points = api.get("/api/analyses/test.budget/budget/").json()["scopes"][0]["points"]
     assert points[-1]["epsilon"] == 1.0 and points[2]["epsilon"] == 0.3
 

@@ -23,6 +23,8 @@ def test_a_dry_run_counts_the_devices_that_would_answer_and_spends_nothing(analy
         "would_refuse": {},
         "min_cohort": 2935,
         "meets_min_cohort": True,
+        "cohorts": [],  # no cohort split: one batch
+        "batches_below": [],
     }
     assert not ShardRun.objects.exists() and not ShardLedger.objects.exists()
     assert not analysis.recipes.exists()

@@ -72,7 +72,7 @@ def test_a_joint_recipe_releases_per_locale_and_charges_both_fields(
     joint, analyst, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        round_ = round_create_and_start(analysis=joint, content=_recipe(), user=analyst)
+        round_ = round_create_and_start(analysis=joint, content=_recipe(), user=analyst, confirm_small_cohorts=True)
     round_.refresh_from_db()
     release = release_as_json(round_.release)
     assert release["field"] == "age,ngrams"
@@ -95,9 +95,11 @@ def test_a_joint_recipe_releases_per_locale_and_charges_both_fields(
 
 def test_a_joint_recipe_is_refused_by_the_field_that_cannot_pay(joint, analyst, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        round_create_and_start(analysis=joint, content=_recipe(), user=analyst)
+        round_create_and_start(analysis=joint, content=_recipe(), user=analyst, confirm_small_cohorts=True)
     with pytest.raises(ValidationFailed) as refused:
-        round_create_and_start(analysis=joint, content={**_recipe(), "recipeIdentifier": "again"}, user=analyst)
+        round_create_and_start(
+            analysis=joint, content={**_recipe(), "recipeIdentifier": "again"}, user=analyst, confirm_small_cohorts=True
+        )
     assert refused.value.errors == {"privacy.epsilon": ["Field age has used all 1 of its reports."]}
 
 
@@ -120,5 +122,10 @@ def test_bad_combinations_are_refused_at_their_key(joint, analyst, change, key) 
     data_types = {**FIGURE_4_TYPES, **change}
     data_types = {k: v for k, v in data_types.items() if v is not None}
     with pytest.raises(ValidationFailed) as refused:
-        round_create_and_start(analysis=joint, content={**_recipe(), "dataTypeContent": data_types}, user=analyst)
+        round_create_and_start(
+            analysis=joint,
+            content={**_recipe(), "dataTypeContent": data_types},
+            user=analyst,
+            confirm_small_cohorts=True,
+        )
     assert key in refused.value.errors, refused.value.errors

@@ -31,7 +31,7 @@ SHARDS = FLEET_SIZE // SHARD_SIZE  # 5
 
 def released(analysis, content, user, capture) -> Round:
     with capture(execute=True):
-        round_ = round_create_and_start(analysis=analysis, content=content, user=user)
+        round_ = round_create_and_start(analysis=analysis, content=content, user=user, confirm_small_cohorts=True)
     round_.refresh_from_db()
     assert round_.status == Round.Status.RELEASED
     return round_

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.django_db
 
 def run(analysis, recipe, user, capture) -> Round:
     with capture(execute=True):
-        round_ = round_create_and_start(analysis=analysis, content=recipe, user=user)
+        round_ = round_create_and_start(analysis=analysis, content=recipe, user=user, confirm_small_cohorts=True)
     round_.refresh_from_db()
     return round_
 
@@ -269,7 +269,7 @@ def test_a_queued_round_cancelled_before_its_dispatch_never_runs(
     analysis, recipe, analyst, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:
-        round_ = round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+        round_ = round_create_and_start(analysis=analysis, content=recipe, user=analyst, confirm_small_cohorts=True)
     round_cancel(round_=round_, user=analyst)
     for callback in callbacks:  # the dispatch message arrives after the cancel
         callback()

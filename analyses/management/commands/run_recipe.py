@@ -24,6 +24,11 @@ class Command(BaseCommand):
         parser.add_argument("--user", default="analyst", help="username of the analyst running it")
         parser.add_argument("--json", action="store_true", help="print the release as JSON")
         parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the release")
+        parser.add_argument(
+            "--confirm-small-cohorts",
+            action="store_true",
+            help="start even if some cohorts are expected below the minimum cohort (their devices spend for nothing)",
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         content = read_json(options["recipe"])
@@ -34,7 +39,9 @@ class Command(BaseCommand):
         if user is None or not (user.is_staff or analysis.owner_id == user.pk):
             raise CommandError(f"user {options['user']!r} may not run {analysis.identifier} (--user)", returncode=2)
         try:
-            round_ = round_create_and_start(analysis=analysis, content=content, user=user)
+            round_ = round_create_and_start(
+                analysis=analysis, content=content, user=user, confirm_small_cohorts=options["confirm_small_cohorts"]
+            )
         except ValidationFailed as error:
             raise invalid(error) from error
         except NotAllowed as error:

@@ -1,0 +1,84 @@
+"""Which batches of a recipe are expected to fall below the minimum cohort, before any device spends.
+
+A recipe split by cohort fields releases one batch per value, each meeting the minimum cohort on
+its own. A batch below it is suppressed, yet its devices spent their budget: a split that leaves
+most batches small wastes most of the round. The server forecasts each batch from what it may
+know, and a round expected to leave batches below needs an explicit confirmation to start:
+
+- a simulated fleet: its enrollment, the devices in each batch times the sampling rate (the dry
+  run refines it with the devices' own decisions);
+- real devices: the batch sizes of the fleet's latest release with the same cohort fields (public:
+  they were released), scaled by the sampling rates; a batch suppressed then is "fewer than m".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analyses.models import Analysis, Round
+from devices.services import fleet_batch_sizes
+from pfs_base.errors import ValidationFailed
+
+
+def cohort_forecast(
+    analysis: Analysis, cohorts: list[str], sampling_rate: float, min_cohort: int
+) -> list[dict[str, Any]]:
+    """Each expected batch: {cohort, expected (reports, or None when unknown), below, source}."""
+    if not cohorts:
+        return []
+    if not analysis.fleet.is_real:
+        sizes = fleet_batch_sizes(fleet=analysis.fleet, cohorts=tuple(cohorts))
+        return [
+            _row(cohort, round(size * sampling_rate), min_cohort, "the fleet's enrollment times the sampling rate")
+            for cohort, size in sorted(sizes.items())
+        ]
+    return _from_earlier_release(analysis, cohorts, sampling_rate, min_cohort)
+
+
+def _from_earlier_release(
+    analysis: Analysis, cohorts: list[str], sampling_rate: float, min_cohort: int
+) -> list[dict[str, Any]]:
+    earlier = (
+        Round.objects.filter(recipe__analysis__fleet=analysis.fleet, status__in=Round.TERMINAL, release__isnull=False)
+        .select_related("recipe", "release")
+        .order_by("-finished_at", "-pk")
+    )
+    for round_ in earlier[:50]:
+        if list(round_.recipe.content.get("cohorts", [])) != list(cohorts):
+            continue
+        scale = sampling_rate / round_.recipe.sampling_rate
+        source = f"round {round_.pk}'s release, scaled by the sampling rates"
+        rows = []
+        for batch in round_.release.content["batches"]:
+            if batch["suppressed"]:
+                # Its size was never released: "fewer than m" then; below now unless m grew a lot.
+                expected = None
+                below = batch["min_cohort"] * scale < min_cohort
+                rows.append({"cohort": batch["cohort"], "expected": expected, "below": below, "source": source})
+            else:
+                rows.append(_row(batch["cohort"], round(batch["reports"] * scale), min_cohort, source))
+        return rows
+    return []  # nothing released with these cohorts yet: no forecast
+
+
+def _row(cohort: str, expected: int, min_cohort: int, source: str) -> dict[str, Any]:
+    return {"cohort": cohort, "expected": expected, "below": expected < min_cohort, "source": source}
+
+
+def small_cohorts_check(forecast: list[dict[str, Any]], *, confirmed: bool) -> None:
+    """Refuse (400 by field) a start whose forecast leaves batches below the minimum cohort, unless confirmed."""
+    below = [row for row in forecast if row["below"]]
+    if below and not confirmed:
+        named = ", ".join(
+            f"{row['cohort']} (~{row['expected']:,})" if row["expected"] is not None else f"{row['cohort']} (small)"
+            for row in below
+        )
+        raise ValidationFailed(
+            {
+                "confirmSmallCohorts": [
+                    f"{len(below)} of {len(forecast)} batches are expected below the minimum cohort and would be "
+                    f"suppressed, though their devices spend budget: {named}. Confirm to start anyway, or choose "
+                    "fewer cohort fields."
+                ]
+            }
+        )
