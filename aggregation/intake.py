@@ -106,6 +106,8 @@ def upload_answer(meta: Mapping[str, Any], read: Callable[[int], bytes]) -> Answ
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError):
         return _invalid({"non_field_errors": ["The body is not JSON."]})
+    except RecursionError:  # nested deeper than the parser goes: no report is anything like it
+        return _invalid({"non_field_errors": ["The body is JSON nested too deep to be a report."]})
     key = wire.collection_key_of(data)
     limit = _open_limit(key) if key else None
     if limit is not None and len(body) > limit:

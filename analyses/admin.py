@@ -84,7 +84,9 @@ class RecipeAdmin(admin.ModelAdmin):
 class RoundAdmin(admin.ModelAdmin):
     list_display = ["pk", "recipe", "status", "shards_total", "created_by", "created_at", "finished_at"]
     list_filter = ["status"]
-    readonly_fields = [f.name for f in Round._meta.fields]
+    # Never the seed: with one aggregator's shares it (and the server's coin secret) fixes the masks.
+    exclude = ["seed"]
+    readonly_fields = [f.name for f in Round._meta.fields if f.name != "seed"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

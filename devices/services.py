@@ -9,10 +9,13 @@ keyed by (task, shard), so that a retried task changes nothing twice.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
@@ -139,12 +142,23 @@ def _columns_after_retention(shard: FleetShard) -> dict:
     return columns
 
 
+def _coins(task: DeviceTask, shard: FleetShard, stream: int) -> np.random.Generator:
+    """A simulated shard's coins for one purpose (0 sampling, 1 privatizing, 2 shares, 3 encoding).
+
+    The round's seed alone does not fix them: it is keyed with a server secret (PFS_COIN_SECRET,
+    SECRET_KEY by default). A seed read from a dump or a log, with one aggregator's shares, would
+    otherwise give the other aggregator's mask, and so a batch's exact sum.
+    """
+    keyed = hmac.new(settings.PFS_COIN_SECRET.encode(), str(task.seed).encode(), hashlib.sha256).digest()
+    return np.random.default_rng([int.from_bytes(keyed[:16], "big"), shard.index, stream])
+
+
 def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarray, Accountant | None]:
     """Per device: sample, verify, check the budget; and the policy's accountant, if it got that far.
 
     Nothing here reads the devices' data.
     """
-    rng = np.random.default_rng([task.seed, shard.index, 0])
+    rng = _coins(task, shard, 0)
     sampled = rng.random(shard.size) < task.sampling_rate
     # Devices enforce only the snapshot they were enrolled with for this analysis.
     enrollment = (
@@ -165,11 +179,11 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarr
 def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: dict) -> None:
     """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort."""
     _, encoding = content_encoding(task.data_types)
-    encode_rng = np.random.default_rng([task.seed, shard.index, 3])
+    encode_rng = _coins(task, shard, 3)
     values = encode_devices(task.data_types, columns, shard.fleet.vocabularies, encode_rng)
     oracle = None if task.aggregator_noise else mechanism_get(task.mechanism, task.epsilon0)
-    privatize_rng = np.random.default_rng([task.seed, shard.index, 1])
-    share_rng = np.random.default_rng([task.seed, shard.index, 2])
+    privatize_rng = _coins(task, shard, 1)
+    share_rng = _coins(task, shard, 2)
 
     batch_keys = cohort_keys(task.cohorts, columns, shard.fleet.vocabularies)
     for batch_key in sorted(set(batch_keys[answered].tolist())):

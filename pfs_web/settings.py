@@ -23,6 +23,9 @@ if SECRET_KEY is None:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "insecure-development-key-never-use-in-production"  # noqa: S105
+# Keys the simulated devices' coins with each round's seed (devices.services._coins), so a seed
+# alone reveals nothing. Rotating it changes only rounds not yet run.
+PFS_COIN_SECRET = env_str("PFS_COIN_SECRET") or SECRET_KEY
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from analyses.models import Analysis
+from analyses.models import Analysis, Round
 from analyses.roles import make_privacy_officer
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
@@ -120,7 +120,10 @@ class Command(BaseCommand):
     def _reset(self, identifier: str) -> None:
         analysis = Analysis.objects.get(identifier=identifier)
         with transaction.atomic():
-            ShardRun.objects.filter(task_key__startswith=f"{identifier}/").delete()
+            # Exactly this analysis's rounds: a prefix would also match another analysis whose
+            # identifier starts with this one and a slash.
+            rounds = Round.objects.filter(recipe__analysis=analysis).select_related("recipe__analysis")
+            ShardRun.objects.filter(task_key__in=[round_.task_key for round_ in rounds]).delete()
             ShardLedger.objects.filter(analysis_identifier=identifier).delete()
             analysis.adaptive_runs.all().delete()  # their rounds go with the recipes below
             analysis.recipes.all().delete()
