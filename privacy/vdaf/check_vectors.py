@@ -1,0 +1,270 @@
+"""Replay draft-irtf-cfrg-vdaf-20's test vectors (Appendix C, "Test Vectors") against this package.
+
+    python -m privacy.vdaf.check_vectors FILE.json...
+
+A ``vdaf/Prio3*.json`` file is replayed operation by operation, each step taking its inputs from the
+file (as the schema says) and its output compared byte for byte with the file's; an operation marked
+``"success": false`` must be refused. ``XofTurboShake128.json`` checks the XOF's derived seed and
+expanded Field128 vector. Which Prio3 variant a file holds is read from its name (``Prio3Count_0``).
+
+Exit status: 0 if every file matches, 1 if any value or success flag differs (each printed with its
+file, operation and step), 2 for bad usage (no file, a file that cannot be read or parsed, or a name
+that names no known VDAF).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from privacy.vdaf.errors import VdafError
+from privacy.vdaf.field import Field128
+from privacy.vdaf.prio3 import (
+    Prio3,
+    Prio3Count,
+    Prio3Histogram,
+    Prio3MultihotCountVec,
+    Prio3Sum,
+    Prio3SumVec,
+    VerifyState,
+)
+from privacy.vdaf.xof import XofTurboShake128
+
+SHOWN_HEX = 96  # characters of a differing value printed before it is cut
+# Parameters each variant's vectors list besides "shares" (the schema's subsections).
+_PARAMETERS = {
+    "Prio3Sum": ("max_measurement",),
+    "Prio3SumVec": ("length", "max_measurement", "chunk_length"),
+    "Prio3Histogram": ("length", "chunk_length"),
+    "Prio3MultihotCountVec": ("length", "max_weight", "chunk_length"),
+}
+
+
+class UsageError(Exception):
+    """The file cannot be checked at all (exit status 2)."""
+
+
+class Mismatch(Exception):
+    """An operation's output or success flag differs from the file's."""
+
+
+def vdaf_for(name: str, params: dict[str, Any]) -> Prio3:
+    """The Prio3 variant a vector file names, built from the parameters it lists."""
+    kind = name.split("_", 1)[0]
+    if kind not in ("Prio3Count", "Prio3Sum", "Prio3SumVec", "Prio3Histogram", "Prio3MultihotCountVec"):
+        raise UsageError(f"cannot tell the VDAF from the file name {name!r}")
+    missing = [key for key in ("shares", *_PARAMETERS.get(kind, ())) if key not in params]
+    if missing:
+        raise UsageError(f"{name}: the parameters {', '.join(missing)} are missing")
+    shares = params["shares"]
+    if kind == "Prio3Count":
+        vdaf: Prio3 = Prio3Count(shares=shares)
+    elif kind == "Prio3Sum":
+        vdaf = Prio3Sum(params["max_measurement"], shares=shares)
+    elif kind == "Prio3SumVec":
+        vdaf = Prio3SumVec(params["length"], params["max_measurement"], params["chunk_length"], shares=shares)
+    elif kind == "Prio3Histogram":
+        vdaf = Prio3Histogram(params["length"], params["chunk_length"], shares=shares)
+    else:
+        vdaf = Prio3MultihotCountVec(params["length"], params["max_weight"], params["chunk_length"], shares=shares)
+    # The draft's vectors use one proof unless a file says otherwise.
+    proofs = params.get("proofs", 1)
+    if proofs != 1:
+        vdaf = Prio3(vdaf.flp.valid, algorithm_id=vdaf.ID, shares=shares, proofs=proofs)
+    return vdaf
+
+
+def _shorten(value: str) -> str:
+    return value if len(value) <= SHOWN_HEX else f"{value[:SHOWN_HEX]}... ({len(value) // 2} bytes)"
+
+
+def _compare(what: str, expected: Any, got: Any) -> None:
+    if expected != got:
+        detail = ""
+        if isinstance(expected, str) and isinstance(got, str):
+            first = next((i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), None)
+            detail = (
+                f" (first difference at byte {(first if first is not None else min(len(expected), len(got))) // 2})"
+            )
+            expected, got = _shorten(expected), _shorten(got)
+        raise Mismatch(f"{what} differs{detail}\n    expected {expected}\n    got      {got}")
+
+
+def check_xof(data: dict[str, Any]) -> None:
+    seed, dst, binder = (bytes.fromhex(data[k]) for k in ("seed", "dst", "binder"))
+    _compare("derived_seed", data["derived_seed"], XofTurboShake128.derive_seed(seed, dst, binder).hex())
+    vec = XofTurboShake128.expand_into_vec(Field128, seed, dst, binder, data["length"])
+    _compare("expanded_vec_field128", data["expanded_vec_field128"], Field128.encode_vec(vec).hex())
+
+
+class VdafReplay:
+    """Runs one file's operations in order, keeping the verification states they produce."""
+
+    def __init__(self, vdaf: Prio3, data: dict[str, Any]) -> None:
+        self.vdaf = vdaf
+        self.data = data
+        self.ctx = bytes.fromhex(data["ctx"])
+        self.verify_key = bytes.fromhex(data["verify_key"])
+        self.states: dict[tuple[int, int], VerifyState] = {}
+
+    def run(self, op: dict[str, Any]) -> None:
+        """Run one operation; Mismatch if its output or its success differs from the file's."""
+        name = op["operation"]
+        step = getattr(self, f"_{name}", None)
+        if step is None:
+            raise Mismatch(f"unknown operation {name!r}")
+        if op["success"]:
+            step(op)
+            return
+        try:
+            step(op)
+        except VdafError:
+            return
+        raise Mismatch("the operation succeeded but the file says it must fail")
+
+    def _report(self, op: dict[str, Any]) -> dict[str, Any]:
+        return self.data["reports"][op["report_index"]]
+
+    def _shard(self, op: dict[str, Any]) -> None:
+        report = self._report(op)
+        public_share, input_shares = self.vdaf.shard(
+            self.ctx, report["measurement"], bytes.fromhex(report["nonce"]), bytes.fromhex(report["rand"])
+        )
+        _compare("public_share", report["public_share"], self.vdaf.encode_public_share(public_share).hex())
+        for j, (expected, share) in enumerate(zip(report["input_shares"], input_shares, strict=True)):
+            _compare(f"input_shares[{j}]", expected, self.vdaf.encode_input_share(share).hex())
+
+    def _verify_init(self, op: dict[str, Any]) -> None:
+        report, agg_id = self._report(op), op["aggregator_id"]
+        state, verifier_share = self.vdaf.verify_init(
+            self.verify_key,
+            self.ctx,
+            agg_id,
+            None,
+            bytes.fromhex(report["nonce"]),
+            self.vdaf.decode_public_share(bytes.fromhex(report["public_share"])),
+            self.vdaf.decode_input_share(agg_id, bytes.fromhex(report["input_shares"][agg_id])),
+        )
+        self.states[(op["report_index"], agg_id)] = state
+        _compare(
+            f"verifier_shares[0][{agg_id}]",
+            report["verifier_shares"][0][agg_id],
+            self.vdaf.encode_verifier_share(verifier_share).hex(),
+        )
+
+    def _verifier_shares_to_message(self, op: dict[str, Any]) -> None:
+        report, round_ = self._report(op), op["round"]
+        shares = [self.vdaf.decode_verifier_share(bytes.fromhex(s)) for s in report["verifier_shares"][round_]]
+        message = self.vdaf.verifier_shares_to_message(self.ctx, None, shares)
+        _compare(
+            f"verifier_messages[{round_}]",
+            report["verifier_messages"][round_],
+            self.vdaf.encode_verifier_message(message).hex(),
+        )
+
+    def _verify_next(self, op: dict[str, Any]) -> None:
+        report, agg_id, round_ = self._report(op), op["aggregator_id"], op["round"]
+        state = self.states.get((op["report_index"], agg_id))
+        if state is None:
+            raise Mismatch("no verification state: verify_init did not run for this report and aggregator")
+        message = self.vdaf.decode_verifier_message(bytes.fromhex(report["verifier_messages"][round_ - 1]))
+        out_share = self.vdaf.verify_next(self.ctx, state, message)
+        _compare(f"out_shares[{agg_id}]", report["out_shares"][agg_id], self.vdaf.encode_agg_share(out_share).hex())
+
+    def _aggregated_reports(self) -> list[dict[str, Any]]:
+        return [report for report in self.data["reports"] if report["out_shares"]]
+
+    def _aggregate(self, op: dict[str, Any]) -> None:
+        agg_id = op["aggregator_id"]
+        out_shares = [
+            self.vdaf.decode_agg_share(bytes.fromhex(report["out_shares"][agg_id]))
+            for report in self._aggregated_reports()
+        ]
+        agg_share = self.vdaf.aggregate(out_shares)
+        _compare(f"agg_shares[{agg_id}]", self.data["agg_shares"][agg_id], self.vdaf.encode_agg_share(agg_share).hex())
+
+    def _unshard(self, op: dict[str, Any]) -> None:
+        agg_shares = [self.vdaf.decode_agg_share(bytes.fromhex(s)) for s in self.data["agg_shares"]]
+        result = self.vdaf.unshard(None, agg_shares, len(self._aggregated_reports()))
+        _compare("agg_result", self.data["agg_result"], result)
+
+
+def _describe(index: int, op: dict[str, Any]) -> str:
+    """e.g. "operation 20 (verify_init, report 3, aggregator 1)"."""
+    if index < 0:
+        return "reading the file"
+    labels = {"report_index": "report", "aggregator_id": "aggregator", "round": "round"}
+    where = "".join(f", {label} {op[key]}" for key, label in labels.items() if key in op)
+    return f"operation {index} ({op.get('operation')}{where})"
+
+
+def check_file(path: Path, data: dict[str, Any]) -> list[str]:
+    """Problems found in one file (empty if it matches). Stops at a file's first problem: later steps use its state."""
+    if "derived_seed" in data:
+        try:
+            check_xof(data)
+        except Mismatch as error:
+            return [f"{path}: XOF check: {error}"]
+        except (KeyError, TypeError, ValueError) as error:
+            return [f"{path}: XOF check: malformed test vector ({type(error).__name__}: {error})"]
+        return []
+    # The operation under way, for the message: (-1, {}) while the file itself is read.
+    current: tuple[int, dict[str, Any]] = (-1, {})
+    try:
+        replay = VdafReplay(vdaf_for(path.stem, data), data)
+        for current in enumerate(data["operations"]):
+            replay.run(current[1])
+    except Mismatch as error:
+        return [f"{path}: {_describe(*current)}: {error}"]
+    except VdafError as error:
+        return [f"{path}: {_describe(*current)}: refused but the file says it succeeds: {error}"]
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        # A field the schema requires is missing or of the wrong type: the file cannot match.
+        return [f"{path}: {_describe(*current)}: malformed test vector ({type(error).__name__}: {error})"]
+    return []
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UsageError(f"cannot read {path}: {error}") from error
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} does not hold a test vector object")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m privacy.vdaf.check_vectors",
+        description="Check draft-irtf-cfrg-vdaf-20 test vectors (Prio3*, XofTurboShake128) against privacy.vdaf.",
+    )
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE.json")
+    args = parser.parse_args(argv)
+    try:
+        loaded = [(path, _load(path)) for path in args.files]
+        for path, data in loaded:
+            if "derived_seed" not in data:
+                vdaf_for(path.stem, data)
+    except UsageError as error:
+        print(f"check_vectors: {error}", file=sys.stderr)
+        return 2
+
+    failed = 0
+    for path, data in loaded:
+        problems = check_file(path, data)
+        if problems:
+            failed += 1
+            print("FAIL " + "\n".join(problems))
+        else:
+            steps = f"{len(data['operations'])} operations" if "operations" in data else "XOF checks"
+            print(f"ok   {path} ({steps})")
+    print(f"{len(loaded) - failed} of {len(loaded)} files match")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
