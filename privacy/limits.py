@@ -37,7 +37,6 @@ NUMBERS: Final[dict[str, Limit]] = {
 }
 
 # Structure of a recipe's schema.
-MAX_BOUNDARIES: Final = 1_000  # BucketedType boundaries
 MAX_BOUNDARY_MAGNITUDE: Final = 1e12  # |boundary|: beyond, float64 spacing exceeds 1e-4
 MAX_TOKENS: Final = 10_000  # a PrefixTree's or HashedNgrams' vocabulary
 MAX_LEAVES: Final = 10_000  # a PrefixTree's leaves
@@ -46,3 +45,4 @@ MAX_SKETCH_COLUMNS: Final = 65_536  # HashedNgrams columns
 # Buckets of any encoding, joint histograms included. A release holds two floats per bucket and
 # cohort: 131,072 buckets is about 5 MB of JSON per cohort, what a page can still read.
 MAX_BUCKETS: Final = 131_072
+MAX_BOUNDARIES: Final = MAX_BUCKETS - 1  # a BucketedType's: k boundaries give k + 1 buckets

@@ -74,7 +74,12 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser, confirm_small_cohorts
         analysis_lock(recipe.analysis)
         refusal = budget_plan_refusal(recipe.analysis, recipe.encoded_field, [recipe_budget_request(recipe)])
         if refusal is not None:
-            refusal_log(user=user, action="round.start", target=recipe.analysis.identifier, reasons=refusal[1])
+            refusal_log(
+                user=user,
+                action="round.start",
+                target=recipe.analysis.identifier,
+                reasons={"privacy.budget": refusal[1]},
+            )
             raise ValidationFailed({"privacy.budget": refusal[1]})
         cohorts = list(recipe.content.get("cohorts", []))
         forecast = cohort_forecast(recipe.analysis, cohorts, recipe.sampling_rate, recipe.min_cohort)

@@ -66,5 +66,6 @@ def test_concurrent_rounds_never_spend_a_device_budget_beyond_its_allowance(work
     totals = ledger_totals(fleet=analysis.fleet, analysis_identifier="test.ages")
     assert totals["max:reports_used"] == 2 and totals["max:epsilon_used"] == to_units(2.0)
     assert totals["sum:reports_used"] == 2 * FLEET_SIZE
-    assert third.status == Round.Status.RELEASED and third.release.content["reports"] == 0
+    # Every device refused: nothing reached the minimum cohort, so nothing is released (withheld).
+    assert third.status == Round.Status.WITHHELD and third.release.content["reports"] == 0
     assert third.release.content["refusals"] == {"analysis_budget": FLEET_SIZE}

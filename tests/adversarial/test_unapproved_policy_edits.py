@@ -1,0 +1,98 @@
+"""Issue: an officer's unapproved policy edit leaked into what analysts see and what the server checks.
+
+The attack: the officer raises the analysis budget in the admin and does not approve. Before the
+fix the pages, the editor's count of rounds that fit and the server's pre-check used the edit;
+a round then started that every device refused (they enforce the approved snapshot)."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyses.models import Analysis, Recipe, Round
+from devices.models import ShardLedger
+from tests.adversarial.conftest import admin_edit
+
+pytestmark = pytest.mark.django_db
+
+
+def _edit_budget_without_approving(officer_browser, analysis) -> None:
+    response = admin_edit(
+        officer_browser,
+        analysis,
+        epsilon_allowed=9.0,
+        reports_allowed=5,
+        fields={"age": {"epsilon": 9.0, "reports": 5}},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    analysis.refresh_from_db()
+    assert analysis.epsilon_allowed == 9.0 and analysis.snapshot.content["budget"]["epsilon"] == 2.0
+
+
+def test_the_analyst_sees_the_approved_budget_and_the_edit_apart_as_pending(officer_browser, api, analysis) -> None:
+    _edit_budget_without_approving(officer_browser, analysis)
+    body = api.get("/api/analyses/test.ages/").json()
+    assert (body["epsilon_allowed"], body["reports_allowed"]) == (2.0, 2)
+    assert body["field_policies"]["age"]["epsilon"] == 2.0
+    assert "budget.epsilon: 2.0 → 9.0" in body["pending_changes"]
+    page = officer_browser.get("/analyses/test.ages/").content.decode()
+    assert 'id="pending-policy"' in page and "Pending, not enforced" in page
+    assert "/ 2</td>" in page  # reports used / allowed: the approved 2, not the edited 5
+
+
+def test_the_server_refuses_what_devices_would_refuse_whatever_the_edit_says(
+    officer_browser, api, analysis, recipe, django_capture_on_commit_callbacks
+) -> None:
+    _edit_budget_without_approving(officer_browser, analysis)
+    for name in ("one", "two"):  # the approved policy allows 2 reports
+        created = api.post("/api/analyses/test.ages/recipes/", {**recipe, "recipeIdentifier": name}, format="json")
+        with django_capture_on_commit_callbacks(execute=True):
+            assert api.post(f"/api/recipes/{created.json()['id']}/rounds/").status_code == 202
+    rounds, ledgers = (
+        Round.objects.count(),
+        [row.load_state()["reports_used"].tolist() for row in ShardLedger.objects.all()],
+    )
+    preview = api.post(
+        "/api/analyses/test.ages/recipes/validate/", {**recipe, "recipeIdentifier": "three"}, format="json"
+    )
+    assert preview.status_code == 400 and "used all 2 of its reports" in str(preview.json()["fields"])
+    third = api.post("/api/analyses/test.ages/recipes/", {**recipe, "recipeIdentifier": "three"}, format="json")
+    assert third.status_code == 400
+    assert Round.objects.count() == rounds and not Recipe.objects.filter(identifier="three").exists()
+    assert [row.load_state()["reports_used"].tolist() for row in ShardLedger.objects.all()] == ledgers
+
+
+def test_an_approved_edit_takes_effect(officer_browser, api, analysis) -> None:
+    _edit_budget_without_approving(officer_browser, analysis)
+    officer_browser.post("/admin/analyses/analysis/", {"action": "approve", "_selected_action": [analysis.pk]})
+    body = api.get("/api/analyses/test.ages/").json()
+    assert (body["epsilon_allowed"], body["reports_allowed"], body["pending_changes"]) == (9.0, 5, [])
+
+
+def test_a_round_no_batch_of_which_reaches_its_cohort_is_withheld_not_released(
+    api, analysis, recipe, client, analyst, django_capture_on_commit_callbacks
+) -> None:
+    # Split by locale with a minimum cohort above every locale: confirmed, so it runs; nothing is released.
+    recipe.update(cohorts=["locale"])
+    recipe["privacy"]["minCohort"] = 4_000
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    with django_capture_on_commit_callbacks(execute=True):
+        started = api.post(f"/api/recipes/{created['id']}/rounds/", {"confirmSmallCohorts": True}, format="json")
+    round_ = Round.objects.get(pk=started.json()["id"])
+    assert round_.status == Round.Status.WITHHELD and "nothing released" in round_.error
+    client.force_login(analyst)
+    page = client.get(f"/rounds/{round_.pk}/").content.decode()
+    assert 'id="withheld"' in page and "plotly" not in page  # no chart on meaningless axes
+    assert api.get(f"/api/rounds/{round_.pk}/release/").status_code != 200
+    burndown = api.get("/api/analyses/test.ages/budget/").json()["scopes"][0]
+    assert burndown["reports_used"] == 1 and burndown["reports_spent_by_devices"] == 1  # devices did answer
+
+
+def test_budget_views_show_what_devices_spent_apart_from_what_was_requested(api, analysis, recipe) -> None:
+    # Started and cancelled before any shard ran: requested in full, spent by no device.
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    round_id = api.post(f"/api/recipes/{created['id']}/rounds/").json()["id"]
+    assert api.post(f"/api/rounds/{round_id}/cancel/").status_code == 200
+    scope = api.get("/api/analyses/test.ages/budget/").json()["scopes"][0]
+    assert (scope["epsilon_used"], scope["reports_used"]) == (1.0, 1)
+    assert (scope["epsilon_spent_by_devices"], scope["reports_spent_by_devices"]) == (0.0, 0)
+    assert Analysis.objects.get(pk=analysis.pk).snapshot is not None
