@@ -82,19 +82,28 @@ def release_section(round_: Round, release: Release, view: releases.ReleaseView)
     return mark_safe(cached(key, lambda: _section_html(round_, release, view)))  # noqa: S308 - our template's output
 
 
+# The round page draws and lists at most this many buckets of each cohort; the CSV and the API's
+# pages hold them all. A page of 131,072 buckets per cohort would be hundreds of MB of HTML.
+PAGE_BUCKETS = 2_000
+
+
 def _section_html(round_: Round, release: Release, view: releases.ReleaseView) -> str:
-    table = releases.release_table(release, view)
+    shown = releases.release_page(release_json(release, view), limit=PAGE_BUCKETS)
     refinable = drilldown.refinable_buckets(round_)
-    for index, row in enumerate(table):
+    table = []
+    for index, row in enumerate(releases.release_table(release, view)):
         # release_table lists every bucket of each released batch in order.
         row["bucket_index"] = index % len(refinable)
-        row["refinable"] = refinable[row["bucket_index"]]
+        if row["bucket_index"] < PAGE_BUCKETS:
+            row["refinable"] = refinable[row["bucket_index"]]
+            table.append(row)
     context = {
         "round": round_,
         "release_view": view,
         "interval_choices": INTERVALS,
         "view_choices": VIEWS,
-        "release_json": release_json(release, view),
+        "release_json": shown,
+        "truncated": shown["next_offset"] is not None,
         "table": table,
         "drilldown": {
             "url": reverse("analysis-detail", args=[round_.recipe.analysis.identifier]),

@@ -170,7 +170,19 @@ class Client:
     def release(self, round_id: int, *, intervals: str | None = None, view: str | None = None) -> Release:
         """The release of a released round. ``intervals``: per-bucket (default) or simultaneous;
         ``view``: raw (default), clipped or thresholded."""
-        data = self._get(f"/api/rounds/{int(round_id)}/release/", params={"intervals": intervals, "view": view})
+        params: dict[str, Any] = {"intervals": intervals, "view": view}
+        data = self._get(f"/api/rounds/{int(round_id)}/release/", params=params)
+        # A big release comes in pages of buckets (``next_offset``): the Release holds them all.
+        while data.get("next_offset") is not None:
+            page = self._get(
+                f"/api/rounds/{int(round_id)}/release/", params={**params, "bucket_offset": data["next_offset"]}
+            )
+            for batch, more in zip(data["batches"], page["batches"], strict=True):
+                if "buckets" in batch:
+                    batch["buckets"] += more["buckets"]
+            if "buckets" in data:
+                data["buckets"] += page.get("buckets", [])
+            data["next_offset"] = page.get("next_offset")
         return Release(round_id=int(round_id), data=data)
 
     def release_csv(self, round_id: int, *, intervals: str | None = None, view: str | None = None) -> str:

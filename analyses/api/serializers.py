@@ -238,7 +238,7 @@ class ReleaseBucketSerializer(serializers.Serializer):
 
 class ReleaseBatchSerializer(serializers.Serializer):
     cohort = serializers.CharField()
-    reports = serializers.IntegerField()
+    reports = serializers.IntegerField(allow_null=True, help_text="null when suppressed: never a suppressed size.")
     min_cohort = serializers.IntegerField()
     suppressed = serializers.BooleanField()
     reason = serializers.CharField(required=False, help_text="Why a suppressed batch was not released.")
@@ -281,6 +281,12 @@ class ReleaseSerializer(serializers.Serializer):
     notes = serializers.ListField(child=serializers.CharField())
     buckets = ReleaseBucketSerializer(many=True, required=False, help_text="With no cohorts: the one batch's.")
     batches = ReleaseBatchSerializer(many=True)
+    buckets_total = serializers.IntegerField(help_text="Buckets of the release; each page holds a slice of them.")
+    bucket_offset = serializers.IntegerField(help_text="The first bucket of this page.")
+    bucket_limit = serializers.IntegerField(help_text="Buckets per page (at most 10,000).")
+    next_offset = serializers.IntegerField(
+        allow_null=True, help_text="bucket_offset of the next page; null on the last."
+    )
 
 
 class AdaptiveRunSerializer(serializers.Serializer):

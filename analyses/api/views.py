@@ -40,7 +40,7 @@ from analyses.models import Analysis, Recipe, Round
 from analyses.recipe_preview import recipe_preview
 from analyses.services.policy import analyses_spent
 from analyses.services.recipes import recipe_create
-from analyses.services.releases import ReleaseView
+from analyses.services.releases import PAGE_BUCKETS, ReleaseView, release_page
 from analyses.services.rounds import round_cancel, round_dry_run, round_start, rounds_progress
 from devices.models import Fleet
 from pfs_base.api_bodies import StrictSerializer, refuse_unknown_keys
@@ -48,6 +48,7 @@ from pfs_base.api_limits import UserRateThrottle
 from pfs_base.api_parsers import JSONParser
 from pfs_base.errors import ValidationFailed
 from privacy.intervals import INTERVALS, VIEWS
+from privacy.limits import MAX_BUCKETS
 
 
 class StrictAuthTokenSerializer(AuthTokenSerializer):
@@ -62,6 +63,16 @@ class TokenObtain(ObtainAuthToken):
     serializer_class = StrictAuthTokenSerializer
     throttle_classes = [UserRateThrottle]
     parser_classes = [JSONParser, FormParser, MultiPartParser]  # DRF's names its own JSON parser
+
+
+def _whole(params: Any, name: str, *, default: int, low: int, high: int) -> int:
+    """A whole-number query parameter within [low, high]; a 400 by parameter otherwise."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ValidationError({name: [f"Must be a whole number from {low:,} to {high:,}."]})
+    return int(raw)
 
 
 def _choice(params: Any, name: str, choices: list[str]) -> str | None:
@@ -250,6 +261,10 @@ class RoundCancel(APIView):
         return Response(RoundSerializer(selectors.round_get(user=request.user, pk=cancelled.pk)).data)
 
 
+RELEASE_PAGE = [
+    OpenApiParameter("bucket_offset", int, required=False, description="The first bucket of the page (default 0)."),
+    OpenApiParameter("bucket_limit", int, required=False, description="Buckets per page, 1 to 10,000 (default)."),
+]
 RELEASE_OPTIONS = [
     OpenApiParameter("intervals", str, enum=list(INTERVALS), required=False, description="Default per-bucket."),
     OpenApiParameter("view", str, enum=list(VIEWS), required=False, description="Default raw."),
@@ -273,13 +288,17 @@ def _released_round(request: Request, pk: int) -> tuple[Round, ReleaseView]:
 class ReleaseDetail(APIView):
     @extend_schema(
         summary="A round's release",
-        description="404 until the round is released.",
-        parameters=RELEASE_OPTIONS,
+        description="404 until the round is released. A page holds at most 10,000 buckets of every batch; "
+        "next_offset names the next page.",
+        parameters=[*RELEASE_OPTIONS, *RELEASE_PAGE],
         responses={200: ReleaseSerializer, **errors(400, 404)},
     )
     def get(self, request: Request, pk: int) -> Response:
         round_, view = _released_round(request, pk)
-        return Response(release_cache.release_json(selectors.round_release(round_), view))
+        offset = _whole(request.query_params, "bucket_offset", default=0, low=0, high=MAX_BUCKETS)
+        limit = _whole(request.query_params, "bucket_limit", default=PAGE_BUCKETS, low=1, high=PAGE_BUCKETS)
+        release = release_cache.release_json(selectors.round_release(round_), view)
+        return Response(release_page(release, offset=offset, limit=limit))
 
 
 class JsonErrorsNegotiation(BaseContentNegotiation):

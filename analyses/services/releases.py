@@ -187,6 +187,31 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
     return {**summary, "batches": batches}
 
 
+# A release page holds at most this many buckets of every batch: the API's JSON stays a few MB
+# whatever the release (privacy.limits allows 131,072 buckets per cohort).
+PAGE_BUCKETS = 10_000
+
+
+def release_page(release_json: dict[str, Any], *, offset: int = 0, limit: int = PAGE_BUCKETS) -> dict[str, Any]:
+    """One page of a release (``release_as_json``'s shape): every batch's buckets [offset, offset + limit)."""
+    total = max((len(b["buckets"]) for b in release_json["batches"] if "buckets" in b), default=0)
+    limit = max(1, min(limit, PAGE_BUCKETS))
+    page = {**release_json}
+    page["batches"] = [
+        {**batch, "buckets": batch["buckets"][offset : offset + limit]} if "buckets" in batch else batch
+        for batch in release_json["batches"]
+    ]
+    if "buckets" in release_json:
+        page["buckets"] = release_json["buckets"][offset : offset + limit]
+    page.update(
+        buckets_total=total,
+        bucket_offset=offset,
+        bucket_limit=limit,
+        next_offset=offset + limit if offset + limit < total else None,
+    )
+    return page
+
+
 def _release_notes(negative: int, view: ReleaseView, content: dict) -> list[str]:
     notes = []
     if content.get("noise") == Recipe.Noise.AGGREGATOR:

@@ -276,9 +276,14 @@
     if (mine !== validation) return null;
     clearMessages();
     if (response.ok) {
+      const below = body.batches_below || [];
       summaryBox.textContent =
         `Valid: ${body.field} in ${count(body.buckets)} buckets, minimum cohort ${count(body.min_cohort)}. ` +
-        body.summary;
+        body.summary +
+        (below.length
+          ? ` Expected below the minimum cohort, so suppressed while their devices still spend: ${below.join(", ")}; ` +
+            "running it will ask you to confirm."
+          : "");
       showStandardError(body);
       return body;
     }

@@ -77,3 +77,22 @@ def test_an_officer_can_tighten_the_bucket_limit_of_one_analysis(officer_browser
     response = api.post("/api/analyses/test.ages/recipes/validate/", recipe, format="json")  # 8 buckets
     assert response.status_code == 400
     assert "at most 5" in response.json()["fields"]["dataTypeContent"][0]
+
+
+def test_a_big_release_is_paged_in_the_api_and_cut_on_the_page(
+    api, client, analyst, analysis, recipe, django_capture_on_commit_callbacks
+) -> None:
+    # Before: a 2^20-bucket release was a 297 MB JSON and a 634 MB page. Now pages of 10,000 buckets.
+    recipe["dataTypeContent"]["age"]["boundaries"] = list(range(12_000))
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    with django_capture_on_commit_callbacks(execute=True):
+        round_id = api.post(f"/api/recipes/{created['id']}/rounds/").json()["id"]
+    first = api.get(f"/api/rounds/{round_id}/release/").json()
+    assert first["buckets_total"] == 12_001 and len(first["buckets"]) == 10_000 and first["next_offset"] == 10_000
+    rest = api.get(f"/api/rounds/{round_id}/release/", {"bucket_offset": first["next_offset"]}).json()
+    assert len(rest["buckets"]) == 2_001 and rest["next_offset"] is None
+    assert rest["buckets"][0]["label"] == "[9999, 10000)"
+    assert api.get(f"/api/rounds/{round_id}/release/", {"bucket_limit": 10**9}).status_code == 400
+    client.force_login(analyst)
+    page = client.get(f"/rounds/{round_id}/").content.decode()
+    assert 'id="release-truncated"' in page and len(page) < 3_000_000

@@ -51,11 +51,17 @@ def test_the_api_computes_a_release_once_per_view(api, released, monkeypatch) ->
     url = f"/api/rounds/{released.pk}/release/"
     first, second = api.get(url), api.get(url)
     assert first.status_code == second.status_code == 200
-    assert first.json() == second.json() == releases.release_as_json(released.release, releases.ReleaseView())
+    assert (
+        first.json()
+        == second.json()
+        == releases.release_page(releases.release_as_json(released.release, releases.ReleaseView()))
+    )
     assert len(computed) == 2  # the first request, and the comparison just made; not the second request
 
     clipped = api.get(url, {"view": "clipped"}).json()
-    assert clipped == releases.release_as_json(released.release, releases.ReleaseView(view="clipped"))
+    assert clipped == releases.release_page(
+        releases.release_as_json(released.release, releases.ReleaseView(view="clipped"))
+    )
     assert clipped["rule"] != first.json()["rule"]  # another view is another entry, not the cached one
 
 
@@ -117,7 +123,7 @@ def test_without_the_cache_a_release_is_still_served(api, client, analyst, relea
         set = get
 
     url = f"/api/rounds/{released.pk}/release/"
-    expected = releases.release_as_json(released.release, releases.ReleaseView())
+    expected = releases.release_page(releases.release_as_json(released.release, releases.ReleaseView()))
     monkeypatch.setattr(release_cache, "cache", Down())
     assert api.get(url).json() == expected
     client.force_login(analyst)
