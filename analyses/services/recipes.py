@@ -11,6 +11,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
@@ -146,6 +147,8 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
                 f"{analysis.fleet.size:,} devices at sampling rate {sampling_rate} expects "
                 f"{analysis.fleet.size * sampling_rate:,.0f}.",
             )
+    if not problems and noise == Recipe.Noise.CLIENT:
+        _estimator_check(problems, mechanism, epsilon0, encoding.size, min_cohort)
     if problems:
         raise ValidationFailed(problems.errors)
     return ParsedRecipe(
@@ -280,6 +283,17 @@ def recipe_unsaved(analysis: Analysis, content: dict, parsed: ParsedRecipe, user
 
 def recipe_encoding(recipe: Recipe) -> Encoding | CombinationType:
     return content_encoding(recipe.content["dataTypeContent"])[1]
+
+
+def _estimator_check(problems: Problems, mechanism: str, epsilon0: float, size: int, reports: int) -> None:
+    """Build what the release will need, now: a round must never charge devices and then fail on its
+    own parameters. The mechanism's estimator is run on an empty batch of the minimum cohort."""
+    oracle = mechanism_get(mechanism, epsilon0)
+    with np.errstate(all="ignore"):
+        estimates = oracle.debias(np.zeros(oracle.report_length(size), dtype=np.int64), reports, size)
+        variances = oracle.variance(estimates, reports, size)
+    if not (np.isfinite(estimates).all() and np.isfinite(variances).all()):
+        problems.add("privacy.epsilon0", "These parameters give no finite estimate: the release could not be computed.")
 
 
 def recipe_estimator(recipe: Recipe) -> Estimator:
