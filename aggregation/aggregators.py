@@ -76,17 +76,25 @@ class Aggregator:
         return bytes(self._key().private_key)
 
     def open_share(
-        self, rules: CollectionRules, enc: bytes, ciphertext: bytes, *, private_key: bytes | None = None
+        self,
+        rules: CollectionRules,
+        enc: bytes,
+        ciphertext: bytes,
+        *,
+        batch_key: str,
+        token_digest: str,
+        private_key: bytes | None = None,
     ) -> FieldVector:
         """This aggregator's share of one report: opened, and checked to be ``rules.length`` residues mod p.
 
-        Raises hpke.OpenFailed for a share not sealed to this aggregator for this collection, and
-        ValueError for one of the wrong length or with a residue >= p. ``private_key``: this
-        aggregator's key when the caller has read it already.
+        Raises hpke.OpenFailed for a share not sealed to this aggregator for this collection, batch
+        and token (hpke.share_info), and ValueError for one of the wrong length or with a residue
+        >= p. ``private_key``: this aggregator's key when the caller has read it already.
         """
         if private_key is None:
             private_key = self.private_key()
-        plaintext = hpke.open_sealed(private_key, enc, ciphertext, hpke.share_info(rules.key, self.role))
+        info = hpke.share_info(rules.key, self.role, batch_key=batch_key, token_digest=token_digest)
+        plaintext = hpke.open_sealed(private_key, enc, ciphertext, info)
         if len(plaintext) != 8 * rules.length:
             raise ValueError(f"share of {len(plaintext)} bytes, expected {8 * rules.length}")
         vector = np.frombuffer(plaintext, dtype="<u8").astype(np.uint64)

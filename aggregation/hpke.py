@@ -19,6 +19,8 @@ implementation interoperates by computing the same info and sealing with an empt
 
 from __future__ import annotations
 
+import json
+
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import x25519
@@ -43,8 +45,11 @@ def key_pair_generate() -> tuple[bytes, bytes]:
     return private.private_bytes_raw(), private.public_key().public_bytes_raw()
 
 
-def share_info(collection_key: str, role: str) -> bytes:
-    return f"pfs-studio report share v1|{role}|{collection_key}".encode()
+def share_info(collection_key: str, role: str, *, batch_key: str, token_digest: str) -> bytes:
+    """The HPKE info of one report's share: its aggregator, collection, batch and token, unambiguously
+    encoded (a JSON array). A share sealed for another report does not open under this one's
+    envelope: replayed under another token, or moved into another batch, it fails to open."""
+    return json.dumps(["pfs-studio report share v2", role, collection_key, batch_key, token_digest]).encode()
 
 
 def _setup_info(info: bytes, aad: bytes) -> bytes:

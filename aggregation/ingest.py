@@ -74,7 +74,7 @@ def reports_ingest(
     rules = CollectionRules.objects.filter(key=collection_key).first()
     if rules is None or not PendingReport.objects.filter(collection_key=collection_key).exists():
         return result
-    issuer = issuer_public_key()
+    issuer = issuer_public_key(collection_key)
     private_keys = {aggregator.role: aggregator.private_key() for aggregator in AGGREGATORS}
     while limit is None or result.verified < limit:
         size = chunk if limit is None else min(chunk, limit - result.verified)

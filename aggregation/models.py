@@ -161,8 +161,9 @@ class ReportRejection(models.Model):
 
 
 class TokenIssuerKey(models.Model):
-    """The token issuer's RSA key (blind signatures); one row, created on first use."""
+    """The token issuer's RSA key of one collection (RFC 9474 blind signatures), created on first use."""
 
+    collection_key = models.CharField(max_length=200, unique=True)
     # Decimal integers: the modulus n = p q, the public exponent, and the two primes.
     modulus = models.TextField()
     public_exponent = models.TextField()
@@ -179,7 +180,8 @@ class IssuedToken(models.Model):
 
     collection_key = models.CharField(max_length=200)
     device_digest = models.CharField(max_length=64)
-    issued_at = models.DateTimeField(auto_now_add=True)
+    # The day only: a finer time could be joined with the aggregators' arrival times.
+    issued_on = models.DateField(auto_now_add=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["collection_key", "device_digest"], name="unique_issued_token")]

@@ -31,7 +31,7 @@ from aggregation import hpke, wire
 from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, ReportRejection, SpentToken
-from aggregation.tokens import IssuerPublicKey, token_message, verify
+from aggregation.tokens import IssuerPublicKey, verify
 from aggregation.upload import CollectionClosed, Report, share_pair_upload
 from privacy import field as prime_field
 from privacy.field import FieldVector
@@ -82,11 +82,11 @@ def report_check(
     aggregator's HPKE key by role, when the caller has read them (else each open reads its own).
     Used one report at a time by report_submit and in bulk by aggregation.ingest.
     """
-    message = token_message(report.collection_key, report.token.nonce)
+    signed = verify(issuer, report.collection_key, report.token)
     shares: dict[str, FieldVector] = {}
     reasons: dict[str, str] = {}
     for aggregator in AGGREGATORS:
-        if not verify(issuer, message, report.token.signature):
+        if not signed:
             reasons[aggregator.role] = TOKEN_INVALID
         elif aggregator.role in spent_at:
             reasons[aggregator.role] = TOKEN_REUSED
@@ -94,7 +94,14 @@ def report_check(
             sealed = report.share_for(aggregator.role)
             key = private_keys.get(aggregator.role) if private_keys else None
             try:
-                shares[aggregator.role] = aggregator.open_share(rules, sealed.enc, sealed.ciphertext, private_key=key)
+                shares[aggregator.role] = aggregator.open_share(
+                    rules,
+                    sealed.enc,
+                    sealed.ciphertext,
+                    batch_key=report.batch_key,
+                    token_digest=report.token.digest,
+                    private_key=key,
+                )
             except hpke.OpenFailed:
                 reasons[aggregator.role] = SHARE_UNOPENED
             except ValueError:
@@ -124,7 +131,8 @@ def report_submit(report: Report, *, rules: CollectionRules | None = None) -> Re
         return ReportOutcome(accepted=False, reason=UNKNOWN_COLLECTION)
     if rules.closed:
         return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
-    check = report_check(report, rules=rules, issuer=issuer_public_key(), spent_at=_spent_at(report))
+    issuer = issuer_public_key(report.collection_key)
+    check = report_check(report, rules=rules, issuer=issuer, spent_at=_spent_at(report))
     if not check.accepted:
         return _rejected(report.collection_key, check.reasons)
     try:

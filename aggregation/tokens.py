@@ -1,26 +1,34 @@
-"""Anonymous single-use tokens: RSA full-domain-hash blind signatures (Chaum 1982).
+"""Anonymous single-use tokens: RSA blind signatures as RFC 9474 specifies them
+(RSABSSA-SHA384-PSS-Randomized, aggregation.blind_rsa), one issuer key per collection.
 
-The device picks a random nonce, blinds the token message with a random factor and asks the
-issuer to sign. The issuer checks the device (attestation) and its rate limit — one token per device
-per collection — but sees only the blinded message, so the token it signed cannot be linked back to
-the device when an aggregator sees it (seed 003, Section 4.3; Privacy Pass's blind RSA tokens work
-the same way with a PSS encoding instead of a full-domain hash).
+The device prepares the token message (RFC 9474 Section 4.1: a fresh random 32-byte prefix, which
+is also the token's nonce, before "pfs-studio token v2|<collection>"), blinds it and asks the
+issuer to sign. The issuer checks the device and its rate limit — one token per device per
+collection — but sees only the blinded message, so it cannot link the token it signed to the
+device when an aggregator sees it (seed 003, Section 4.3).
 
-The token message names the collection, so a token is good for one collection only; each
-aggregator keeps the digests of tokens it has accepted there, so it is good for one report only.
+A token is good for one collection because each collection has its own key: a device that asks
+in collection X for a signature over a message naming Y gets a signature by X's key, which Y's
+key does not verify. Every device is served the same key for a collection, and the task it
+fetches commits to it (``DeviceTask.token_key``, the SHA-256 of the key): a device refuses a key
+that differs, so a server cannot hand each device its own key to link tokens to devices. Each
+aggregator keeps the digests of the tokens it accepted, so a token is good for one report.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import math
-import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-KEY_BITS = 2048
-NONCE_BYTES = 32
+from aggregation import blind_rsa
+
+KEY_BITS = blind_rsa.KEY_BITS
+NONCE_BYTES = blind_rsa.PREFIX_BYTES
+VARIANT = blind_rsa.PSS_RANDOMIZED
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,14 @@ class IssuerPublicKey:
     def size(self) -> int:
         return (self.modulus.bit_length() + 7) // 8
 
+    def rsa(self) -> rsa.RSAPublicKey:
+        return _public_key(self.modulus, self.exponent)
+
+    @property
+    def digest(self) -> str:
+        """What a task commits to: the SHA-256 of the key's DER (SubjectPublicKeyInfo), hex."""
+        return hashlib.sha256(blind_rsa.public_key_to_der(self.rsa())).hexdigest()
+
 
 @dataclass(frozen=True)
 class IssuerPrivateKey:
@@ -39,17 +55,13 @@ class IssuerPrivateKey:
     prime_p: int
     prime_q: int
 
-    def sign(self, value: int) -> int:
-        """value^d mod n by the Chinese remainder theorem (about 4x faster than one pow mod n)."""
-        p, q, e = self.prime_p, self.prime_q, self.public.exponent
-        s_p = pow(value % p, pow(e, -1, p - 1), p)
-        s_q = pow(value % q, pow(e, -1, q - 1), q)
-        return s_q + q * ((s_p - s_q) * pow(q, -1, p) % p)
+    def rsa(self) -> rsa.RSAPrivateKey:
+        return _private_key(self.public.modulus, self.public.exponent, self.prime_p, self.prime_q)
 
 
 @dataclass(frozen=True)
 class Token:
-    nonce: bytes
+    nonce: bytes  # RFC 9474's random message prefix: 32 fresh bytes per token
     signature: bytes
 
     @property
@@ -59,51 +71,58 @@ class Token:
 
 
 def issuer_key_generate(bits: int = KEY_BITS) -> IssuerPrivateKey:
-    numbers = rsa.generate_private_key(public_exponent=65537, key_size=bits).private_numbers()
+    numbers = blind_rsa.key_generate(bits).private_numbers()
     public = IssuerPublicKey(numbers.public_numbers.n, numbers.public_numbers.e)
     return IssuerPrivateKey(public, numbers.p, numbers.q)
 
 
-def token_message(collection_key: str, nonce: bytes) -> bytes:
-    return b"pfs-studio token v1|" + collection_key.encode() + b"|" + nonce
+def token_message(collection_key: str) -> bytes:
+    return b"pfs-studio token v2|" + collection_key.encode()
 
 
-def _full_domain_hash(message: bytes, key: IssuerPublicKey) -> int:
-    """SHA-256 in counter mode (MGF1) stretched past the modulus, reduced mod n."""
-    length = key.size + 16  # 128 extra bits make the reduction's bias negligible
-    stream = b"".join(
-        hashlib.sha256(message + counter.to_bytes(4, "big")).digest() for counter in range(math.ceil(length / 32))
-    )
-    return int.from_bytes(stream[:length], "big") % key.modulus
-
-
-def blind(key: IssuerPublicKey, message: bytes) -> tuple[int, int]:
-    """(blinded message for the issuer, unblinding factor the device keeps)."""
-    while True:
-        factor = secrets.randbelow(key.modulus - 2) + 2
-        if math.gcd(factor, key.modulus) == 1:
-            break
-    blinded = _full_domain_hash(message, key) * pow(factor, key.exponent, key.modulus) % key.modulus
-    return blinded, pow(factor, -1, key.modulus)
+def token_obtain(*, collection_key: str, issuer: IssuerPublicKey, issue: Callable[[int], int]) -> Token:
+    """A token for one collection: prepare and blind its message, have ``issue`` sign the blinded
+    message (an integer, as the HTTP API carries it), finalize. Finalizing verifies the signature
+    (RFC 9474 Section 4.4), so a misbehaving issuer is caught at once (blind_rsa.BlindRSAError)."""
+    public = issuer.rsa()
+    input_msg = blind_rsa.prepare(token_message(collection_key), VARIANT)
+    blinded_msg, inv = blind_rsa.blind(public, input_msg, VARIANT)
+    blind_sig = issue(int.from_bytes(blinded_msg, "big"))
+    if not 0 <= blind_sig < issuer.modulus:
+        raise blind_rsa.UnexpectedInputSize("the issuer's blind signature is not below the modulus")
+    signature = blind_rsa.finalize(public, input_msg, blind_sig.to_bytes(issuer.size, "big"), inv, VARIANT)
+    return Token(nonce=input_msg[:NONCE_BYTES], signature=signature)
 
 
 def sign_blinded(key: IssuerPrivateKey, blinded: int) -> int:
+    """The issuer's blind signature (RFC 9474 BlindSign, which checks what it signed)."""
     if not 0 < blinded < key.public.modulus:
         raise ValueError("the blinded message must lie in (0, n)")
-    return key.sign(blinded)
+    return int.from_bytes(blind_rsa.blind_sign(key.rsa(), blinded.to_bytes(key.public.size, "big")), "big")
 
 
-def unblind(key: IssuerPublicKey, blind_signature: int, unblinding: int, message: bytes) -> bytes:
-    """The signature on ``message``; checked, so a misbehaving issuer is caught at once."""
-    signature = blind_signature * unblinding % key.modulus
-    encoded = signature.to_bytes(key.size, "big")
-    if not verify(key, message, encoded):
-        raise ValueError("the issuer's blind signature does not verify")
-    return encoded
-
-
-def verify(key: IssuerPublicKey, message: bytes, signature: bytes) -> bool:
-    if len(signature) != key.size:
+def verify(key: IssuerPublicKey, collection_key: str, token: Token) -> bool:
+    """The token's signature under the collection's key, over its prefix and the collection."""
+    if len(token.nonce) != NONCE_BYTES or len(token.signature) != key.size:
         return False
-    value = int.from_bytes(signature, "big")
-    return value < key.modulus and pow(value, key.exponent, key.modulus) == _full_domain_hash(message, key)
+    return blind_rsa.verify(key.rsa(), token.nonce + token_message(collection_key), token.signature, VARIANT)
+
+
+@functools.lru_cache(maxsize=256)
+def _public_key(modulus: int, exponent: int) -> rsa.RSAPublicKey:
+    return rsa.RSAPublicNumbers(exponent, modulus).public_key()
+
+
+@functools.lru_cache(maxsize=64)
+def _private_key(modulus: int, exponent: int, p: int, q: int) -> rsa.RSAPrivateKey:
+    d = rsa.rsa_recover_private_exponent(exponent, p, q)
+    numbers = rsa.RSAPrivateNumbers(
+        p=p,
+        q=q,
+        d=d,
+        dmp1=rsa.rsa_crt_dmp1(d, p),
+        dmq1=rsa.rsa_crt_dmq1(d, q),
+        iqmp=rsa.rsa_crt_iqmp(p, q),
+        public_numbers=rsa.RSAPublicNumbers(exponent, modulus),
+    )
+    return numbers.private_key()

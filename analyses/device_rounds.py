@@ -16,6 +16,7 @@ yet verified, reports accepted so far, and uploads rejected by reason.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, LeaderShare, PendingReport
 from aggregation.reports import collection_close, rejections
 from analyses.models import Round
@@ -41,6 +43,8 @@ def window_open(round_: Round, task: DeviceTask) -> CollectionWindow | None:
     analysis = round_.recipe.analysis
     if not analysis.fleet.is_real:
         return None
+    # The task commits to the collection's token key: the one key every device must be served.
+    task = dataclasses.replace(task, token_key=issuer_public_key(round_.task_key).digest)
     enrollment = Enrollment.objects.filter(fleet=analysis.fleet, analysis_identifier=analysis.identifier).first()
     # The snapshot the fleet was enrolled with, as a simulated fleet's devices hold it: a task
     # naming another one is refused on the device (policy_snapshot).

@@ -230,7 +230,7 @@ def write_bodies(collection_key: str, count: int) -> Path:
     from aggregation.aggregators import HELPER, LEADER
     from aggregation.issuer import issuer_key
 
-    key = issuer_key()
+    key = issuer_key(collection_key)  # the collection's own token key
     job = (collection_key, LEADER.public_key(), HELPER.public_key(), key.public.modulus, key.public.exponent)
     private = (key.prime_p, key.prime_q)
     chunks = [(job, private, start, min(500, count - start)) for start in range(0, count, 500)]
@@ -244,9 +244,9 @@ def write_bodies(collection_key: str, count: int) -> Path:
 def _seal_chunk(arguments) -> list[bytes]:
     import numpy as np
 
-    from aggregation.tokens import IssuerPrivateKey, IssuerPublicKey, sign_blinded
+    from aggregation.tokens import IssuerPrivateKey, IssuerPublicKey, sign_blinded, token_obtain
     from aggregation.wire import report_bytes
-    from devices.report_client import AggregatorKeys, report_seal, report_vector, token_obtain
+    from devices.report_client import AggregatorKeys, report_seal, report_vector
     from privacy.mechanisms import mechanism_get
 
     (collection_key, leader, helper, modulus, exponent), (p, q), start, count = arguments

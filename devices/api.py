@@ -23,6 +23,7 @@ from rest_framework.views import APIView
 
 from aggregation.aggregators import HELPER, LEADER
 from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
+from aggregation.tokens import IssuerPublicKey
 from aggregation.wire import MAX_KEY_LENGTH
 from devices.credentials import device_authenticate
 from devices.models import DeviceCredential
@@ -95,15 +96,20 @@ def _integer_b64(value: int, size: int) -> str:
     return _b64(value.to_bytes(size, "big"))
 
 
+def _issuer_json(issuer: IssuerPublicKey) -> dict:
+    return {"modulus": _integer_b64(issuer.modulus, issuer.size), "exponent": issuer.exponent}
+
+
 class DeviceTasks(DeviceView):
     """The open rounds of the device's fleet: each task, the snapshot to enforce, and the keys to seal with."""
 
     def get(self, request: Request) -> Response:
         credential: DeviceCredential = request.auth
-        issuer = issuer_public_key()
         tasks = [
             {
                 "task": open_window.window.task,
+                # This collection's token key; the task commits to its digest (aggregation.tokens).
+                "issuer": _issuer_json(issuer_public_key(open_window.window.task_key)),
                 "policy": {
                     "digest": open_window.window.snapshot.digest,
                     "content": open_window.window.snapshot.content,
@@ -117,7 +123,6 @@ class DeviceTasks(DeviceView):
             {
                 "device": credential.device_id,
                 "fleet": credential.fleet.name,
-                "issuer": {"modulus": _integer_b64(issuer.modulus, issuer.size), "exponent": issuer.exponent},
                 "aggregators": {"leader": _b64(LEADER.public_key()), "helper": _b64(HELPER.public_key())},
                 "tasks": tasks,
             }
@@ -153,7 +158,7 @@ class DeviceTokens(DeviceView):
             if window_exists(fleet=credential.fleet, collection_key=key):
                 raise TokenConflict("The collection is closed: it takes no more reports.", code="collection_closed")
             raise NotFound("Your fleet has no collection with this key.", code="unknown_collection")
-        issuer = issuer_public_key()
+        issuer = issuer_public_key(key)
         blinded = body.validated_data["blinded"]
         if not 0 < blinded < issuer.modulus:
             raise serializers.ValidationError({"blinded": ["Must be an integer in (0, n) for the issuer's modulus n."]})

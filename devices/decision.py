@@ -53,6 +53,9 @@ class DeviceTask:
     min_cohort: int
     seed: int  # seeds a simulated shard's coins; real devices use their own OS randomness
     noise: str = "client"  # or "aggregator": no local randomizer, each aggregator adds noise
+    # Real devices: the SHA-256 of the issuer key of this collection (aggregation.tokens). Every
+    # device is sent the same task, so a key served to one device alone is refused by it.
+    token_key: str = ""
 
     @property
     def aggregator_noise(self) -> bool:

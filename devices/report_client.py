@@ -7,13 +7,12 @@ additive shares from privacy.field — with the OS CSPRNG for the mask, not a se
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from aggregation import hpke
-from aggregation.tokens import IssuerPublicKey, Token, blind, token_message, unblind
+from aggregation.tokens import Token
 from aggregation.wire import Report, SealedShare
 from privacy import field as prime_field
 from privacy.mechanisms import FrequencyOracle
@@ -25,14 +24,6 @@ class AggregatorKeys:
 
     leader: bytes
     helper: bytes
-
-
-def token_obtain(*, collection_key: str, issuer: IssuerPublicKey, issue: Callable[[int], int]) -> Token:
-    """A token for one collection: blind a fresh nonce, have ``issue`` sign it, unblind and check."""
-    nonce = secrets.token_bytes(32)
-    message = token_message(collection_key, nonce)
-    blinded, unblinding = blind(issuer, message)
-    return Token(nonce=nonce, signature=unblind(issuer, issue(blinded), unblinding, message))
 
 
 def report_vector(
@@ -53,10 +44,17 @@ def report_vector(
 def report_seal(
     *, collection_key: str, batch_key: str, vector: np.ndarray, keys: AggregatorKeys, token: Token
 ) -> Report:
-    """Split ``vector`` into two shares and seal each to its aggregator for this collection."""
+    """Split ``vector`` into two shares and seal each to its aggregator, bound to this report's
+    collection, batch and token (hpke.share_info)."""
     leader, helper = prime_field.split(prime_field.to_field(vector))
     sealed = {
-        role: SealedShare(*hpke.seal(public, share.astype("<u8").tobytes(), hpke.share_info(collection_key, role)))
+        role: SealedShare(
+            *hpke.seal(
+                public,
+                share.astype("<u8").tobytes(),
+                hpke.share_info(collection_key, role, batch_key=batch_key, token_digest=token.digest),
+            )
+        )
         for role, public, share in (("leader", keys.leader, leader), ("helper", keys.helper, helper))
     }
     return Report(

@@ -74,8 +74,7 @@ def _pass(clients: list[DeviceClient], devices: list[DeviceData], fleet: str | N
             if verbose:
                 print(json.dumps({"device": device_id, "error": str(error), "code": error.code}), flush=True)
             continue
-        aggregators, issuer = server_keys(tasks)
-        keys = ServerKeys(aggregators=aggregators, issuer=issuer)
+        keys = ServerKeys(aggregators=server_keys(tasks))
         ledger = Ledger(state / f"{device_id}.json")
         for offer_json in tasks["tasks"]:
             outcome = task_answer(

@@ -136,12 +136,15 @@ def _retry_after(error: urllib.error.HTTPError) -> float | None:
         return None
 
 
-def server_keys(tasks: dict) -> tuple[AggregatorKeys, IssuerPublicKey]:
-    """The aggregators' HPKE keys and the issuer's key from a tasks answer."""
-    aggregators = AggregatorKeys(
+def server_keys(tasks: dict) -> AggregatorKeys:
+    """The aggregators' HPKE keys from a tasks answer (each task carries its own token key)."""
+    return AggregatorKeys(
         leader=base64.b64decode(tasks["aggregators"]["leader"]), helper=base64.b64decode(tasks["aggregators"]["helper"])
     )
-    issuer = IssuerPublicKey(
-        int.from_bytes(base64.b64decode(tasks["issuer"]["modulus"]), "big"), int(tasks["issuer"]["exponent"])
+
+
+def issuer_key(offer: dict) -> IssuerPublicKey:
+    """One task's token key, as the tasks answer sends it."""
+    return IssuerPublicKey(
+        int.from_bytes(base64.b64decode(offer["issuer"]["modulus"]), "big"), int(offer["issuer"]["exponent"])
     )
-    return aggregators, issuer

@@ -20,15 +20,15 @@ from typing import Protocol
 
 import numpy as np
 
-from aggregation.tokens import IssuerPublicKey
+from aggregation.tokens import IssuerPublicKey, token_obtain
 from aggregation.wire import Report
 from devices.budget import Accountant, Decision
 from devices.columns import Columns
 from devices.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
 from devices.encode import encode_devices
 from devices.records import Parsed, columns_slice, parse_line, parsed_columns
-from devices.report_client import AggregatorKeys, report_seal, report_vector, token_obtain
-from devices.sdk.client import ClientError
+from devices.report_client import AggregatorKeys, report_seal, report_vector
+from devices.sdk.client import ClientError, issuer_key
 from devices.sdk.ledger import Ledger
 from devices.streams import apply_retention
 from privacy.encoding import content_encoding
@@ -77,6 +77,7 @@ class Offer:
     policy: dict
     policy_digest: str
     report_length: int
+    issuer: IssuerPublicKey  # the collection's token key as served; checked against task.token_key
 
     @classmethod
     def from_json(cls, data: dict) -> Offer:
@@ -85,15 +86,15 @@ class Offer:
             policy=data["policy"]["content"],
             policy_digest=data["policy"]["digest"],
             report_length=int(data["report_length"]),
+            issuer=issuer_key(data),
         )
 
 
 @dataclass(frozen=True)
 class ServerKeys:
-    """What the device seals and verifies with: the aggregators' HPKE keys, the issuer's RSA key."""
+    """What the device seals with: the aggregators' HPKE keys (each offer brings its token key)."""
 
     aggregators: AggregatorKeys
-    issuer: IssuerPublicKey
 
 
 class Service(Protocol):
@@ -147,11 +148,17 @@ def task_answer(
     # The charge is on disk before anything leaves the device (fail closed).
     accountant.charge(columns, budget_request(task), np.ones(1, dtype=bool))
     ledger.store(task.analysis, columns)
-    ledger.record(task.task_key, decision=decision.label, snapshot=offer.policy_digest, epsilon=task.epsilon)
+    ledger.record(
+        task.task_key,
+        decision=decision.label,
+        snapshot=offer.policy_digest,
+        epsilon=task.epsilon,
+        token_key=offer.issuer.digest,  # logged: the key this device's token is signed with
+    )
     ledger.save()
 
     vector, batch_key = report_compute(offer, data, rng)
-    upload = _send(task.task_key, vector, batch_key, keys, service)
+    upload = _send(task.task_key, vector, batch_key, offer.issuer, keys, service)
     ledger.record(task.task_key, upload=upload)
     ledger.save()
     return Outcome(task.task_key, decision.label, upload)
@@ -170,6 +177,10 @@ def _task_problem(offer: Offer) -> str:
         return f"the task cannot be encoded: {error}"
     if length != offer.report_length:
         return f"the aggregators expect reports of length {offer.report_length}, the recipe gives {length}"
+    if offer.issuer.digest != task.token_key:
+        # A key that is not the one the task commits to may be this device's alone: tokens signed
+        # with it would link this device's report to it.
+        return f"the token key served ({offer.issuer.digest[:16]}…) is not the one the task commits to"
     return ""
 
 
@@ -196,10 +207,12 @@ def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> 
     return vector, batch_key
 
 
-def _send(task_key: str, vector: np.ndarray, batch_key: str, keys: ServerKeys, service: Service) -> str:
+def _send(
+    task_key: str, vector: np.ndarray, batch_key: str, issuer: IssuerPublicKey, keys: ServerKeys, service: Service
+) -> str:
     issue: Callable[[int], int] = lambda blinded: service.token(task_key, blinded)  # noqa: E731
     try:
-        token = token_obtain(collection_key=task_key, issuer=keys.issuer, issue=issue)
+        token = token_obtain(collection_key=task_key, issuer=issuer, issue=issue)
         report = report_seal(
             collection_key=task_key, batch_key=batch_key, vector=vector, keys=keys.aggregators, token=token
         )

@@ -57,3 +57,8 @@ def admin_edit(client, analysis: Analysis, **changes) -> object:
 def officer_browser(client, officer):
     client.force_login(officer)
     return client
+
+
+# The real-device fixtures (a registered fleet, its approved analysis, an open round), shared with
+# the attacks on the device protocol.
+from tests.unit.test_device_http import central_round, phones, phones_analysis  # noqa: E402, F401

@@ -6,7 +6,6 @@
 - simulated rounds' seeds were shown in the admin, and a seed (with one aggregator's share) fixed
   the other aggregator's mask: a seed is never shown, and is useless without a server secret."""
 
-# ruff: noqa: F811 - the real-device fixtures are imported, then requested by name
 from __future__ import annotations
 
 import copy
@@ -18,13 +17,7 @@ from django.test import override_settings
 from analyses.models import Round
 from devices.models import FleetShard, ShardRun
 from devices.services import _coins
-from tests.unit.test_device_http import (  # noqa: F401 - fixtures of real devices
-    central_round,
-    phones,
-    phones_analysis,
-    upload,
-    with_close,
-)
+from tests.unit.test_device_http import upload, with_close
 
 pytestmark = pytest.mark.django_db
 

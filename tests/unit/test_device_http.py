@@ -29,13 +29,13 @@ from aggregation.ingest import reports_ingest
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, HelperShare, LeaderShare, PendingReport
 from aggregation.reports import rejections
-from aggregation.tokens import Token
+from aggregation.tokens import Token, token_obtain
 from analyses.models import Round
 from analyses.reaper import rounds_reap
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.models import CollectionWindow, DeviceCredential, Fleet
-from devices.report_client import AggregatorKeys, report_seal, token_obtain
+from devices.report_client import AggregatorKeys, report_seal
 from tests.conftest import RECIPE
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +88,7 @@ class Device:
             assert response.status_code == 201, response.content
             return int.from_bytes(base64.b64decode(response.json()["blind_signature"]), "big")
 
-        return token_obtain(collection_key=key, issuer=issuer_public_key(), issue=issue)
+        return token_obtain(collection_key=key, issuer=issuer_public_key(key), issue=issue)
 
     def report(self, key: str, bucket: int, *, batch: str = "", token: Token | None = None) -> wire.Report:
         vector = np.eye(BUCKETS, dtype=np.int64)[bucket]
@@ -190,7 +190,9 @@ def test_tasks_show_only_the_open_rounds_of_the_devices_fleet(api, analyst, offi
     assert offered["policy"]["content"]["fleet"] == "phones"
     assert offered["report_length"] == BUCKETS
     assert base64.b64decode(answer["aggregators"]["leader"]) == LEADER.public_key()
-    assert int.from_bytes(base64.b64decode(answer["issuer"]["modulus"]), "big") == issuer_public_key().modulus
+    issuer = issuer_public_key(central_round.task_key)  # the collection's own key, the task commits to it
+    assert int.from_bytes(base64.b64decode(offered["issuer"]["modulus"]), "big") == issuer.modulus
+    assert offered["task"]["token_key"] == issuer.digest
     assert Device(tablet.device_id, tablet.secret).tasks()["tasks"] == []
 
     with_close(api, central_round)
@@ -342,7 +344,8 @@ def test_a_malformed_share_is_counted_as_rejected_once_verified(phones, central_
     _, (device, *_) = phones
     key = central_round.task_key
     good = device.report(key, 0)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (BUCKETS - 1), hpke.share_info(key, "helper"))
+    info = hpke.share_info(key, "helper", batch_key="", token_digest=good.token.digest)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (BUCKETS - 1), info)
     assert upload(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short))).status_code == 202
     verify(key)
     assert rejections(key) == {"helper": {"share_malformed": 1}}

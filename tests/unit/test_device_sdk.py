@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from aggregation import hpke
-from aggregation.tokens import issuer_key_generate, sign_blinded, token_message, verify
+from aggregation.tokens import issuer_key_generate, sign_blinded, verify
 from aggregation.wire import Report
 from devices.decision import DeviceTask, snapshot_digest
 from devices.report_client import AggregatorKeys
@@ -36,6 +36,7 @@ POLICY = {
     "fields": {"age": {"localEpsilon": 4.0, "epsilon": 2.0, "reports": 4, "aggregatorNoise": True}},
 }
 AGES = {"age": {"dataType": "BucketedType", "boundaries": [20, 30, 40, 50, 60, 70, 80]}}
+ISSUER = issuer_key_generate(bits=1024)  # small: generated once, only to sign in these tests
 TASK = DeviceTask(
     task_key="t.phones/central/round-1",
     analysis="t.phones",
@@ -52,12 +53,14 @@ TASK = DeviceTask(
     min_cohort=3,
     seed=0,
     noise="aggregator",
+    token_key=ISSUER.public.digest,
 )
-ISSUER = issuer_key_generate(bits=1024)  # small: generated once, only to sign in these tests
 
 
 def offer(task: DeviceTask = TASK, policy: dict = POLICY) -> Offer:
-    return Offer(task=task, policy=policy, policy_digest=snapshot_digest(policy), report_length=8)
+    return Offer(
+        task=task, policy=policy, policy_digest=snapshot_digest(policy), report_length=8, issuer=ISSUER.public
+    )
 
 
 class Aggregators:
@@ -74,7 +77,7 @@ class Aggregators:
         self.fail_upload = False
 
     def keys(self) -> ServerKeys:
-        return ServerKeys(AggregatorKeys(leader=self.leader[1], helper=self.helper[1]), ISSUER.public)
+        return ServerKeys(AggregatorKeys(leader=self.leader[1], helper=self.helper[1]))
 
     def token(self, collection_key: str, blinded: int) -> int:
         self.tokens.append(collection_key)
@@ -85,14 +88,19 @@ class Aggregators:
             self.ledger_at_upload = json.loads(self.ledger_path.read_text())
         if self.fail_upload:
             raise ClientError("connection refused", code="unreachable")
-        assert verify(ISSUER.public, token_message(report.collection_key, report.token.nonce), report.token.signature)
+        assert verify(ISSUER.public, report.collection_key, report.token)
         shares = []
         for (private, _), sealed, role in (
             (self.leader, report.leader, "leader"),
             (self.helper, report.helper, "helper"),
         ):
             plaintext = hpke.open_sealed(
-                private, sealed.enc, sealed.ciphertext, hpke.share_info(report.collection_key, role)
+                private,
+                sealed.enc,
+                sealed.ciphertext,
+                hpke.share_info(
+                    report.collection_key, role, batch_key=report.batch_key, token_digest=report.token.digest
+                ),
             )
             shares.append(np.frombuffer(plaintext, dtype="<u8").astype(np.uint64))
         self.reports.append(prime_field.to_counts(prime_field.add(*shares), bound=1))
@@ -154,7 +162,9 @@ def test_a_device_refuses_a_query_outside_its_approved_class(ledger) -> None:
 def test_a_device_refuses_a_policy_that_does_not_hash_to_its_digest(ledger) -> None:
     server = Aggregators()
     generous = {**POLICY, "budget": {**POLICY["budget"], "epsilon": 100.0}}
-    tampered = Offer(task=TASK, policy=generous, policy_digest=TASK.snapshot_digest, report_length=8)
+    tampered = Offer(
+        task=TASK, policy=generous, policy_digest=TASK.snapshot_digest, report_length=8, issuer=ISSUER.public
+    )
     assert answer(ledger, server, tampered).decision == "policy_snapshot"
     assert server.reports == []
 
@@ -196,7 +206,9 @@ def test_a_device_decides_once_per_task(ledger) -> None:
 
 def test_a_task_whose_report_length_is_not_the_recipes_is_refused_before_anything_is_spent(ledger) -> None:
     server = Aggregators()
-    wrong = Offer(task=TASK, policy=POLICY, policy_digest=snapshot_digest(POLICY), report_length=9)
+    wrong = Offer(
+        task=TASK, policy=POLICY, policy_digest=snapshot_digest(POLICY), report_length=9, issuer=ISSUER.public
+    )
     assert answer(ledger, server, wrong).decision == TASK_INVALID
     assert Ledger(ledger.path).columns("t.phones")["epsilon_used"][0] == 0 and server.tokens == []
 

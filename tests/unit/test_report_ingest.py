@@ -89,8 +89,10 @@ def test_bulk_sums_equal_the_per_report_sums(rules) -> None:
 
 def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rules) -> None:
     good = report("d1", one_hot(2))
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (DOMAIN - 1), hpke.share_info(KEY, "helper"))
-    receive(replace(report("d2", one_hot(0)), helper=SealedShare(*short)))
+    bad = report("d2", one_hot(0))
+    info = hpke.share_info(KEY, "helper", batch_key=bad.batch_key, token_digest=bad.token.digest)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (DOMAIN - 1), info)
+    receive(replace(bad, helper=SealedShare(*short)))
     receive(report("d3", np.ones(DOMAIN, dtype=np.int64)))
     receive(good)
     receive(replace(report("d4", one_hot(1)), token=good.token))  # the same token again, same chunk

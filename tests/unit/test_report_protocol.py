@@ -18,9 +18,9 @@ from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
 from aggregation.models import HelperShare, LeaderShare, SpentToken
 from aggregation.reports import rejections, report_submit
 from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
-from aggregation.tokens import Token
+from aggregation.tokens import Token, token_obtain
 from aggregation.upload import SealedShare
-from devices.report_client import AggregatorKeys, report_seal, report_vector, token_obtain
+from devices.report_client import AggregatorKeys, report_seal, report_vector
 from privacy.mechanisms import mechanism_get, report_weight_bound
 
 pytestmark = pytest.mark.django_db
@@ -44,7 +44,7 @@ def keys() -> AggregatorKeys:
 def token(device: str, key: str = KEY) -> Token:
     return token_obtain(
         collection_key=key,
-        issuer=issuer_public_key(),
+        issuer=issuer_public_key(key),
         issue=lambda blinded: token_issue(collection_key=key, device_identity=device, blinded=blinded),
     )
 
@@ -72,9 +72,10 @@ def test_a_report_is_accepted_and_each_aggregator_stores_only_its_own_share(rule
 def test_each_aggregator_opens_only_the_share_sealed_to_it(rules) -> None:
     sealed = report("d1", one_hot(1))
     # The helper's share handed to the leader does not open: another key and another info.
+    envelope = {"batch_key": sealed.batch_key, "token_digest": sealed.token.digest}
     with pytest.raises(hpke.OpenFailed):
-        LEADER.open_share(rules, sealed.helper.enc, sealed.helper.ciphertext)
-    assert LEADER.open_share(rules, sealed.leader.enc, sealed.leader.ciphertext).size == DOMAIN
+        LEADER.open_share(rules, sealed.helper.enc, sealed.helper.ciphertext, **envelope)
+    assert LEADER.open_share(rules, sealed.leader.enc, sealed.leader.ciphertext, **envelope).size == DOMAIN
 
 
 def test_the_issuer_signs_one_token_per_device_per_collection() -> None:
@@ -95,7 +96,7 @@ def test_a_replayed_token_is_rejected_by_both_aggregators_and_counted(rules) -> 
 
 
 def test_a_forged_token_or_one_for_another_round_is_rejected(rules) -> None:
-    forged = Token(nonce=b"\x00" * 32, signature=b"\x01" * issuer_public_key().size)
+    forged = Token(nonce=b"\x00" * 32, signature=b"\x01" * issuer_public_key(KEY).size)
     assert report_submit(report("d1", one_hot(0), tok=forged)).reason == "token_invalid"
     other_round = token("d2", key="another-collection")
     assert report_submit(report("d2", one_hot(0), tok=other_round)).reason == "token_invalid"
@@ -112,7 +113,8 @@ def test_a_report_sealed_for_another_round_does_not_open(rules) -> None:
 
 def test_a_malformed_share_is_rejected_and_nothing_is_stored(rules) -> None:
     good = report("d1", one_hot(0))
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (DOMAIN - 1), hpke.share_info(KEY, "helper"))
+    info = hpke.share_info(KEY, "helper", batch_key=good.batch_key, token_digest=good.token.digest)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (DOMAIN - 1), info)
     outcome = report_submit(replace(good, helper=SealedShare(*short)))
     assert outcome.reason == "share_malformed"
     assert rejections(KEY) == {"helper": {"share_malformed": 1}}

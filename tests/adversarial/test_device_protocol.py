@@ -1,0 +1,120 @@
+"""Issue: reports could be multiplied and spliced on the real-device protocol.
+
+The attacks, performed through the endpoints a device uses (its credentials, the SDK's functions):
+- one device, many tokens: with three open windows a device asked in collection X for signatures
+  over messages naming Y, and uploaded three reports into one collection; a device of another fleet
+  minted a token through its own window and uploaded into this fleet's round. Now each collection
+  has its own RFC 9474 key, so a signature made in X verifies nowhere else;
+- one key for every device: a server could hand each device its own key and link tokens to devices.
+  Now the task commits to the collection's key and the SDK refuses another;
+- shares not bound to their report: a victim's sealed shares were accepted under other tokens and
+  moved into a batch of the attacker's choosing. Now HPKE's info binds collection, batch and token."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from dataclasses import replace
+
+import pytest
+
+from aggregation import wire
+from aggregation.issuer import issuer_public_key
+from aggregation.models import LeaderShare
+from aggregation.reports import rejections
+from aggregation.tokens import issuer_key_generate, token_obtain
+from analyses.models import Round
+from analyses.services.policy import analysis_approve, analysis_create
+from devices.credentials import devices_register
+from devices.sdk.device import TASK_INVALID, Offer, ServerKeys, task_answer
+from devices.sdk.ledger import Ledger
+from tests.unit.test_device_http import (
+    CENTRAL,
+    PHONES_SPEC,
+    Device,
+    start,
+    upload,
+    verify,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def _token_through(device: Device, window: str, *, naming: str):
+    """A token for collection ``naming``, signed through ``window``'s token endpoint."""
+
+    def issue(blinded: int) -> int:
+        response = device.token_request(window, blinded)
+        assert response.status_code == 201, response.content
+        return int.from_bytes(base64.b64decode(response.json()["blind_signature"]), "big")
+
+    return token_obtain(collection_key=naming, issuer=issuer_public_key(window), issue=issue)
+
+
+def test_a_token_minted_in_one_collection_is_refused_in_another(api, phones, phones_analysis) -> None:
+    _, (device, *_) = phones
+    x, y, z = (start(api, {**CENTRAL, "recipeIdentifier": name}) for name in ("x", "y", "z"))
+    for window in (x, z):  # signatures asked in X and in Z, over messages naming Y
+        token = _token_through(device, window.task_key, naming=y.task_key)
+        assert upload(device.report(y.task_key, 1, token=token)).status_code == 202
+    assert upload(device.report(y.task_key, 1)).status_code == 202  # its one honest token for Y
+    verify(y.task_key)
+    assert rejections(y.task_key) == {"helper": {"token_invalid": 2}, "leader": {"token_invalid": 2}}
+    assert sum(s.reports for s in LeaderShare.objects.filter(collection__key=y.task_key)) == 1
+
+
+def test_a_device_of_another_fleet_cannot_upload_into_this_fleets_round(api, phones, central_round, analyst, officer):
+    others, issued = devices_register(fleet_name="tablets", count=5)
+    outsider = Device(issued[0].device_id, issued[0].secret)
+    spec = {**copy.deepcopy(PHONES_SPEC), "identifier": "t.tablets", "fleet": "tablets"}
+    analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
+    created = api.post(
+        "/api/analyses/t.tablets/recipes/", {**CENTRAL, "AnalysisIdentifier": "t.tablets"}, format="json"
+    )
+    own = Round.objects.get(pk=api.post(f"/api/recipes/{created.json()['id']}/rounds/").json()["id"])
+    # Through its own window, a token naming the phones' round; then an upload into it.
+    token = _token_through(outsider, own.task_key, naming=central_round.task_key)
+    assert upload(outsider.report(central_round.task_key, 1, token=token)).status_code == 202
+    verify(central_round.task_key)
+    assert rejections(central_round.task_key) == {"helper": {"token_invalid": 1}, "leader": {"token_invalid": 1}}
+    # And its own fleet's endpoint will not sign in the phones' collection at all.
+    assert outsider.token_request(central_round.task_key, 12345).status_code == 404
+
+
+def test_a_device_refuses_a_token_key_other_than_the_one_its_task_commits_to(phones, central_round, tmp_path) -> None:
+    _, (device, *_) = phones
+    offered = device.tasks()["tasks"][0]
+    honest = Offer.from_json(offered)
+    tailored = replace(honest, issuer=issuer_key_generate(bits=1024).public)  # this device's own key
+
+    class NoService:
+        def token(self, collection_key: str, blinded: int) -> int:
+            raise AssertionError("no token is asked for under a key the task does not commit to")
+
+        def upload(self, report) -> str:
+            raise AssertionError("nothing is uploaded")
+
+    ledger = Ledger(tmp_path / "device.json")
+    outcome = task_answer(
+        offer=tailored, data=None, fleet="phones", ledger=ledger, keys=ServerKeys(aggregators=None), service=NoService()
+    )
+    assert outcome.decision == TASK_INVALID
+    assert "not the one the task commits to" in ledger.state["tasks"][central_round.task_key]["problem"]
+    assert ledger.columns(honest.task.analysis)["reports_used"].tolist() == [0]  # nothing spent
+
+
+def test_sealed_shares_replayed_under_another_token_or_batch_do_not_open(phones, central_round) -> None:
+    _, devices = phones
+    key = central_round.task_key
+    victim = devices[0].report(key, 3, batch="locale=en_US")
+    # The attacker's own tokens, the victim's shares: three copies, and one moved to another batch.
+    for attacker in devices[1:4]:
+        spliced = wire.Report(key, victim.batch_key, attacker.token(key), victim.leader, victim.helper)
+        assert upload(spliced).status_code == 202
+    moved = replace(victim, batch_key="locale=fr_FR")
+    assert upload(moved).status_code == 202
+    verify(key)
+    assert rejections(key) == {"helper": {"share_unopened": 4}, "leader": {"share_unopened": 4}}
+    assert upload(victim).status_code == 202  # the victim's own report still counts, once
+    verify(key)
+    assert sum(s.reports for s in LeaderShare.objects.filter(collection__key=key)) == 1
