@@ -58,9 +58,7 @@ TASK = DeviceTask(
 
 
 def offer(task: DeviceTask = TASK, policy: dict = POLICY) -> Offer:
-    return Offer(
-        task=task, policy=policy, policy_digest=snapshot_digest(policy), report_length=8, issuer=ISSUER.public
-    )
+    return Offer(task=task, policy=policy, policy_digest=snapshot_digest(policy), report_length=8, issuer=ISSUER.public)
 
 
 class Aggregators:

@@ -125,7 +125,9 @@ def test_open_sealed_refuses_another_info(keys) -> None:
     private, public = keys
     enc, ciphertext = hpke.seal(public, b"a share", INFO)
     with pytest.raises(hpke.OpenFailed):
-        hpke.open_sealed(private, enc, ciphertext, hpke.share_info("round-7", "helper", batch_key="cohort-a", token_digest="ab" * 32))
+        hpke.open_sealed(
+            private, enc, ciphertext, hpke.share_info("round-7", "helper", batch_key="cohort-a", token_digest="ab" * 32)
+        )
 
 
 @pytest.mark.parametrize(("sealed_aad", "opened_aad"), [(b"batch-a", b"batch-b"), (b"batch-a", b""), (b"", b"batch-a")])
