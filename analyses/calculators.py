@@ -15,7 +15,9 @@ import numpy as np
 
 from pfs_base.errors import ValidationFailed
 from privacy.amplification import MAX_COHORT, UnreachableEpsilon
+from privacy.enforced_cohort import min_cohort_enforced
 from privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
+from privacy.mechanisms import MECHANISMS
 from privacy.shuffling import DEFAULT_METHOD, METHODS, Method, amplified_epsilon, min_cohort
 
 Raw = str | float | int | bool | None
@@ -63,12 +65,33 @@ def privacy_amplify(*, epsilon0: Raw, n: Raw, delta: Raw, method: Raw = None) ->
     return {"epsilon0": epsilon0_, "n": n_, "delta": delta_, "method": method_, "epsilon": epsilon}
 
 
-def privacy_min_cohort(*, epsilon0: Raw, epsilon: Raw, delta: Raw, method: Raw = None) -> dict[str, Any]:
-    """Smallest cohort whose aggregate epsilon is at most epsilon (privacy.shuffling.min_cohort)."""
+def privacy_min_cohort(
+    *, epsilon0: Raw, epsilon: Raw, delta: Raw, method: Raw = None, mechanism: Raw = None
+) -> dict[str, Any]:
+    """Smallest cohort whose aggregate epsilon is at most epsilon (privacy.shuffling.min_cohort).
+
+    With ``mechanism`` (a recipe mechanism), what devices enforce for it (check 3: the tightest
+    bound proven for that randomizer, privacy.enforced_cohort), ``method`` saying which bound."""
     params = _Params()
     epsilon0_ = params.epsilon("epsilon0", epsilon0)
     epsilon_ = params.epsilon("epsilon", epsilon)
     delta_ = params.delta("delta", delta)
+    if mechanism not in (None, ""):
+        if mechanism not in MECHANISMS:
+            params.add("mechanism", f"Must be one of {', '.join(sorted(MECHANISMS))}.")
+        params.raise_if_invalid()
+        try:
+            enforced = min_cohort_enforced(mechanism=mechanism, epsilon0=epsilon0_, epsilon=epsilon_, delta=delta_)
+        except ValueError as error:
+            raise ValidationFailed({"epsilon": [f"{str(error).capitalize()}."]}) from error
+        return {
+            "epsilon0": epsilon0_,
+            "epsilon": epsilon_,
+            "delta": delta_,
+            "mechanism": mechanism,
+            "method": enforced.method,
+            "min_cohort": enforced.min_cohort,
+        }
     method_ = params.method("method", method)
     params.raise_if_invalid()
     try:

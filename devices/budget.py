@@ -31,8 +31,8 @@ import numpy.typing as npt
 
 from devices.columns import Columns
 from privacy.aggregator_noise import HISTOGRAM_L2_SENSITIVITY, AggregatorGaussian
-from privacy.amplification import UnreachableEpsilon, min_cohort_closed_form
 from privacy.composition import gaussian_rdp, pure_dp_rdp, rdp_to_dp
+from privacy.enforced_cohort import min_cohort_enforced
 from privacy.rappor_rdp import symmetric_rappor_rdp
 
 NANO = 1_000_000_000
@@ -71,6 +71,15 @@ class BudgetRequest:
     # The randomizer and its nominal epsilon0, for the Renyi accountant's curve.
     mechanism: str = ""
     mechanism_epsilon0: float | None = None
+
+
+def min_cohort_needed(request: BudgetRequest) -> int:
+    """Check 3's cohort: the tightest amplification bound proven for the request's randomizer
+    (privacy.enforced_cohort: FMT 2022 where its corrected theorem covers it, else FMT 2020),
+    rounded up, from the replacement-model epsilon0 the device charges. ValueError when none holds."""
+    return min_cohort_enforced(
+        mechanism=request.mechanism, epsilon0=request.epsilon0, epsilon=request.epsilon, delta=request.delta
+    ).min_cohort
 
 
 def ledger_empty(size: int) -> Columns:
@@ -251,8 +260,8 @@ class Accountant:
         if request.aggregator_noise:
             return True  # the aggregators' noise gives epsilon whatever the cohort size
         try:
-            needed = min_cohort_closed_form(request.epsilon0, request.epsilon, request.delta)
-        except (UnreachableEpsilon, ValueError):
+            needed = min_cohort_needed(request)
+        except ValueError:  # UnreachableEpsilon, an unknown mechanism, parameters out of range
             return False
         return request.min_cohort >= needed
 

@@ -29,7 +29,7 @@ class PrivacyAmplify(APIView):
 
 class PrivacyMinCohort(APIView):
     def get(self, request: Request) -> Response:
-        return _answer(request, calculators.privacy_min_cohort, ("epsilon0", "epsilon", "delta", "method"))
+        return _answer(request, calculators.privacy_min_cohort, ("epsilon0", "epsilon", "delta", "method", "mechanism"))
 
 
 class PrivacyGaussian(APIView):

@@ -30,8 +30,9 @@ from devices.query import QueryRefused, verify_query
 from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
 from privacy.aggregator_noise import AggregatorGaussian
-from privacy.amplification import MAX_COHORT, min_cohort_closed_form
+from privacy.amplification import MAX_COHORT
 from privacy.encoding import CombinationType, Encoding, content_encoding
+from privacy.enforced_cohort import min_cohort_enforced
 from privacy.limits import NUMBERS as LIMITS
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 from privacy.ngrams import SchemaError
@@ -127,7 +128,7 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     if None not in (local_epsilon, epsilon, delta) and noise in Recipe.Noise.values:
         if noise == Recipe.Noise.CLIENT:
             min_cohort = _client_min_cohort(
-                problems, local_epsilon, epsilon, delta, stated_cohort, floor=enforced.min_cohort_floor or 0
+                problems, mechanism, local_epsilon, epsilon, delta, stated_cohort, floor=enforced.min_cohort_floor or 0
             )
         checked = PrivacyParameters(
             noise=noise,
@@ -188,11 +189,19 @@ def _client_noise_content(
 
 
 def _client_min_cohort(
-    problems: Problems, epsilon0: float, epsilon: float, delta: float, stated: int | None, *, floor: int
+    problems: Problems,
+    mechanism: str,
+    epsilon0: float,
+    epsilon: float,
+    delta: float,
+    stated: int | None,
+    *,
+    floor: int,
 ) -> int | None:
-    """The cohort Theorem 3.1 needs (or the analysis's floor, or the recipe's own, if larger); never smaller."""
+    """The cohort devices enforce (the tightest bound proven for the mechanism: privacy.enforced_cohort),
+    or the analysis's floor, or the recipe's own, if larger; never smaller. ``epsilon0``: replacement model."""
     try:
-        needed = min_cohort_closed_form(epsilon0, epsilon, delta)
+        needed = min_cohort_enforced(mechanism=mechanism, epsilon0=epsilon0, epsilon=epsilon, delta=delta).min_cohort
     except ValueError as unreachable:  # UnreachableEpsilon, or parameters outside the bound's range
         problems.add("privacy.epsilon", sentence(unreachable))
         return None

@@ -349,13 +349,15 @@
       if (deletionModel.includes(value("mechanism"))) epsilon0 *= 2;
       const params = { epsilon0, epsilon, delta };
       const closed = await calculator("min-cohort", { ...params, method: "closed-form" });
-      const tight = await calculator("min-cohort", { ...params, method: "stronger-2022" });
+      // What devices enforce: the tightest bound proven for this randomizer (check 3).
+      const enforced = await calculator("min-cohort", { ...params, mechanism: value("mechanism") });
+      const bound = enforced.method === "clones-2020" ? "Feldman–McMillan–Talwar 2020" : "Feldman–McMillan–Talwar 2022";
       say(
-        `Minimum cohort: ${closed.min_cohort.toLocaleString()} reports (Theorem 3.1, what devices enforce); ` +
-          `the numerical bound of Feldman–McMillan–Talwar 2022 would need ${tight.min_cohort.toLocaleString()}. ` +
+        `Minimum cohort: ${enforced.min_cohort.toLocaleString()} reports (what devices enforce: ${bound}); ` +
+          `the closed form of Theorem 3.1 would need ${closed.min_cohort.toLocaleString()}. ` +
           `Devices expected at this sampling rate: ${expected}.`
       );
-      const minCohort = Math.max(closed.min_cohort, Number(value("min_cohort")) || 0);
+      const minCohort = Math.max(enforced.min_cohort, Number(value("min_cohort")) || 0);
       await drawCurve(epsilon0, Number(epsilon), Number(delta), minCohort, fleetSize * rate);
     } catch (error) {
       say(`Privacy figures unavailable: ${error.message}`);

@@ -19,7 +19,7 @@ BELOW = ["locale=de_DE", "locale=en_GB", "locale=es_ES", "locale=fr_FR"]
 @pytest.fixture
 def split(recipe) -> dict:
     recipe["cohorts"] = ["locale"]
-    recipe["privacy"]["epsilon0"] = 2.0  # minimum cohort 974: only en_US (half of 5,000) reaches it
+    recipe["privacy"]["minCohort"] = 974  # raised by the recipe: only en_US (half of 5,000) reaches it
     return recipe
 
 
@@ -60,6 +60,7 @@ def test_the_page_asks_for_the_confirmation_before_it_runs(client, analyst, anal
         "epsilon": "1",
         "delta": "1e-6",
         "sampling_rate": "1",
+        "min_cohort": "974",
         "source": "form",
         "action": "run",
     }

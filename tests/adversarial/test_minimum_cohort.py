@@ -42,7 +42,7 @@ def test_an_aggregator_noise_recipe_cannot_lower_the_default_floor_of_1000(
 def test_the_officers_floor_binds_client_noise_recipes_too(officer_browser, api, analysis, recipe) -> None:
     admin_edit(officer_browser, analysis, min_cohort_floor=4000)
     officer_browser.post("/admin/analyses/analysis/", {"action": "approve", "_selected_action": [analysis.pk]})
-    recipe["privacy"]["minCohort"] = 3000  # above the 2,935 devices compute, below the officer's floor
+    recipe["privacy"]["minCohort"] = 3000  # above the 736 devices compute, below the officer's floor
     response = api.post("/api/analyses/test.ages/recipes/validate/", recipe, format="json")
     assert "floor of 4,000" in response.json()["fields"]["privacy.minCohort"][0]
     del recipe["privacy"]["minCohort"]

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def split_release(api, analysis, recipe, django_capture_on_commit_callbacks) -> Round:
     recipe["cohorts"] = ["locale"]
-    recipe["privacy"]["epsilon0"] = 2.0  # a minimum cohort of 974: en_US (half of 5,000) clears it, the others do not
+    recipe["privacy"]["minCohort"] = 974  # raised by the recipe: en_US (half of 5,000) clears it, the others do not
     created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
     with django_capture_on_commit_callbacks(execute=True):
         round_id = api.post(f"/api/recipes/{created['id']}/rounds/", {"confirmSmallCohorts": True}, format="json")

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
 
 # demo.refinement: perplexity, 4 rounds of epsilon 1 allowed. epsilon0 4, epsilon 1 and delta 1e-6
-# need a minimum cohort of 8,762 of the 100,000 demo devices.
+# need a minimum cohort of 2,203 of the 100,000 demo devices (8,762 by the closed form).
 PERPLEXITY = {
     "recipeIdentifier": "perplexity",
     "query": "select perplexity from ModelMetrics",

@@ -107,7 +107,7 @@ def test_a_good_spec_runs_and_the_run_page_shows_the_plan_and_the_kept_ngrams(
         (1, 4.0, 1.0, 1e-6, True),
         (2, 4.0, 1.0, 1e-6, True),
     ]
-    assert plan[0]["min_cohort"] == 8762 and ">8762<" in page
+    assert plan[0]["min_cohort"] == 2203 and ">2203<" in page
     assert response.context["plan_total"]["epsilon"] == 2.0
     assert 'id="plan-table"' in page and "2 of 2 (ε 2)" in page
     # Each level's kept n-grams with estimate, standard error and 95% interval.

@@ -74,7 +74,7 @@ def test_an_unknown_noise_and_a_weak_calibration_are_refused(central, analyst) -
 
 
 def test_a_recipe_can_raise_the_minimum_cohort_but_never_lower_it(analysis, recipe) -> None:
-    recipe["privacy"]["minCohort"] = 2934  # Theorem 3.1 needs 2,935 for these parameters
+    recipe["privacy"]["minCohort"] = 735  # devices need 736 for these parameters (FMT 2022)
     with pytest.raises(ValidationFailed) as refused:
         recipe_validate(analysis=analysis, content=recipe)
     assert "never lower" in refused.value.errors["privacy.minCohort"][0]

@@ -30,7 +30,7 @@ def test_recipe_round_and_release_over_the_api(api, analysis, recipe, django_cap
     assert [b["label"] for b in release["buckets"]][:2] == ["OOV", "[20, 30)"]
     assert len(release["buckets"]) == 8
     assert release["reports"] == FLEET_SIZE
-    assert release["min_cohort"] == 2935
+    assert release["min_cohort"] == 736
     assert release["epsilon_spent"] == 1.0
     for bucket in release["buckets"]:
         low, high = bucket["ci95"]
@@ -134,7 +134,7 @@ def test_a_deletion_model_mechanism_is_charged_twice_its_epsilon0(api, analysis,
     assert "replacement-model epsilon0 of this mechanism: 6" in " ".join(response.json()["fields"]["privacy.epsilon0"])
     recipe["privacy"]["epsilon0"] = 1.5  # 3 in the replacement model: min cohort of Theorem 3.1 at eps0 = 3
     created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
-    assert created.status_code == 201 and created.json()["min_cohort"] == 2935
+    assert created.status_code == 201 and created.json()["min_cohort"] == 736
 
 
 def test_a_mechanism_that_cannot_encode_the_buckets_is_refused(api, analysis, recipe) -> None:

@@ -149,7 +149,7 @@ def test_audit_lists_who_started_each_round_with_its_parameters_including_a_canc
         "epsilon0": 3.0,
         "epsilon": 1.5,
     }
-    assert (rows[b.pk]["delta"], rows[b.pk]["sampling_rate"], rows[b.pk]["min_cohort"]) == (1e-6, 1.0, 2448)
+    assert (rows[b.pk]["delta"], rows[b.pk]["sampling_rate"], rows[b.pk]["min_cohort"]) == (1e-6, 1.0, 420)
 
 
 def test_audit_page_shows_the_cancelled_round_and_who_started_each(
@@ -309,10 +309,13 @@ def test_compare_aligns_buckets_by_label_and_shows_a_missing_one_as_a_dash(
 
 
 def test_compare_matches_cohorts_by_key(api, budget_analysis, analyst, django_capture_on_commit_callbacks) -> None:
-    # epsilon0 2 and epsilon 1 need 974 reports: en_US (half the fleet) is released, the other locales suppressed.
+    # A minimum cohort of 974 (raised by the recipes): en_US (half the fleet) is released, the other locales suppressed.
     split = {"epsilon0": 2.0, "cohorts": ["locale"]}
-    a = run(budget_analysis, recipe_for("by-locale-1", 1.0, **split), analyst, django_capture_on_commit_callbacks)
-    b = run(budget_analysis, recipe_for("by-locale-2", 1.0, **split), analyst, django_capture_on_commit_callbacks)
+    recipes = [recipe_for(name, 1.0, **split) for name in ("by-locale-1", "by-locale-2")]
+    for recipe in recipes:
+        recipe["privacy"]["minCohort"] = 974
+    a = run(budget_analysis, recipes[0], analyst, django_capture_on_commit_callbacks)
+    b = run(budget_analysis, recipes[1], analyst, django_capture_on_commit_callbacks)
     whole = run(budget_analysis, recipe_for("whole", 1.0), analyst, django_capture_on_commit_callbacks)
     body = api.get(f"/api/compare/?a={a.pk}&b={b.pk}").json()
     batches_a = {x["cohort"]: x for x in release_as_json(a.release)["batches"]}

@@ -63,7 +63,7 @@ def test_run_recipe_prints_the_release_as_json(analysis, recipe, tmp_path, capsy
         "[80, ∞)",
     ]
     assert {"estimate", "standard_error", "ci95"} <= set(release["buckets"][0])
-    assert release["reports"] == 5_000 and release["min_cohort"] == 2935 and release["epsilon_spent"] == 1.0
+    assert release["reports"] == 5_000 and release["min_cohort"] == 736 and release["epsilon_spent"] == 1.0
     assert release["refusals"] == {}
 
 

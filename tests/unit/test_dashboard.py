@@ -54,7 +54,7 @@ def test_running_from_the_form_starts_a_round_and_shows_its_release(
     page = client.get(response["Location"]).content.decode()
     assert "Released" in page
     assert 'id="chart"' in page and "vendor/plotly.min.js" in page
-    assert "[20, 30)" in page and 'id="release-min-cohort">2935<' in page
+    assert "[20, 30)" in page and 'id="release-min-cohort">736<' in page
 
 
 def test_form_errors_come_back_per_field_and_nothing_is_created(client, analysis, analyst) -> None:

@@ -29,7 +29,15 @@ POLICY = {
 
 
 def request(**changes) -> BudgetRequest:
-    values = {"epsilon0": 2.0, "epsilon": 0.3, "delta": 1e-6, "fields": ("age",), "min_cohort": 20_000}
+    values = {
+        "epsilon0": 2.0,
+        "epsilon": 0.3,
+        "delta": 1e-6,
+        "fields": ("age",),
+        "min_cohort": 20_000,
+        "mechanism": "asymmetric_ohe",
+        "mechanism_epsilon0": 2.0,
+    }
     return BudgetRequest(**{**values, **changes})
 
 
@@ -105,9 +113,14 @@ def test_check_2_refuses_a_field_without_a_policy() -> None:
 
 
 def test_check_3_refuses_a_minimum_cohort_below_what_the_device_computes() -> None:
-    # epsilon0 = 2, epsilon = 0.3, delta = 1e-6 need 19,485 reports (Theorem 3.1).
-    assert (decide(ledger_empty(1), request(min_cohort=19_484)) == Decision.MIN_COHORT).all()
-    assert (decide(ledger_empty(1), request(min_cohort=19_485)) == Decision.ANSWERED).all()
+    # Asymmetric OHE at epsilon0 = 2, epsilon = 0.3, delta = 1e-6: 1,670 reports by FMT 2022, the
+    # tightest bound proven for it (privacy.enforced_cohort); Theorem 3.1's closed form needs 19,485.
+    assert (decide(ledger_empty(1), request(min_cohort=1_669)) == Decision.MIN_COHORT).all()
+    assert (decide(ledger_empty(1), request(min_cohort=1_670)) == Decision.ANSWERED).all()
+
+
+def test_check_3_refuses_a_randomizer_it_knows_no_bound_for() -> None:
+    assert (decide(ledger_empty(1), request(mechanism="homemade")) == Decision.MIN_COHORT).all()
 
 
 def test_exact_allowance_is_spendable_without_float_drift() -> None:
@@ -157,7 +170,15 @@ def count_answered(composition, epsilon: float, allowed: float = 1.0, delta: flo
     policy = {"budget": {"epsilon": allowed, "reports": 10_000, "delta": delta}, "fields": {}}
     accountant = Accountant(composition)
     ledger = ledger_empty(1)
-    req = BudgetRequest(epsilon0=1.0, epsilon=epsilon, delta=delta, fields=(), min_cohort=10**12)
+    req = BudgetRequest(
+        epsilon0=1.0,
+        epsilon=epsilon,
+        delta=delta,
+        fields=(),
+        min_cohort=10**12,
+        mechanism="kary_rr",
+        mechanism_epsilon0=1.0,
+    )
     for answered in range(tries):
         if accountant.check(ledger, policy, req)[0] != Decision.ANSWERED:
             return answered

@@ -55,7 +55,7 @@ CENTRAL = {
     "AnalysisIdentifier": "t.phones",
     "privacy": {"noise": "aggregator", "epsilon": 1.0, "delta": 1e-6, "minCohort": 3},
 }
-# Client noise: epsilon0 = 2, epsilon = 1, delta = 1e-6 need 974 reports (Theorem 3.1).
+# Client noise: epsilon0 = 2, epsilon = 1, delta = 1e-6 need 206 reports (FMT 2022, what devices enforce).
 CLIENT = {
     **RECIPE,
     "recipeIdentifier": "client",
@@ -458,7 +458,7 @@ def test_a_client_noise_round_with_too_few_reports_releases_nothing(
 ) -> None:
     _, (device, *_) = phones
     round_ = start(api, CLIENT)
-    assert round_.recipe.min_cohort == 974
+    assert round_.recipe.min_cohort == 206
     offered = device.tasks()["tasks"][0]
     assert offered["task"]["mechanism"] == "asymmetric_ohe" and offered["report_length"] == BUCKETS
     assert upload(device.report(round_.task_key, 0)).status_code == 202
@@ -467,7 +467,7 @@ def test_a_client_noise_round_with_too_few_reports_releases_nothing(
     release = Round.objects.get(pk=round_.pk).release.content
     assert release["reports"] == 0 and release["batches"][0]["suppressed"]
     assert release["batches"][0]["reports"] is None  # a suppressed batch says "fewer than m", never its size
-    assert "fewer than 974 reports" in release["batches"][0]["reason"]
+    assert "fewer than 206 reports" in release["batches"][0]["reason"]
 
 
 def test_a_deadline_closes_the_round_through_the_reaper(api, phones, central_round, django_capture_on_commit_callbacks):

@@ -21,7 +21,7 @@ def test_a_dry_run_counts_the_devices_that_would_answer_and_spends_nothing(analy
         "would_answer": FLEET_SIZE,
         "not_sampled": 0,
         "would_refuse": {},
-        "min_cohort": 2935,
+        "min_cohort": 736,
         "meets_min_cohort": True,
         "cohorts": [],  # no cohort split: one batch
         "batches_below": [],

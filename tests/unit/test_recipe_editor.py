@@ -58,7 +58,7 @@ def test_validate_answers_the_recipe_figures_and_what_it_would_cost(api, analysi
     response = api.post(VALIDATE, recipe, format="json")
     assert response.status_code == 200
     body = response.json()
-    assert (body["field"], body["buckets"], body["min_cohort"]) == ("age", 8, 2935)
+    assert (body["field"], body["buckets"], body["min_cohort"]) == ("age", 8, 736)
     assert (body["devices"], body["devices_expected"]) == (FLEET_SIZE, FLEET_SIZE)
     assert body["budget"]["analysis"] == {
         "name": "test.ages",
