@@ -12,6 +12,23 @@ import numpy as np
 import numpy.typing as npt
 
 RATE_FACTOR = 2.0
+# Honest reports expected in one window of rate validation, at least: with fewer, an honest batch's
+# chance variation could pass twice its mean (Poisson(100) exceeds 200 with probability < 1e-15).
+HONEST_PER_WINDOW = 100
+MIN_WINDOW = 60.0
+
+
+def rate_rules(*, devices: int, sampling_rate: float, spread: float) -> tuple[float, float]:
+    """(expected reports per second, seconds per window) of a collection on ``devices`` devices
+    sampled at ``sampling_rate`` that spread their uploads over ``spread`` seconds (seed 003, 4.8).
+
+    The window is long enough to expect HONEST_PER_WINDOW honest reports, so a window that holds
+    more than RATE_FACTOR times its expectation is a flood, not chance.
+    """
+    if devices < 1 or not 0 < sampling_rate <= 1 or spread <= 0:
+        raise ValueError("devices, sampling_rate and spread must be positive")
+    rate = devices * sampling_rate / spread
+    return rate, max(MIN_WINDOW, HONEST_PER_WINDOW / rate)
 
 
 def busiest_window(arrivals: npt.ArrayLike, window: float) -> int:

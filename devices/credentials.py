@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +25,9 @@ from devices.models import DeviceCredential, Fleet
 MAX_REGISTER = 100_000  # devices per call: the secrets are written to one file
 # A device seen within this long is not written again: last_seen_at is for operators, not a log.
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
+
+
+audit = logging.getLogger("pfs.audit")
 
 
 class RegistrationInvalid(ValueError):
@@ -46,7 +51,9 @@ def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def devices_register(*, fleet_name: str, count: int) -> tuple[Fleet, list[IssuedCredential]]:
+def devices_register(
+    *, fleet_name: str, count: int, registered_by: str = "unknown"
+) -> tuple[Fleet, list[IssuedCredential]]:
     """Register ``count`` new devices in the ``devices`` fleet ``fleet_name`` (created if new).
 
     Returns the credentials with their secrets, which are not kept: only their hashes are.
@@ -77,6 +84,11 @@ def devices_register(*, fleet_name: str, count: int) -> tuple[Fleet, list[Issued
             Fleet.objects.filter(pk=fleet.pk).update(size=F("size") + count)
     except IntegrityError as error:  # 96 random bits collided: astronomically unlikely, but say so
         raise RegistrationInvalid([f"could not register: {error}"]) from error
+    # Logged, so that a burst of new devices just before a collection (sybils) shows.
+    audit.warning(
+        "registered %s",
+        json.dumps({"event": "devices.registered", "fleet": fleet_name, "count": count, "by": registered_by}),
+    )
     fleet.refresh_from_db()
     return fleet, issued
 

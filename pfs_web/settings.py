@@ -26,6 +26,9 @@ if SECRET_KEY is None:
 # Keys the simulated devices' coins with each round's seed (devices.services._coins), so a seed
 # alone reveals nothing. Rotating it changes only rounds not yet run.
 PFS_COIN_SECRET = env_str("PFS_COIN_SECRET") or SECRET_KEY
+# Seconds over which real devices spread their uploads after a collection opens: with the fleet's
+# size and the sampling rate it gives the expected upload rate of rate validation (seed 003, 4.8).
+PFS_REPORT_SPREAD_SECONDS = env_int("PFS_REPORT_SPREAD_SECONDS", 3600, minimum=1)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 

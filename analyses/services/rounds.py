@@ -9,10 +9,12 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from aggregation.batch_rules import rate_rules
 from aggregation.services import (
     collection_discard,
     collection_release,
@@ -102,8 +104,22 @@ def _collection_rules_open(round_: Round) -> None:
         oracle = mechanism_get(privacy.mechanism, privacy.epsilon0)
         length, noise = oracle.report_length(size), None
         weight_bound = report_weight_bound(oracle, size, WEIGHT_FALSE_REJECTION)
+    # Rate validation for uploads from real devices, on by default: the expected rate is the
+    # fleet's devices times the sampling rate, spread over PFS_REPORT_SPREAD_SECONDS.
+    rate, window = None, 60.0
+    fleet = round_.recipe.analysis.fleet
+    if fleet.is_real:
+        rate, window = rate_rules(
+            devices=max(fleet.size, 1), sampling_rate=privacy.sampling_rate, spread=settings.PFS_REPORT_SPREAD_SECONDS
+        )
     collection_rules_open(
-        key=round_.task_key, length=length, min_cohort=privacy.min_cohort, weight_bound=weight_bound, noise=noise
+        key=round_.task_key,
+        length=length,
+        min_cohort=privacy.min_cohort,
+        weight_bound=weight_bound,
+        noise=noise,
+        expected_rate=rate,
+        rate_window=window,
     )
 
 

@@ -16,9 +16,11 @@ import base64
 import copy
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from aggregation import wire
+from aggregation.aggregators import HELPER, LEADER
 from aggregation.issuer import issuer_public_key
 from aggregation.models import LeaderShare
 from aggregation.reports import rejections
@@ -26,9 +28,11 @@ from aggregation.tokens import issuer_key_generate, token_obtain
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
+from devices.report_client import AggregatorKeys, report_seal
 from devices.sdk.device import TASK_INVALID, Offer, ServerKeys, task_answer
 from devices.sdk.ledger import Ledger
 from tests.unit.test_device_http import (
+    BUCKETS,
     CENTRAL,
     PHONES_SPEC,
     Device,
@@ -38,6 +42,10 @@ from tests.unit.test_device_http import (
 )
 
 pytestmark = pytest.mark.django_db
+
+
+def _keys() -> AggregatorKeys:
+    return AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
 
 
 def _token_through(device: Device, window: str, *, naming: str):
@@ -118,3 +126,33 @@ def test_sealed_shares_replayed_under_another_token_or_batch_do_not_open(phones,
     assert upload(victim).status_code == 202  # the victim's own report still counts, once
     verify(key)
     assert sum(s.reports for s in LeaderShare.objects.filter(collection__key=key)) == 1
+
+
+def test_a_sybil_flood_is_refused_whole_by_rate_validation(api, analyst, officer, django_capture_on_commit_callbacks):
+    """980 all-zero reports from registered sybils plus 3 real devices made a batch the release
+    subtracted the 3 real devices from. Rate validation is now on by default: the collection
+    expects the fleet's devices over PFS_REPORT_SPREAD_SECONDS, and a burst is refused whole."""
+    _, issued = devices_register(fleet_name="crowd", count=303, registered_by="test")
+    devices = [Device(c.device_id, c.secret) for c in issued]
+    spec = {**copy.deepcopy(PHONES_SPEC), "identifier": "t.crowd", "fleet": "crowd"}
+    analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
+    created = api.post("/api/analyses/t.crowd/recipes/", {**CENTRAL, "AnalysisIdentifier": "t.crowd"}, format="json")
+    round_ = Round.objects.get(pk=api.post(f"/api/recipes/{created.json()['id']}/rounds/").json()["id"])
+    key = round_.task_key
+    for real, bucket in zip(devices[:3], (2, 5, 6), strict=True):
+        assert upload(real.report(key, bucket)).status_code == 202
+    for sybil in devices[3:]:  # all at once, all zeros
+        zeros = report_seal(
+            collection_key=key,
+            batch_key="",
+            vector=np.zeros(BUCKETS, dtype=np.int64),
+            keys=_keys(),
+            token=sybil.token(key),
+        )
+        assert upload(zeros).status_code == 202
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api.post(f"/api/rounds/{round_.pk}/close/", {}, format="json").status_code == 202
+    round_.refresh_from_db()
+    assert round_.status == Round.Status.WITHHELD
+    [batch] = round_.release.content["batches"]
+    assert batch["suppressed"] and "rate validation" in batch["reason"] and "estimates" not in batch

@@ -90,8 +90,11 @@ class Analyst:
 
 
 def test_real_device_processes_release_what_the_simulated_path_gives(
-    worker, live_server, analyst, officer, tmp_path
+    worker, live_server, analyst, officer, tmp_path, settings
 ) -> None:
+    # The device processes answer within seconds: the collection expects its uploads over 10 s
+    # (rate validation is on; at the default hour, 1,800 uploads in seconds would be a flood).
+    settings.PFS_REPORT_SPREAD_SECONDS = 10
     records = device_records(DEVICES, seed=2024)
     data = tmp_path / "devices.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -8,6 +8,7 @@ secret's hash, so the file is the one copy. Bad input exits with code 2 and chan
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 from pathlib import Path
@@ -36,7 +37,9 @@ class Command(BaseCommand):
         if problems:
             raise CommandError(self._invalid(problems), returncode=2)
         try:
-            fleet, issued = devices_register(fleet_name=options["fleet"], count=options["count"])
+            fleet, issued = devices_register(
+                fleet_name=options["fleet"], count=options["count"], registered_by=f"cli:{getpass.getuser()}"
+            )
         except RegistrationInvalid as error:
             raise CommandError(self._invalid(error.errors), returncode=2) from error
         content = {
