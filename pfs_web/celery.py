@@ -26,11 +26,13 @@ _log_ids: dict[str, Token] = {}
 @beat_init.connect
 def _refuse_without_broker(**_: object) -> None:
     from django.conf import settings
-    from django.core.exceptions import ImproperlyConfigured
 
     if settings.PFS_TASK_MODE != "celery":
-        raise ImproperlyConfigured(
-            f"a Celery worker or beat needs REDIS_URL (tasks now run {settings.PFS_TASK_MODE}: PFS_TASK_MODE)"
+        # SystemExit, not an exception: Celery logs a signal handler's exceptions and carries on,
+        # and a worker on the in-memory broker would wait for tasks that never come.
+        raise SystemExit(
+            f"A Celery worker or beat needs a broker: set REDIS_URL (without it tasks run "
+            f"{settings.PFS_TASK_MODE!r} in the web process, PFS_TASK_MODE)."
         )
 
 

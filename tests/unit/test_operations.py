@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -117,7 +121,7 @@ def test_an_exception_is_one_line_with_its_traceback() -> None:
         raise ValueError("broken\nacross lines")
     except ValueError:
         record = logging.getLogger("pfs.test").makeRecord(
-            "pfs.test", logging.ERROR, __file__, 1, "failed", (), exc_info=__import__("sys").exc_info()
+            "pfs.test", logging.ERROR, __file__, 1, "failed", (), exc_info=sys.exc_info()
         )
     text = JsonFormatter().format(record)
     assert "\n" not in text
@@ -215,3 +219,19 @@ def test_uploaded_reports_are_counted_accepted_or_rejected_by_aggregator_and_rea
         assert (
             sample("pfs_reports_rejected_total", aggregator=aggregator, reason="token_reused") == reused[aggregator] + 1
         )
+
+
+@pytest.mark.parametrize("program", ["worker", "beat"])
+def test_a_worker_or_beat_without_a_broker_stops_at_start_up(program) -> None:
+    """Without REDIS_URL tasks run in the web process: a worker would wait on an empty in-memory queue."""
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "PFS_ENV_FILE": os.devnull}
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "pfs_web", program],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**env, "SECRET_KEY": "x", "DJANGO_SETTINGS_MODULE": "pfs_web.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "needs a broker: set REDIS_URL" in result.stdout + result.stderr
