@@ -13,7 +13,7 @@ PIP_INSTALL := $(PY) -m pip install --quiet --require-hashes
 PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links $(LOCK_ARGS)
 
-.PHONY: run setup serve worker beat test lint lock bench bench-load clean
+.PHONY: run setup install serve worker beat test lint lock bench bench-load clean
 
 # The processes of this checkout (web, worker, beat) write their metrics into one folder, so that
 # /metrics counts what each of them did (Prometheus multiprocess mode, docs/deployment.md).
@@ -27,6 +27,8 @@ setup: $(VENV)/.runtime static/vendor/plotly.min.js .env ## install, migrate and
 	$(PY) manage.py database_create
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
+
+install: $(VENV)/.runtime static/vendor/plotly.min.js ## production hosts: the virtualenv from the lock and the vendored plotly.js, nothing else (docs/deployment.md)
 
 serve: $(VENV)/.runtime static/vendor/plotly.min.js .env ## the production profile: gunicorn with DEBUG off, static files collected (docs/deployment.md)
 	mkdir -p var var/prometheus
