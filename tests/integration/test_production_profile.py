@@ -32,12 +32,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from django.db import connection
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from pfs_base.env import env_file_read
 from pfs_client import Client
 from tests import services
-from tests.e2e.conftest import CHROMIUM_ARGS
 
 pytestmark = pytest.mark.integration
 
@@ -132,14 +131,15 @@ def get(url: str, **headers: str) -> tuple[int, dict[str, str], bytes]:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_production_profile_serves_a_round_its_chart_its_probes_and_its_metrics(
-    analysis, recipe, settings, tmp_path, monkeypatch
+    analysis, recipe, settings, tmp_path, monkeypatch, browser
 ) -> None:
+    # Playwright's sync API runs an event loop in this thread; this test's ORM calls are synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     if connection.vendor != "postgresql":
         pytest.fail("the production profile runs on PostgreSQL: `make test` finds or starts one (DATABASE_URL)")
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     if not Path(nginx).exists():
         pytest.fail("nginx is not installed: `make test` installs it in CI (apt-get install nginx-light)")
-    chromium = services.chromium_or_fail()
     redis_server = services.PrivateRedis(tmp_path)  # its own: no other worker answers its pings
     redis_server.start()
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]  # the servers' hasher
@@ -240,9 +240,8 @@ def test_the_production_profile_serves_a_round_its_chart_its_probes_and_its_metr
 
         # ---- the chart page in Chromium, with the static files the app serves
         requested, static = [], {}
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-            context = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 900})
+        context = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 900})
+        try:
             page = context.new_page()
             page.on("request", lambda request: requested.append(request.url))
             page.on(
@@ -259,7 +258,8 @@ def test_the_production_profile_serves_a_round_its_chart_its_probes_and_its_metr
             plotly = next(url for url in static if "/static/vendor/plotly.min." in url)
             plotly_headers = static[plotly].all_headers()
             static_statuses = {url: response.status for url, response in static.items()}
-            browser.close()
+        finally:
+            context.close()
         assert cookies["sessionid"]["secure"] and cookies["csrftoken"]["secure"]
         assert all(url.startswith(site) or url.startswith(("data:", "blob:")) for url in requested), requested
         assert set(static_statuses.values()) == {200}, static_statuses
