@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 from playwright.sync_api import sync_playwright
@@ -141,6 +142,9 @@ def browser():
     """One Chromium for the session (Playwright's sync API allows one per thread), for the browser
     tests and the production profile's."""
     executable = chromium_or_fail()
+    # Playwright's sync API runs an event loop in this thread from now on; the tests' own ORM calls
+    # are synchronous all the same.
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
         yield browser

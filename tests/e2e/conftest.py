@@ -1,14 +1,9 @@
 from __future__ import annotations
 
-import os
-
 import pytest
 from django.core.management import call_command
 
 from tests.services import restore_inline_tasks, use_celery_worker
-
-# Playwright's sync API runs an event loop in this thread; the test's own ORM calls are synchronous.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
 @pytest.fixture

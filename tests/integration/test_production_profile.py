@@ -133,8 +133,6 @@ def get(url: str, **headers: str) -> tuple[int, dict[str, str], bytes]:
 def test_the_production_profile_serves_a_round_its_chart_its_probes_and_its_metrics(
     analysis, recipe, settings, tmp_path, monkeypatch, browser
 ) -> None:
-    # Playwright's sync API runs an event loop in this thread; this test's ORM calls are synchronous.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     if connection.vendor != "postgresql":
         pytest.fail("the production profile runs on PostgreSQL: `make test` finds or starts one (DATABASE_URL)")
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
