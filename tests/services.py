@@ -18,6 +18,7 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import kombu.exceptions
 import pytest
 import redis
 from django.conf import settings
@@ -99,7 +100,14 @@ class Worker:
                 pytest.fail(
                     f"the Celery worker exited with {self.process.returncode}:\n{self.log_path.read_text()[-3000:]}"
                 )
-            if celery_app.control.ping(destination=[f"{self.hostname}@{os.uname().nodename}"], timeout=0.5):
+            try:
+                answered = celery_app.control.ping(destination=[f"{self.hostname}@{os.uname().nodename}"], timeout=0.5)
+            except (redis.RedisError, kombu.exceptions.OperationalError, OSError):
+                # A broker that a fault test restarted: this process's pooled connections to it are
+                # dead, and a ping on one fails instead of reconnecting. New ones, and ask again.
+                _broker_switch(celery_app.conf.broker_url)
+                answered = None
+            if answered:
                 return
         pytest.fail(f"the Celery worker did not answer within {timeout} s:\n{self.log_path.read_text()[-3000:]}")
 
