@@ -29,6 +29,7 @@ from aggregation.issuer import issuer_public_key
 from aggregation.models import Collection, CollectionRules, HelperShare, LeaderShare, PendingReport, SpentToken
 from aggregation.reports import REPORT_MALFORMED, rejections_add, report_check
 from aggregation.tokens import IssuerPublicKey
+from pfs_base import metrics
 from privacy.field import FieldVector, field_sum
 
 # The verification task's stable name (aggregation.tasks): the upload path sends it by name.
@@ -147,9 +148,11 @@ def _chunk_ingest(
         if rejected:
             rejections_add(collection_key=rules.key, counts=dict(rejected))
         PendingReport.objects.filter(pk__in=[row.pk for row in rows]).delete()
-    return IngestResult(
-        accepted=sum(len(b.arrivals) for b in batches.values()), rejected=len(rows) - len(accepted), chunks=1
-    )
+        result = IngestResult(
+            accepted=sum(len(b.arrivals) for b in batches.values()), rejected=len(rows) - len(accepted), chunks=1
+        )
+        metrics.reports_counted(accepted=result.accepted)
+    return result
 
 
 def _parse(body: bytes) -> wire.Report | None:

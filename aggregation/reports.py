@@ -33,6 +33,7 @@ from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, ReportRejection, SpentToken
 from aggregation.tokens import IssuerPublicKey, verify
 from aggregation.upload import CollectionClosed, Report, share_pair_upload
+from pfs_base import metrics
 from privacy import field as prime_field
 from privacy.field import FieldVector
 
@@ -155,6 +156,7 @@ def report_submit(report: Report, *, rules: CollectionRules | None = None) -> Re
         return _rejected(report.collection_key, {a.role: TOKEN_REUSED for a in AGGREGATORS})
     except CollectionClosed:  # closed while the report was being checked
         return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
+    metrics.reports_counted(accepted=1)
     return ReportOutcome(accepted=True)
 
 
@@ -223,6 +225,7 @@ def rejections_add(*, collection_key: str, counts: dict[tuple[str, str], int]) -
         for (role, reason), count in sorted(counts.items()):  # a fixed order: no deadlock between callers
             counter, _ = ReportRejection.objects.get_or_create(role=role, collection_key=collection_key, reason=reason)
             ReportRejection.objects.filter(pk=counter.pk).update(count=F("count") + count)
+        metrics.reports_counted(rejected=counts)
 
 
 def rejections(collection_key: str) -> dict[str, dict[str, int]]:

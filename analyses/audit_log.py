@@ -1,6 +1,7 @@
 """Refusals, logged for operators and privacy officers: who asked for what, and why it was refused.
 
-One line per refusal on the ``pfs.audit`` logger, its JSON readable by a log pipeline. Logging,
+One line per refusal on the ``pfs.audit`` logger. The event's fields go into the log line itself
+(pfs_base.logs writes them as top-level JSON keys), so a log pipeline reads them as they are. Logging,
 not a table: a refusal is raised inside the transaction it aborts, and a row written there would
 be rolled back with it. What devices refuse is in their own audit (devices.ShardRun decisions) and
 what the aggregators reject in their counters (aggregation.ReportRejection).
@@ -8,7 +9,6 @@ what the aggregators reject in their counters (aggregation.ReportRejection).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 
@@ -28,4 +28,4 @@ def refusal_log(
         "target": target,
         "reasons": reasons if isinstance(reasons, str) else {k: list(v) for k, v in reasons.items()},
     }
-    logger.warning("refused %s", json.dumps(event, sort_keys=True, default=str))
+    logger.warning("refused %s on %s", action, target, extra=event)

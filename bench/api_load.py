@@ -228,6 +228,10 @@ class Gunicorn:
         self.config, self.port, self.log_path = config, port or free_port(), log_path
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        # DEBUG off serves the collected, hashed static files (WhiteNoise), as `make serve` does.
+        subprocess.run(
+            [PY, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"], cwd=ROOT, env=env, check=True
+        )
         self.process = subprocess.Popen(
             [PY, "-m", "gunicorn", "pfs_web.wsgi:application", "--bind", f"127.0.0.1:{self.port}"]
             + config.argv()

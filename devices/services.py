@@ -26,6 +26,7 @@ from devices.decision import DeviceTask, budget_request, cohort_keys, decide, sn
 from devices.encode import encode_devices
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
 from devices.streams import apply_retention
+from pfs_base import metrics
 from privacy import field as prime_field
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
@@ -90,6 +91,7 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
             task=task.audit_json(),
             decisions=decision.astype(np.int8).tobytes(),
         )
+        metrics.budget_refusals_counted(outcomes)
     return ShardOutcome(created=True, answered=int(counts[Decision.ANSWERED]), outcomes=outcomes)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -44,3 +46,58 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None or value == "":
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_float(name: str, default: float, *, minimum: float = 0.0, maximum: float | None = None) -> float:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        bounds = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
+        raise ImproperlyConfigured(f"{name} must be {bounds}, not {value}")
+    return number
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env_str(name, default) or default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
+def env_file_load(path: Path) -> None:
+    """Put the settings of an env file into the environment, where not set already.
+
+    The environment wins: a variable exported in the shell, by systemd or by make is never
+    replaced, so `DEBUG=0 manage.py ...` means what it says whatever .env holds. A missing file is
+    no error (production sets everything in its environment).
+    """
+    if path.is_file():
+        for name, value in env_file_read(path).items():
+            os.environ.setdefault(name, value)
+
+
+def env_file_read(path: Path) -> dict[str, str]:
+    """The ``NAME=value`` lines of an env file, as systemd's EnvironmentFile= and honcho read them:
+    optionally after ``export``, the value optionally in single or double quotes; ``#`` starts a
+    comment line. Anything else stops start-up with the file and line named."""
+    settings = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _ENV_LINE.fullmatch(line)
+        if match is None:
+            raise ImproperlyConfigured(f"{path}, line {number}: expected NAME=value, not {line!r}")
+        value = match["value"]
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        settings[match["name"]] = value
+    return settings
+
+
+_ENV_LINE = re.compile(r"(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>.*)")

@@ -2,26 +2,33 @@
 
 Embedded default: a SQLite file and tasks run in-process in a background thread, so that
 `make run` works on a fresh machine. Set DATABASE_URL for PostgreSQL and REDIS_URL for a real
-Celery worker consuming from Redis.
+Celery worker consuming from Redis. The production profile (`make serve`, deploy/) is described in
+docs/deployment.md.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from pfs_base.env import env_bool, env_int, env_list, env_str
+from pfs_base.env import env_bool, env_choice, env_file_load, env_float, env_int, env_list, env_str
+from pfs_base.logs import logging_config
 from pfs_base.rates import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+# This checkout's own settings (`make setup` writes .env: DEBUG on, a generated SECRET_KEY), so that
+# manage.py works the same in a plain shell as under make. The environment wins over the file.
+env_file_load(Path(os.environ.get("PFS_ENV_FILE") or BASE_DIR / ".env"))
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
 if SECRET_KEY is None:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (`make setup` writes one into .env)")
     SECRET_KEY = "insecure-development-key-never-use-in-production"  # noqa: S105
 # Keys the simulated devices' coins with each round's seed (devices.services._coins), so a seed
 # alone reveals nothing. Rotating it changes only rounds not yet run.
@@ -31,6 +38,33 @@ PFS_COIN_SECRET = env_str("PFS_COIN_SECRET") or SECRET_KEY
 PFS_REPORT_SPREAD_SECONDS = env_int("PFS_REPORT_SPREAD_SECONDS", 3600, minimum=1)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+
+
+def _proxy_ssl_header(value: str | None) -> tuple[str, str] | None:
+    """'X-Forwarded-Proto: https' -> ('HTTP_X_FORWARDED_PROTO', 'https'), as Django's META names it."""
+    if value is None:
+        return None
+    header, colon, expected = (part.strip() for part in value.partition(":"))
+    if not colon or not header or not expected:
+        raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER must read 'Header-Name: value', not {value!r}")
+    return "HTTP_" + header.upper().replace("-", "_"), expected
+
+
+# HTTPS, when a proxy in front terminates TLS (deploy/nginx). Each setting comes from the
+# environment and is off by default, so that `make serve` also answers over plain HTTP on a laptop;
+# deploy/pfs.env turns them on, and `manage.py check --deploy` is clean with it (tested).
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(env_str("SECURE_PROXY_SSL_HEADER"))
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+# Origins allowed to POST forms (the dashboard's own, as the browser names it: https://pfs.example.org).
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not _origin.startswith(("https://", "http://")):
+        raise ImproperlyConfigured(f"CSRF_TRUSTED_ORIGINS: {_origin!r} must start with https:// (or http://)")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -46,10 +80,17 @@ INSTALLED_APPS = [
     "devices",
     "aggregation",
     "analyses",
+    "pfs_web",  # operations commands: worker_health, database_create
 ]
 
 MIDDLEWARE = [
+    # Every request gets an id (X-Request-ID), one log line and its latency in the metrics.
+    "pfs_base.request_context.RequestContextMiddleware",
+    # /healthz, /readyz and /metrics answer here: before the host check and the HTTPS redirect, so
+    # that a load balancer or Prometheus can probe the process by its address over plain HTTP.
+    "pfs_base.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, from the web process itself
     "pfs_base.api_limits.ApiBodyLimitMiddleware",  # before anything reads a body
     "pfs_base.api_limits.ApiNullCharacterMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -87,6 +128,9 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A database that does not answer fails a request (and /readyz) in seconds, not minutes.
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("PFS_DB_CONNECT_TIMEOUT", 5, minimum=1)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Shard tasks and page requests write concurrently: wait for the lock instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
@@ -111,8 +155,19 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(BASE_DIR / "var" / "static")))
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# DEBUG off: `collectstatic` names every file by its content's hash and gzips it, and WhiteNoise
+# serves it with a year-long immutable cache header (a changed file gets a new name). DEBUG on:
+# files are served as they are, from their folders.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 
 
 def _env_rate(name: str, default: str) -> str:
@@ -216,16 +271,35 @@ PFS_SHARD_SIZE = env_int("PFS_SHARD_SIZE", 10_000, minimum=1)
 # running it looks every 5 minutes; without, run `manage.py reap_rounds` from cron.
 PFS_ROUND_STUCK_AFTER = env_int("PFS_ROUND_STUCK_AFTER", 900, minimum=1)
 PFS_ROUND_FAIL_AFTER = env_int("PFS_ROUND_FAIL_AFTER", 86_400, minimum=1)
-CELERY_BEAT_SCHEDULE = {"reap-stuck-rounds": {"task": "analyses.tasks.reap_rounds", "schedule": 300.0}}
-
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {
-        "django.db.backends": {"level": "WARNING"},
-        # One line per finished task is noise in-process; a worker logs its own.
-        "celery.app.trace": {"level": "WARNING"},
-    },
+PFS_REAPER_INTERVAL = env_int("PFS_REAPER_INTERVAL", 300, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "reap-stuck-rounds": {"task": "analyses.tasks.reap_rounds", "schedule": float(PFS_REAPER_INTERVAL)}
 }
+# Beat is its own process (`make beat`, deploy/): one per deployment, or the reaper runs twice.
+CELERY_BEAT_SCHEDULE_FILENAME = env_str("PFS_BEAT_SCHEDULE", str(BASE_DIR / "var" / "celerybeat-schedule"))
+# Workers and beat log through LOGGING below (JSON lines), not Celery's own format.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# Operations (docs/deployment.md): JSON log lines (time, level, logger, request or task id), the
+# probes' time limit, Prometheus metrics, and error reports to Sentry when a DSN is set.
+LOGGING = logging_config(
+    level=env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    style=env_choice("LOG_FORMAT", "json", ("json", "text")),
+)
+# Each check of /readyz (database, Redis, a worker's ping) waits at most this many seconds.
+PFS_READYZ_TIMEOUT = env_float("PFS_READYZ_TIMEOUT", 2.0, minimum=0.1)
+# Prometheus multiprocess mode: every process of a host (gunicorn's workers, Celery's pool, beat)
+# writes its counts into this folder and /metrics adds them up. prometheus_client reads the
+# variable itself; checked here so that a missing folder stops start-up with a clear message.
+_metrics_dir = env_str("PROMETHEUS_MULTIPROC_DIR")
+if _metrics_dir is not None and not Path(_metrics_dir).is_dir():
+    raise ImproperlyConfigured(f"PROMETHEUS_MULTIPROC_DIR={_metrics_dir} is not a folder: create it first")
+SENTRY_DSN = env_str("SENTRY_DSN")
+if SENTRY_DSN:
+    from pfs_base.error_reports import sentry_start
+
+    sentry_start(
+        dsn=SENTRY_DSN,
+        environment=env_str("SENTRY_ENVIRONMENT", "production"),
+        traces_sample_rate=env_float("SENTRY_TRACES_SAMPLE_RATE", 0.0, maximum=1.0),
+    )

@@ -6,11 +6,16 @@ Integration tests switch to a real Celery worker over Redis (tests/integration/c
 import os
 
 os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")
+# The suite never reads this checkout's .env (make setup's local settings): tests set what they need.
+# Exported, so that the servers and workers the tests start do not read it either.
+os.environ.setdefault("PFS_ENV_FILE", os.devnull)
 
 from pfs_web.settings import *  # noqa: E402,F403
 
 PFS_TASK_MODE = "sync"
 CELERY_TASK_ALWAYS_EAGER = True
+# Pages render {% static %} without a collectstatic first (the production profile's test collects).
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
 # Request counts in this process's memory, and rates no test reaches by accident: a test of the
 # limits sets its own rate (tests/unit/test_api_limits.py).

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
+from playwright.sync_api import sync_playwright
 from rest_framework.test import APIClient
 
 from analyses.roles import make_privacy_officer
@@ -12,7 +14,7 @@ from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
 from devices.synthetic import TOKENS
 from pfs_web.celery import app as celery_app
-from tests.services import Worker, redis_url_or_fail
+from tests.services import Worker, chromium_or_fail, redis_url_or_fail
 
 FLEET_SIZE = 5_000
 SHARD_SIZE = 1_000
@@ -121,6 +123,34 @@ def celery_worker_process(django_db_setup, django_db_blocker, tmp_path_factory):
     worker.wait_ready()
     yield worker
     worker.stop()
+
+
+# The flags Debian's Chromium needs here: no sandbox as root, and no background connections to a
+# network that is closed.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One Chromium for the session (Playwright's sync API allows one per thread), for the browser
+    tests and the production profile's."""
+    executable = chromium_or_fail()
+    # Playwright's sync API runs an event loop in this thread from now on; the tests' own ORM calls
+    # are synchronous all the same.
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
 
 
 _DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}

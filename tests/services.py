@@ -13,9 +13,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import kombu.exceptions
 import pytest
 import redis
 from django.conf import settings
@@ -97,7 +100,14 @@ class Worker:
                 pytest.fail(
                     f"the Celery worker exited with {self.process.returncode}:\n{self.log_path.read_text()[-3000:]}"
                 )
-            if celery_app.control.ping(destination=[f"{self.hostname}@{os.uname().nodename}"], timeout=0.5):
+            try:
+                answered = celery_app.control.ping(destination=[f"{self.hostname}@{os.uname().nodename}"], timeout=0.5)
+            except (redis.RedisError, kombu.exceptions.OperationalError, OSError):
+                # A broker that a fault test restarted: this process's pooled connections to it are
+                # dead, and a ping on one fails instead of reconnecting. New ones, and ask again.
+                _broker_switch(celery_app.conf.broker_url)
+                answered = None
+            if answered:
                 return
         pytest.fail(f"the Celery worker did not answer within {timeout} s:\n{self.log_path.read_text()[-3000:]}")
 
@@ -210,3 +220,78 @@ def _broker_switch(url: str) -> None:
     celery_app.conf.broker_url = url
     celery_app._pool = None
     celery_app.amqp._producer_pool = None
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Background:
+    """A shell command running in its own process group (a server, a worker), its output in a file."""
+
+    def __init__(self, command: str, *, cwd: Path, env: dict[str, str], log_path: Path) -> None:
+        self.command, self.log_path = command, log_path
+        self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # stop() ends its children (gunicorn's workers, Celery's pool) with it
+        )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, ready, *, timeout: float, what: str) -> None:
+        """Poll ``ready()`` until it is true; fail with the command's output if it exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            if not self.alive():
+                pytest.fail(
+                    f"`{self.command}` exited with {self.process.returncode} before {what}:\n{self.output()[-4000:]}"
+                )
+            time.sleep(0.3)
+        pytest.fail(f"`{self.command}`: no {what} within {timeout:g} s:\n{self.output()[-4000:]}")
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if not self.log.closed:
+            self.log.close()
+
+    def __del__(self) -> None:
+        # A test that failed before stopping its process must not leave it serving.
+        if getattr(self, "process", None) is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def http_status(url: str, *, timeout: float = 5.0, headers: dict[str, str] | None = None) -> int | None:
+    """The status a GET of ``url`` answers (redirects not followed), or None if nothing answers."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None

@@ -42,6 +42,7 @@ from analyses.task_names import DISPATCH_ROUND
 from devices.budget import Decision
 from devices.models import FleetShard, ShardRun
 from devices.services import shard_answer, shard_dry_run
+from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
 from pfs_base.task_queue import enqueue
 from privacy.aggregator_noise import AggregatorGaussian
@@ -90,6 +91,7 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser, confirm_small_cohorts
         _collection_rules_open(round_)
         device_rounds.window_open(round_, device_task(round_))  # real devices fetch the task over HTTP
         enqueue(DISPATCH_ROUND, round_.pk)
+        metrics.round_counted("started")
     return round_
 
 
@@ -218,6 +220,7 @@ def round_aggregate(*, round_id: int) -> Round | None:
             round_.error = f"no batch reached its minimum cohort of {recipe.min_cohort:,} reports: nothing released"
         round_.finished_at = timezone.now()
         round_.save(update_fields=["status", "error", "finished_at"])
+        metrics.round_counted(round_.status)  # released, or withheld
         _announce_finished(round_)
     return round_
 
@@ -234,6 +237,7 @@ def round_fail(*, round_id: int, error: str) -> None:
             # A failed round is never released: what its collection holds (shares, reports still
             # waiting for verification) would only be kept for nothing.
             collection_discard(collection_key=round_.task_key)
+            metrics.round_counted("failed")
             _announce_finished(round_)
 
 
@@ -254,6 +258,7 @@ def round_cancel(*, round_: Round, user: AbstractBaseUser) -> Round:
         locked.finished_at = timezone.now()
         locked.save(update_fields=["status", "error", "finished_at"])
         collection_discard(collection_key=locked.task_key)
+        metrics.round_counted("cancelled")
         _announce_finished(locked)
     return locked
 

@@ -16,12 +16,14 @@ from rest_framework.test import APIClient
 
 from analyses.models import Recipe, Round
 from devices.models import ShardLedger
+from pfs_base.logs import JsonFormatter
 
 pytestmark = pytest.mark.django_db
 
 
 def audit_events(caplog) -> list[dict]:
-    return [json.loads(r.getMessage().removeprefix("refused ")) for r in caplog.records if r.name == "pfs.audit"]
+    """The audit lines as a log pipeline reads them: each one JSON, the event's fields at the top."""
+    return [json.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == "pfs.audit"]
 
 
 def field_messages(response) -> dict:

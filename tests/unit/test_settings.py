@@ -1,17 +1,45 @@
-"""Every settings module imports, and bad environment values stop start-up with a clear error."""
+"""Every settings module imports, and bad environment values stop start-up with a clear error.
+
+Settings come from the environment, then from the checkout's .env (PFS_ENV_FILE names another);
+the environment always wins.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+# Every variable a test here sets, cleared first so that none leaks in from the shell or make.
+ENV_KEYS = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "PFS_TASK_MODE",
+    "DEBUG",
+    "SECRET_KEY",
+    "PFS_SHARD_SIZE",
+    "SECURE_PROXY_SSL_HEADER",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_HSTS_SECONDS",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
+    "CSRF_TRUSTED_ORIGINS",
+    "PROMETHEUS_MULTIPROC_DIR",
+    "LOG_LEVEL",
+    "LOG_FORMAT",
+    "SENTRY_DSN",
+    "PFS_ENV_FILE",
+)
+
 
 def load_settings(monkeypatch, **env):
-    for key in ("DATABASE_URL", "REDIS_URL", "PFS_TASK_MODE", "DEBUG", "SECRET_KEY", "PFS_SHARD_SIZE"):
+    for key in ENV_KEYS:
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("PFS_ENV_FILE", os.devnull)  # no .env unless a test writes one
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     sys.modules.pop("pfs_web.settings", None)
@@ -54,8 +82,67 @@ def test_redis_url_selects_a_celery_worker_and_database_url_postgres(monkeypatch
         ({"SECRET_KEY": "s", "PFS_SHARD_SIZE": "0"}, "PFS_SHARD_SIZE"),
         ({"SECRET_KEY": "s", "PFS_TASK_MODE": "celery"}, "REDIS_URL"),
         ({"SECRET_KEY": "s", "PFS_TASK_MODE": "fast"}, "PFS_TASK_MODE"),
+        ({"SECRET_KEY": "s", "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto"}, "SECURE_PROXY_SSL_HEADER"),
+        ({"SECRET_KEY": "s", "SECURE_HSTS_SECONDS": "a year"}, "SECURE_HSTS_SECONDS"),
+        ({"SECRET_KEY": "s", "CSRF_TRUSTED_ORIGINS": "pfs.example.org"}, "CSRF_TRUSTED_ORIGINS"),
+        ({"SECRET_KEY": "s", "PROMETHEUS_MULTIPROC_DIR": "/nonexistent/metrics"}, "PROMETHEUS_MULTIPROC_DIR"),
+        ({"SECRET_KEY": "s", "LOG_LEVEL": "LOUD"}, "LOG_LEVEL"),
+        ({"SECRET_KEY": "s", "LOG_FORMAT": "xml"}, "LOG_FORMAT"),
     ],
 )
 def test_bad_environment_values_raise_improperly_configured(monkeypatch, env, message) -> None:
     with pytest.raises(ImproperlyConfigured, match=message):
         load_settings(monkeypatch, **env)
+
+
+def test_the_env_file_fills_what_the_environment_does_not_set(monkeypatch, tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "# written by make setup\n\nDEBUG=1\nexport SECRET_KEY='from-the-file'\nPFS_SHARD_SIZE=\"250\"\n"
+    )
+    settings = load_settings(monkeypatch, PFS_ENV_FILE=str(env_file), PFS_SHARD_SIZE="500")
+    assert settings.DEBUG is True and settings.SECRET_KEY == "from-the-file"  # noqa: S105
+    assert settings.PFS_SHARD_SIZE == 500  # the environment wins over the file
+
+
+def test_without_an_env_file_debug_is_off_and_a_secret_key_is_required(monkeypatch, tmp_path: Path) -> None:
+    with pytest.raises(ImproperlyConfigured, match="SECRET_KEY must be set"):
+        load_settings(monkeypatch, PFS_ENV_FILE=str(tmp_path / "absent.env"))
+
+
+def test_a_malformed_env_file_line_is_named(monkeypatch, tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("DEBUG=1\nthis is not a setting\n")
+    with pytest.raises(ImproperlyConfigured, match=r"\.env, line 2"):
+        load_settings(monkeypatch, PFS_ENV_FILE=str(env_file))
+
+
+def test_every_https_setting_comes_from_the_environment(monkeypatch) -> None:
+    settings = load_settings(
+        monkeypatch,
+        SECRET_KEY="s",
+        SECURE_PROXY_SSL_HEADER="X-Forwarded-Proto: https",
+        SECURE_SSL_REDIRECT="1",
+        SECURE_HSTS_SECONDS="31536000",
+        SESSION_COOKIE_SECURE="true",
+        CSRF_COOKIE_SECURE="yes",
+        CSRF_TRUSTED_ORIGINS="https://pfs.example.org, https://pfs-staging.example.org",
+    )
+    assert settings.SECURE_PROXY_SSL_HEADER == ("HTTP_X_FORWARDED_PROTO", "https")
+    assert settings.SECURE_SSL_REDIRECT and settings.SESSION_COOKIE_SECURE and settings.CSRF_COOKIE_SECURE
+    assert settings.SECURE_HSTS_SECONDS == 31_536_000
+    assert settings.CSRF_TRUSTED_ORIGINS == ["https://pfs.example.org", "https://pfs-staging.example.org"]
+
+
+def test_https_settings_are_off_by_default_so_make_serve_answers_plain_http(monkeypatch) -> None:
+    settings = load_settings(monkeypatch, SECRET_KEY="s")
+    assert settings.SECURE_PROXY_SSL_HEADER is None and not settings.SECURE_SSL_REDIRECT
+    assert not settings.SESSION_COOKIE_SECURE and settings.SECURE_HSTS_SECONDS == 0
+
+
+def test_debug_off_serves_hashed_compressed_static_files_and_debug_on_the_files_as_they_are(monkeypatch) -> None:
+    production = load_settings(monkeypatch, SECRET_KEY="s")
+    assert production.STORAGES["staticfiles"]["BACKEND"] == "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    development = load_settings(monkeypatch, DEBUG="1")
+    assert development.STORAGES["staticfiles"]["BACKEND"].endswith("StaticFilesStorage")
+    assert "Manifest" not in development.STORAGES["staticfiles"]["BACKEND"]

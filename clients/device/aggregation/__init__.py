@@ -1,0 +1,1 @@
+../../../aggregation/__init__.py

@@ -1,0 +1,1 @@
+../../../aggregation/wire.py

@@ -1,0 +1,1 @@
+../../../devices/__init__.py

@@ -1,0 +1,1 @@
+../../../devices/query.py

@@ -1,0 +1,1 @@
+../../../devices/report_client.py
