@@ -1,0 +1,1 @@
+../../../aggregation/blind_rsa.py
