@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 from dataclasses import dataclass
@@ -86,8 +85,10 @@ def devices_register(
         raise RegistrationInvalid([f"could not register: {error}"]) from error
     # Logged, so that a burst of new devices just before a collection (sybils) shows.
     audit.warning(
-        "registered %s",
-        json.dumps({"event": "devices.registered", "fleet": fleet_name, "count": count, "by": registered_by}),
+        "registered %s devices in %s",
+        count,
+        fleet_name,
+        extra={"event": "devices.registered", "fleet": fleet_name, "count": count, "by": registered_by},
     )
     fleet.refresh_from_db()
     return fleet, issued

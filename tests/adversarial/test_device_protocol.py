@@ -156,3 +156,10 @@ def test_a_sybil_flood_is_refused_whole_by_rate_validation(api, analyst, officer
     assert round_.status == Round.Status.WITHHELD
     [batch] = round_.release.content["batches"]
     assert batch["suppressed"] and "rate validation" in batch["reason"] and "estimates" not in batch
+
+
+def test_registering_devices_is_logged_so_a_burst_before_a_collection_shows(caplog) -> None:
+    caplog.set_level("WARNING", logger="pfs.audit")
+    devices_register(fleet_name="burst", count=25, registered_by="cli:operator")
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "devices.registered"]
+    assert (record.fleet, record.count, record.by) == ("burst", 25, "cli:operator")
