@@ -33,7 +33,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 # No "_created" series beside every counter: Prometheus detects resets without them.
 disable_created_metrics()
 
-ROUNDS = Counter("pfs_rounds", "Rounds by event: started, released, withheld (nothing released), failed, cancelled.", ["event"])
+ROUNDS = Counter(
+    "pfs_rounds", "Rounds by event: started, released, withheld (nothing released), failed, cancelled.", ["event"]
+)
 TASK_SECONDS = Histogram(
     "pfs_task_duration_seconds",
     "Run time of Celery tasks by name; task=analyses.tasks.run_shard is one shard of a round.",

@@ -95,6 +95,7 @@ MIDDLEWARE = [
     "pfs_base.api_limits.ApiNullCharacterMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "pfs_base.method_not_allowed.MethodNotAllowedPageMiddleware",  # a 405 page in words, not a blank one
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
