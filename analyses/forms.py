@@ -13,6 +13,7 @@ from analyses import calculators
 from analyses.models import Analysis, Recipe
 from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
+from privacy.enforced_cohort import BOUND_LABELS, BOUNDS
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 from privacy.parameters import PRIVACY_KEYS
 
@@ -34,7 +35,8 @@ _FIELD_FOR_PATH = {
 SOURCE_FORM = "form"
 SOURCE_JSON = "json"
 # The table under the curve of aggregate epsilon against n, readable without JavaScript.
-_CURVE_METHODS = ("closed-form", "stronger-2022")
+# Two curves: the closed form, and the bound devices enforce for the recipe's randomizer (check 3).
+_CLOSED_FORM = "closed-form"
 _CURVE_ROWS = 7  # n = 10^2, 10^3, ..., 10^8
 
 
@@ -227,7 +229,8 @@ class RecipeForm(forms.Form):
 
     @cached_property
     def curve_table(self) -> dict[str, Any] | None:
-        """Aggregate epsilon at n = 10^2 ... 10^8 by both bounds for the recipe shown; None without figures.
+        """Aggregate epsilon at n = 10^2 ... 10^8 by the closed form and by the bound devices enforce
+        for the recipe's randomizer (privacy.enforced_cohort.BOUNDS); None without figures.
 
         The table alternative of the editor's curve, there without JavaScript too.
         """
@@ -236,11 +239,12 @@ class RecipeForm(forms.Form):
             privacy = content["privacy"]
             if privacy.get("noise", Recipe.Noise.CLIENT) != Recipe.Noise.CLIENT:
                 return None
+            enforced_method = BOUNDS[privacy["mechanism"]][0]
             # Charged in the replacement model, as check 3 does.
             epsilon0 = replacement_epsilon0(mechanism_get(privacy["mechanism"], float(privacy["epsilon0"])))
             curves = [
                 calculators.privacy_curve(epsilon0=epsilon0, delta=privacy["delta"], method=method, points=_CURVE_ROWS)
-                for method in _CURVE_METHODS
+                for method in (_CLOSED_FORM, enforced_method)
             ]
         except (AttributeError, KeyError, TypeError, ValueError, ValidationFailed):
             return None
@@ -249,11 +253,16 @@ class RecipeForm(forms.Form):
                 "n": closed["n"],
                 "n_label": f"{closed['n']:,}",
                 "closed_form": closed["epsilon"],
-                "stronger_2022": numerical["epsilon"],
+                "enforced": enforced["epsilon"],
             }
-            for closed, numerical in zip(curves[0]["points"], curves[1]["points"], strict=True)
+            for closed, enforced in zip(curves[0]["points"], curves[1]["points"], strict=True)
         ]
-        return {"epsilon0": curves[0]["epsilon0"], "delta": curves[0]["delta"], "rows": rows}
+        return {
+            "epsilon0": curves[0]["epsilon0"],
+            "delta": curves[0]["delta"],
+            "enforced_label": BOUND_LABELS[enforced_method],
+            "rows": rows,
+        }
 
 
 def json_object(text: str) -> dict[str, Any]:

@@ -91,6 +91,13 @@ BOUNDS: Final[dict[str, tuple[Method, str]]] = {
 }
 
 
+# How the interfaces name each bound (the editor's curve and its table).
+BOUND_LABELS: Final[dict[Method, str]] = {
+    "stronger-2022": "FMT 2022 numerical bound",
+    "clones-2020": "FMT 2020 numerical bound",
+}
+
+
 @dataclass(frozen=True)
 class EnforcedCohort:
     """The smallest cohort that makes eps0-DP reports (epsilon, delta)-DP, and the bound that proves it."""

@@ -18,6 +18,7 @@
   const chart = document.getElementById("curve-chart");
   const curveBody = document.querySelector("#curve-table tbody");
   const caption = document.getElementById("curve-caption");
+  const enforcedHeader = document.getElementById("curve-enforced-header");
   const paths = JSON.parse(document.getElementById("recipe-paths").textContent); // form field -> recipe key
   const fieldFor = Object.fromEntries(Object.entries(paths).map(([name, path]) => [path, name]));
   const fleetSize = Number(out.dataset.fleetSize);
@@ -358,7 +359,7 @@
           `Devices expected at this sampling rate: ${expected}.`
       );
       const minCohort = Math.max(enforced.min_cohort, Number(value("min_cohort")) || 0);
-      await drawCurve(epsilon0, Number(epsilon), Number(delta), minCohort, fleetSize * rate);
+      await drawCurve(epsilon0, Number(epsilon), Number(delta), minCohort, fleetSize * rate, enforced.method, bound);
     } catch (error) {
       say(`Privacy figures unavailable: ${error.message}`);
       noCurve("No curve until ε₀, ε and δ are valid.");
@@ -386,16 +387,18 @@
     return { n_min: 10 ** low, n_max: 10 ** high, points: 4 * (high - low) + 1 };
   }
 
-  async function drawCurve(epsilon0, epsilon, delta, minCohort, expected) {
+  // The numerical curve is the bound devices enforce for this randomizer (method: check 3's).
+  async function drawCurve(epsilon0, epsilon, delta, minCohort, expected, method, bound) {
     const range = curveRange(minCohort);
     const [closed, numerical, closedAt, numericalAt] = await Promise.all([
       cached("curve", { epsilon0, delta, method: "closed-form", ...range }),
-      cached("curve", { epsilon0, delta, method: "stronger-2022", ...range }),
+      cached("curve", { epsilon0, delta, method, ...range }),
       // Below its validity condition the closed form says nothing (devices enforce a tighter bound,
       // whose cohort can be there): "no bound", not an error.
       cached("amplify", { epsilon0, delta, n: minCohort, method: "closed-form" }).catch(() => ({ epsilon: null })),
-      cached("amplify", { epsilon0, delta, n: minCohort, method: "stronger-2022" }),
+      cached("amplify", { epsilon0, delta, n: minCohort, method }),
     ]);
+    if (enforcedHeader) enforcedHeader.textContent = `ε by the ${bound} numerical bound (devices enforce it)`;
     fillTable(epsilon0, delta, closed, numerical, minCohort, [closedAt.epsilon, numericalAt.epsilon]);
     if (!window.Plotly) return;
     chart.hidden = false;
@@ -403,7 +406,7 @@
     const top = Math.max(epsilon0, epsilon) * 1.05;
     const traces = [
       { name: "Theorem 3.1 (closed form)", x: n, y: closed.points.map((p) => p.epsilon), mode: "lines" },
-      { name: "FMT 2022 numerical bound (what devices enforce for most randomizers)", x: n, y: numerical.points.map((p) => p.epsilon), mode: "lines" },
+      { name: `${bound} numerical bound (what devices enforce for this randomizer)`, x: n, y: numerical.points.map((p) => p.epsilon), mode: "lines" },
       {
         name: `this recipe: minimum cohort ${count(minCohort)}, ε = ${epsilon}`,
         x: [minCohort],

@@ -224,6 +224,24 @@ def test_the_page_shows_the_forms_recipe_as_json_and_the_curve_as_a_table(client
     assert 'id="recipe-paths"' in page and '"epsilon": "privacy.epsilon"' in page
 
 
+def test_the_curve_table_shows_the_bound_devices_enforce_for_the_randomizer(analysis, recipe) -> None:
+    """Check 3 uses FMT 2020 for Hadamard response (privacy.enforced_cohort.BOUNDS): so does the curve."""
+    hadamard = copy.deepcopy(recipe)
+    hadamard["privacy"] = {**hadamard["privacy"], "mechanism": "hadamard_response", "epsilon0": 2.0}
+    table = RecipeForm(analysis=analysis, initial={"recipe_json": json.dumps(hadamard)}).curve_table
+    assert table["enforced_label"] == "FMT 2020 numerical bound"
+    row = next(row for row in table["rows"] if row["n"] == 10**4)
+    assert row["enforced"] == amplified_epsilon(2.0, 10**4, 1e-6, method="clones-2020")
+    assert row["enforced"] > amplified_epsilon(2.0, 10**4, 1e-6, method="stronger-2022")
+    ohe = copy.deepcopy(recipe)
+    ohe["privacy"] = {**ohe["privacy"], "mechanism": "asymmetric_ohe", "epsilon0": 2.0}
+    table = RecipeForm(analysis=analysis, initial={"recipe_json": json.dumps(ohe)}).curve_table
+    assert table["enforced_label"] == "FMT 2022 numerical bound"
+    assert next(r for r in table["rows"] if r["n"] == 10**4)["enforced"] == amplified_epsilon(
+        2.0, 10**4, 1e-6, method="stronger-2022"
+    )
+
+
 def test_the_form_runs_the_json_when_the_json_is_the_source(
     client, analysis, analyst, recipe, django_capture_on_commit_callbacks
 ) -> None:
