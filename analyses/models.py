@@ -37,8 +37,9 @@ class Analysis(models.Model):
             ("basic", "Basic composition"),
             ("advanced", "Advanced composition (or basic, if smaller)"),
             ("renyi", "Rényi DP composition (or basic, if smaller)"),
+            ("tightest", "Tightest of basic, advanced and Rényi DP composition"),
         ],
-        default="basic",
+        default="tightest",
         help_text="How devices compose the aggregate epsilons of this analysis's queries.",
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)

@@ -15,6 +15,9 @@ The composition rule is pluggable (the policy's ``budget.accountant``):
 - "renyi": a query also fits when the Renyi DP composition of every query's RDP curve so far plus
   this one, converted at delta' = the analysis delta, is within the allowance (RenyiComposition).
   Same guarantee form as "advanced".
+- "tightest" (the default of a new analysis): a query fits when any of the three fits. The ledger
+  keeps all three accounts of every query answered, each a sound bound on the whole history, so the
+  device may use whichever is smallest at each query; the guarantee is that of "advanced".
 
 ``Accountant.check`` only reads; ``Accountant.charge`` is the only place that mutates a ledger.
 """
@@ -198,7 +201,20 @@ def _query_rdp(
     return pure
 
 
-COMPOSITIONS = {c.name: c for c in (BasicComposition, AdvancedComposition, RenyiComposition)}
+class TightestComposition(AdvancedComposition, RenyiComposition):
+    """Basic, advanced or Renyi composition, whichever is smallest: a query fits when any bound does.
+
+    Cooperative inheritance chains the three: fits is Advanced | Renyi | Basic over the same
+    history, and spend keeps every account (MRO: Advanced, Renyi, Basic).
+    """
+
+    name = "tightest"
+
+
+COMPOSITIONS = {c.name: c for c in (BasicComposition, AdvancedComposition, RenyiComposition, TightestComposition)}
+# What a new analysis composes with when its spec names no accountant. A snapshot that names none
+# (taken before accountants were pluggable) composes basically: Accountant.for_policy.
+DEFAULT_ACCOUNTANT = TightestComposition.name
 
 
 class Accountant:

@@ -20,6 +20,7 @@ from analyses.forms import RecipeForm
 from analyses.models import Round
 from analyses.roles import check_may_run, check_may_stop
 from analyses.services import rounds
+from analyses.services.budget import recipe_budget_request, rounds_affordable
 from analyses.services.policy import analyses_spent, analysis_spent
 from analyses.services.releases import ReleaseView
 from analyses.services.rounds import round_create_and_start, round_dry_run, round_progress
@@ -74,6 +75,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     context = {
         "analysis": analysis,
         "enforced": enforced,
+        "affordable": _affordable(analysis, rounds[0].recipe) if rounds else None,
         "may_run": analysis.owner_id == request.user.pk,
         "field_rows": field_rows,
         "spent": spent,
@@ -85,6 +87,25 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     }
     invalid = form.errors or (refine and refine["error"])
     return render(request, "analyses/detail.html", context, status=400 if invalid else 200)
+
+
+# The analysis page counts the rounds the remaining budget affords up to here.
+_AFFORDABLE_LIMIT = 1000
+
+
+def _affordable(analysis, recipe) -> dict[str, Any]:
+    """How many more rounds of ``recipe`` (the last one run) the remaining budget affords: by the
+    analysis's accountant, and by basic composition for comparison."""
+    request = recipe_budget_request(recipe)
+    count = rounds_affordable(analysis, request, limit=_AFFORDABLE_LIMIT)
+    basic = rounds_affordable(analysis, request, composition="basic", limit=_AFFORDABLE_LIMIT)
+    return {
+        "recipe": recipe,
+        "rounds": count,
+        "basic": basic,
+        "at_least": count == _AFFORDABLE_LIMIT,
+        "accountant": analysis.enforced.get_accountant_display().lower(),
+    }
 
 
 def _release_view(request: HttpRequest) -> ReleaseView:

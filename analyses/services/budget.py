@@ -7,7 +7,7 @@ import numpy as np
 
 from analyses.models import Analysis, Recipe
 from analyses.validation import Problems
-from devices.budget import NANO, Accountant, BudgetRequest, Decision, ledger_empty
+from devices.budget import COMPOSITIONS, NANO, Accountant, BudgetRequest, Decision, ledger_empty
 from devices.decision import fields_of, privacy_budget_request
 from privacy.parameters import PrivacyParameters
 
@@ -18,10 +18,11 @@ def budget_precheck(problems: Problems, analysis: Analysis, field: str | None, r
     _explain_decision(problems, analysis, ledger, field, request, accountant.check(ledger, policy, request)[0])
 
 
-def _server_ledger(analysis: Analysis) -> tuple[dict, Accountant, dict]:
-    """The policy, its accountant, and the ledger of one device that answered every round started."""
+def _server_ledger(analysis: Analysis, composition: str | None = None) -> tuple[dict, Accountant, dict]:
+    """The policy, its accountant (or the ``composition`` named), and the ledger of one device that
+    answered every round started."""
     policy = analysis.enforced_content  # the approved snapshot: an unapproved edit changes nothing
-    accountant = Accountant.for_policy(policy)
+    accountant = Accountant.for_policy(policy) if composition is None else Accountant(COMPOSITIONS[composition]())
     ledger = ledger_empty(1)
     everyone = np.ones(1, dtype=bool)
     for recipe in Recipe.objects.filter(rounds__isnull=False, analysis=analysis).distinct():
@@ -59,6 +60,21 @@ def budget_plan_refusal(
             return index, [m for messages in problems.errors.values() for m in messages] or [Decision(decision).label]
         accountant.charge(ledger, request, everyone)
     return None
+
+
+def rounds_affordable(
+    analysis: Analysis, request: BudgetRequest, *, composition: str | None = None, limit: int = 1000
+) -> int:
+    """How many more rounds charging ``request`` one device that answered every round started would
+    answer, by the analysis's accountant (or the ``composition`` named, for comparison), counted up to
+    ``limit``: checks 1 and 2 (epsilon, reports, delta; analysis and fields), as devices run them."""
+    policy, accountant, ledger = _server_ledger(analysis, composition)
+    everyone = np.ones(1, dtype=bool)
+    for count in range(limit):
+        if accountant.check(ledger, policy, request)[0] != Decision.ANSWERED:
+            return count
+        accountant.charge(ledger, request, everyone)
+    return limit
 
 
 def budget_request_for(privacy: PrivacyParameters, encoded_field: str) -> BudgetRequest:

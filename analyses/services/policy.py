@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from analyses.models import Analysis, FieldPolicy, Round
 from analyses.validation import Problems
-from devices.budget import COMPOSITIONS, BasicComposition
+from devices.budget import COMPOSITIONS, DEFAULT_ACCOUNTANT
 from devices.decision import fields_of
 from devices.models import Fleet
 from devices.services import fleet_enroll, policy_snapshot_create
@@ -61,7 +61,7 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
     max_buckets = problems.integer(budget, "maxBuckets", "budget.maxBuckets", minimum=2, required=False)
     if max_buckets is not None and max_buckets > MAX_BUCKETS:
         problems.add("budget.maxBuckets", f"At most {MAX_BUCKETS:,}, the limit of every analysis (privacy.limits).")
-    accountant = budget.get("accountant", BasicComposition.name)
+    accountant = budget.get("accountant", DEFAULT_ACCOUNTANT)
     if accountant not in COMPOSITIONS:
         problems.add("budget.accountant", f"Unknown accountant; known: {', '.join(COMPOSITIONS)}.")
 

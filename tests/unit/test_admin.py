@@ -22,7 +22,7 @@ def test_officer_approves_an_analysis_from_the_admin(client, fleet, analyst, off
     assert response.status_code == 302
     draft.refresh_from_db()
     assert draft.is_approved and draft.approved_by == officer
-    assert draft.snapshot.content["budget"] == {"epsilon": 2.0, "reports": 2, "delta": 1e-6, "accountant": "basic"}
+    assert draft.snapshot.content["budget"] == {"epsilon": 2.0, "reports": 2, "delta": 1e-6, "accountant": "tightest"}  # the default
 
 
 def test_an_analyst_cannot_use_the_admin(client, analysis, analyst) -> None:

@@ -15,6 +15,7 @@ from devices.budget import (
     BudgetRequest,
     Decision,
     RenyiComposition,
+    TightestComposition,
     ledger_empty,
     query_rdp,
     to_units,
@@ -213,7 +214,9 @@ def test_advanced_composition_falls_back_to_basic_when_basic_is_smaller() -> Non
 
 def test_the_policy_names_the_accountant_and_an_unknown_one_is_refused() -> None:
     assert isinstance(Accountant.for_policy({"budget": {"accountant": "advanced"}}).composition, AdvancedComposition)
-    assert isinstance(Accountant.for_policy({"budget": {}}).composition, BasicComposition)
+    # A snapshot naming no accountant predates them: it composes basically. New analyses name "tightest".
+    assert type(Accountant.for_policy({"budget": {}}).composition) is BasicComposition
+    assert isinstance(Accountant.for_policy({"budget": {"accountant": "tightest"}}).composition, TightestComposition)
     with pytest.raises(KeyError):
         Accountant.for_policy({"budget": {"accountant": "renyi-but-misspelt"}})
 
@@ -277,3 +280,52 @@ def test_renyi_composition_falls_back_to_basic_for_randomizers_without_a_shuffle
     # asymmetric OHE is credited only its pure epsilon0 = 3 as RDP, far above 0.5: basic decides.
     req = BudgetRequest(epsilon0=3.0, epsilon=0.5, delta=1e-6, fields=(), min_cohort=10**6, mechanism="asymmetric_ohe")
     assert count_answered_requests(RenyiComposition(), req) == count_answered_requests(BasicComposition(), req) == 2
+
+
+# ---------------------------------------------------------------- the tightest accountant (the default)
+
+
+def test_the_tightest_accountant_answers_what_the_best_of_the_three_answers() -> None:
+    # Small pure queries: advanced composition decides (more than basic's 50).
+    assert count_answered(TightestComposition(), 0.02) == count_answered(AdvancedComposition(), 0.02) > 50
+    # Large queries: basic decides (advanced alone would refuse the second 0.5).
+    assert count_answered(TightestComposition(), 0.5) == count_answered(BasicComposition(), 0.5) == 2
+    # Aggregator noise: Renyi composition of the Gaussian curves decides.
+    noisy = BudgetRequest(
+        epsilon0=float("inf"), epsilon=0.1, delta=1e-6, fields=(), min_cohort=1000, aggregator_noise=True
+    )
+    renyi = count_answered_requests(RenyiComposition(), noisy)
+    assert count_answered_requests(TightestComposition(), noisy) == renyi
+    assert renyi > count_answered_requests(AdvancedComposition(), noisy)
+
+
+def test_the_tightest_accountant_never_answers_beyond_every_bound_on_mixed_histories() -> None:
+    """Random mixes of queries: a query fits exactly when one of the three accounts, kept over the
+    same history, fits it; the ledger spends every account of every query answered."""
+    rng = np.random.default_rng(5)
+    kinds = [
+        BudgetRequest(epsilon0=1.0, epsilon=eps, delta=1e-6, fields=(), min_cohort=10**12, mechanism="kary_rr")
+        for eps in (0.01, 0.05, 0.2)
+    ] + [
+        BudgetRequest(epsilon0=float("inf"), epsilon=0.1, delta=1e-6, fields=(), min_cohort=1000, aggregator_noise=True)
+    ]
+    policy = {"budget": {"epsilon": 1.0, "reports": 10_000, "delta": 1e-6}, "fields": {}}
+    for _ in range(5):
+        ledgers = {c: ledger_empty(1) for c in (BasicComposition, AdvancedComposition, RenyiComposition)}
+        tight = ledger_empty(1)
+        for index in rng.integers(0, len(kinds), size=120):
+            req = kinds[index]
+            fits = {c: Accountant(c()).check(ledgers[c], policy, req)[0] == Decision.ANSWERED for c in ledgers}
+            answered = Accountant(TightestComposition()).check(tight, policy, req)[0] == Decision.ANSWERED
+            assert answered == any(fits.values())
+            if answered:
+                Accountant(TightestComposition()).charge(tight, req, np.array([True]))
+                for c, ledger in ledgers.items():
+                    Accountant(c()).charge(ledger, req, np.array([True]))
+        for name in ("epsilon_used", "epsilon_squares", "epsilon_drift", "rdp_0"):
+            assert (
+                tight[name][0]
+                == ledgers[
+                    {"epsilon_used": BasicComposition, "rdp_0": RenyiComposition}.get(name, AdvancedComposition)
+                ][name][0]
+            )
