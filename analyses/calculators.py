@@ -15,6 +15,7 @@ import numpy as np
 
 from pfs_base.errors import ValidationFailed
 from privacy.amplification import MAX_COHORT, UnreachableEpsilon
+from privacy.discrete_gaussian import discrete_gaussian_sigma
 from privacy.enforced_cohort import min_cohort_enforced
 from privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
 from privacy.mechanisms import MECHANISMS
@@ -136,19 +137,48 @@ def _amplified_epsilon(epsilon0: float, n: int, delta: float, method: Method) ->
     return amplified_epsilon(epsilon0, n, delta, method=method)
 
 
-def privacy_gaussian(*, epsilon: Raw, delta: Raw, sensitivity: Raw, classical: Raw = False) -> dict[str, Any]:
-    """Gaussian noise scale for (epsilon, delta)-DP at an L2 sensitivity: analytic, or classical on request."""
+def privacy_gaussian(
+    *, epsilon: Raw, delta: Raw, sensitivity: Raw, classical: Raw = False, discrete: Raw = False
+) -> dict[str, Any]:
+    """Gaussian noise scale for (epsilon, delta)-DP at an L2 sensitivity: analytic, or classical on request.
+
+    ``discrete``: the discrete Gaussian's own exact calibration (privacy.discrete_gaussian), what the
+    aggregators add, for sensitivity 1 (one count changes by 1) or sqrt(2) (one report moves
+    between two buckets of a histogram)."""
     params = _Params()
     epsilon_ = params.epsilon("epsilon", epsilon)
     delta_ = params.delta("delta", delta)
     sensitivity_ = params.number("sensitivity", sensitivity, low=SENSITIVITY_MIN, high=SENSITIVITY_MAX)
     classical_ = params.flag("classical", classical)
+    discrete_ = params.flag("discrete", discrete)
     if classical_ and epsilon_ >= 1:
         params.add("epsilon", "Must be below 1 for the classical bound (Dwork and Roth, Theorem A.1); omit classical.")
+    if classical_ and discrete_:
+        params.add("discrete", "The discrete calibration is exact: omit classical.")
+    coordinates = _DISCRETE_COORDINATES.get(sensitivity_)
+    if discrete_ and coordinates is None and not math.isnan(sensitivity_):
+        params.add("sensitivity", "With discrete, must be 1 (one count) or sqrt(2) = 1.4142135623730951 (a histogram).")
     params.raise_if_invalid()
-    calibrate = classical_gaussian_sigma if classical_ else analytic_gaussian_sigma
-    sigma = calibrate(epsilon_, delta_, sensitivity_)
-    return {"epsilon": epsilon_, "delta": delta_, "sensitivity": sensitivity_, "classical": classical_, "sigma": sigma}
+    if discrete_:
+        try:
+            sigma = discrete_gaussian_sigma(epsilon_, delta_, sensitivity=1, coordinates=coordinates)
+        except ValueError as error:
+            raise ValidationFailed({"epsilon": [f"{str(error).capitalize()}."]}) from error
+    else:
+        calibrate = classical_gaussian_sigma if classical_ else analytic_gaussian_sigma
+        sigma = calibrate(epsilon_, delta_, sensitivity_)
+    return {
+        "epsilon": epsilon_,
+        "delta": delta_,
+        "sensitivity": sensitivity_,
+        "classical": classical_,
+        "discrete": discrete_,
+        "sigma": sigma,
+    }
+
+
+# The discrete calibration's neighbours: L2 sensitivity -> how many coordinates move by 1.
+_DISCRETE_COORDINATES: Final = {1.0: 1, math.sqrt(2.0): 2}
 
 
 class _Params:

@@ -3,12 +3,17 @@
 The sampler follows Canonne, Kamath, Steinke, "The discrete Gaussian for differential privacy"
 (NeurIPS 2020, arXiv:2004.00010), Algorithms 1-3, in exact integer arithmetic: no floating-point
 number touches a sample, so the output distribution is exactly N_Z(0, sigma^2) given uniform bits.
+The bits come from the operating system's CSPRNG (os.urandom) unless a test passes a seeded
+numpy Generator to replay a draw: a PCG64 stream, even seeded from OS entropy, can be predicted
+from its outputs, and the noise must stay secret from whoever sees the release.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import os
+import struct
 from fractions import Fraction
 from typing import Final
 
@@ -101,7 +106,7 @@ def classical_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -
 
 
 def sample_discrete_gaussian(
-    sigma2: float | numbers.Rational, size: int, rng: np.random.Generator
+    sigma2: float | numbers.Rational, size: int, rng: np.random.Generator | None = None
 ) -> npt.NDArray[np.int64]:
     """``size`` independent exact samples of the discrete Gaussian N_Z(0, sigma^2).
 
@@ -110,7 +115,8 @@ def sample_discrete_gaussian(
     Canonne, Kamath, Steinke 2020, Algorithm 3 (rejection from the discrete Laplace of scale
     t = floor(sigma) + 1, Algorithm 2, with Bernoulli(exp(-gamma)) coins from Algorithm 1), in
     exact rational arithmetic on Python integers. ``sigma2`` is taken exactly (a float is read as
-    the rational it denotes). Randomness comes from ``rng`` in batches of 64-bit words; the
+    the rational it denotes). Randomness comes from the OS CSPRNG (os.urandom), or from ``rng``
+    when a test passes a seeded Generator to replay a draw, in batches of 64-bit words; the
     rejection loops run per sample in Python and cannot be vectorised without changing the
     distribution, so the cost is linear in ``size``: about 4-7 microseconds per sample on one
     core, nearly independent of sigma (bench/accounting.py measures it).
@@ -176,11 +182,12 @@ def _bernoulli_exp_minus_unit(numerator: int, denominator: int, bits: _RandomBit
 
 
 class _RandomBits:
-    """Uniform integers in [0, bound) by rejection from a pool of bits refilled from a Generator."""
+    """Uniform integers in [0, bound) by rejection from a pool of bits refilled from the OS CSPRNG,
+    or from a Generator (seeded replay, for tests)."""
 
-    def __init__(self, rng: np.random.Generator) -> None:
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError("rng must be a numpy.random.Generator")
+    def __init__(self, rng: np.random.Generator | None = None) -> None:
+        if rng is not None and not isinstance(rng, np.random.Generator):
+            raise TypeError("rng must be a numpy.random.Generator or None (the OS CSPRNG)")
         self._rng = rng
         self._words: list[int] = []
         self._next_word = 0
@@ -190,7 +197,7 @@ class _RandomBits:
     def take(self, count: int) -> int:
         while self._available < count:
             if self._next_word == len(self._words):
-                self._words = self._rng.integers(0, 2**64, size=_WORDS_PER_REFILL, dtype=np.uint64).tolist()
+                self._words = self._refill()
                 self._next_word = 0
             self._pool |= self._words[self._next_word] << self._available
             self._next_word += 1
@@ -199,6 +206,11 @@ class _RandomBits:
         self._pool >>= count
         self._available -= count
         return value
+
+    def _refill(self) -> list[int]:
+        if self._rng is None:
+            return list(struct.unpack(f"<{_WORDS_PER_REFILL}Q", os.urandom(8 * _WORDS_PER_REFILL)))
+        return self._rng.integers(0, 2**64, size=_WORDS_PER_REFILL, dtype=np.uint64).tolist()
 
     def below(self, bound: int) -> int:
         if bound == 1:

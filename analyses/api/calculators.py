@@ -34,7 +34,9 @@ class PrivacyMinCohort(APIView):
 
 class PrivacyGaussian(APIView):
     def get(self, request: Request) -> Response:
-        return _answer(request, calculators.privacy_gaussian, ("epsilon", "delta", "sensitivity", "classical"))
+        return _answer(
+            request, calculators.privacy_gaussian, ("epsilon", "delta", "sensitivity", "classical", "discrete")
+        )
 
 
 class PrivacyCurve(APIView):

@@ -131,6 +131,7 @@ GaussianSerializer = inline_serializer(
         "delta": serializers.FloatField(),
         "sensitivity": serializers.FloatField(),
         "classical": serializers.BooleanField(),
+        "discrete": serializers.BooleanField(),
         "sigma": serializers.FloatField(),
     },
 )
@@ -186,6 +187,11 @@ _DESCRIBED: dict[str, dict[str, Any]] = {
                 _DELTA,
                 _number("sensitivity", "L2 sensitivity."),
                 _text("classical", "true: the classical bound (epsilon below 1) instead of the analytic one."),
+                _text(
+                    "discrete",
+                    "true: the discrete Gaussian's exact calibration (what the aggregators add), for "
+                    "sensitivity 1 or sqrt(2).",
+                ),
             ],
             responses={200: GaussianSerializer, **errors(400)},
         )

@@ -336,7 +336,7 @@
     const expected = Math.round(fleetSize * rate).toLocaleString();
     try {
       if (value("noise") === "aggregator") {
-        const g = await calculator("gaussian", { epsilon, delta, sensitivity: Math.SQRT2 });
+        const g = await calculator("gaussian", { epsilon, delta, sensitivity: Math.SQRT2, discrete: true });
         say(
           `Aggregator noise: each aggregator adds discrete Gaussian noise with σ = ${g.sigma.toFixed(4)}; ` +
             `every count's standard error is σ·√2 = ${(g.sigma * Math.SQRT2).toFixed(4)}. ` +

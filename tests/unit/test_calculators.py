@@ -235,3 +235,38 @@ def test_privacy_command_invalid_parameter_exits_2_from_the_command_line(capsys)
 )
 def test_calculator_endpoints_refuse_anonymous_requests(endpoint, params) -> None:
     assert APIClient().get(f"/api/privacy/{endpoint}/", params).status_code == 401
+
+
+@pytest.mark.django_db
+def test_gaussian_endpoint_gives_the_discrete_calibration_the_aggregators_use(api) -> None:
+    from privacy.aggregator_noise import AggregatorGaussian
+    from privacy.discrete_gaussian import discrete_gaussian_delta
+
+    response = api.get("/api/privacy/gaussian/", {**GAUSSIAN, "discrete": "true"})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["discrete"] is True and body["sigma"] == AggregatorGaussian(0.317, 1e-9).sigma
+    assert discrete_gaussian_delta(body["sigma"], 0.317) <= 1e-9
+    one = api.get("/api/privacy/gaussian/", {**GAUSSIAN, "sensitivity": "1", "discrete": "true"}).json()
+    assert discrete_gaussian_delta(one["sigma"], 0.317, coordinates=1) <= 1e-9 and one["sigma"] < body["sigma"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"sensitivity": "2"}, "sensitivity"),
+        ({"classical": "true"}, "discrete"),
+        ({"epsilon": "1e-6", "delta": "1e-300"}, "epsilon"),
+    ],
+)
+def test_gaussian_endpoint_refuses_a_discrete_calibration_it_cannot_make(api, changes: dict, field: str) -> None:
+    response = api.get("/api/privacy/gaussian/", {**GAUSSIAN, "discrete": "true", **changes})
+    assert response.status_code == 400
+    assert field in response.json()["fields"]
+
+
+def test_privacy_gaussian_command_gives_the_discrete_calibration(capsys) -> None:
+    from privacy.aggregator_noise import AggregatorGaussian
+
+    assert run_json("gaussian", GAUSSIAN, capsys, "--discrete")["sigma"] == AggregatorGaussian(0.317, 1e-9).sigma

@@ -40,6 +40,11 @@ class Command(BaseCommand):
         gaussian.add_argument("--delta", required=True, help="delta of the mechanism")
         gaussian.add_argument("--sensitivity", required=True, help="L2 sensitivity of the query")
         gaussian.add_argument("--classical", action="store_true", help="classical bound (epsilon < 1), not analytic")
+        gaussian.add_argument(
+            "--discrete",
+            action="store_true",
+            help="the discrete Gaussian's exact calibration (sensitivity 1 or sqrt(2)), what aggregators add",
+        )
 
         for subparser in (amplify, cohort, gaussian):
             subparser.add_argument("--json", action="store_true", help="print the answer as JSON")
@@ -75,8 +80,9 @@ def _calculate(options: dict[str, Any]) -> tuple[dict[str, Any], str]:
         delta=options["delta"],
         sensitivity=options["sensitivity"],
         classical=options["classical"],
+        discrete=options["discrete"],
     )
-    calibration = "classical" if answer["classical"] else "analytic"
+    calibration = "discrete" if answer["discrete"] else "classical" if answer["classical"] else "analytic"
     return answer, (
         f"sigma = {_up(answer['sigma'])} ({calibration}) for epsilon = {answer['epsilon']:g}, "
         f"delta = {answer['delta']:g}, sensitivity = {answer['sensitivity']:g}"

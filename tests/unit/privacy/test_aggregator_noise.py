@@ -3,23 +3,45 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
 
 from privacy.aggregator_noise import AggregatorGaussian
+from privacy.discrete_gaussian import discrete_gaussian_delta
+from privacy.gaussian import analytic_gaussian_sigma
 from privacy.mechanisms import mechanism_get, report_weight_bound
 
 # seed 001 Table 2: per-aggregator sigma (OAOC column) and the standard deviation of the sum of
-# both aggregators' noise; the draft rounds up to 4 decimals.
+# both aggregators' noise; the draft rounds up to 4 decimals. The draft calibrates the continuous
+# Gaussian (Balle-Wang); the aggregators calibrate the discrete one for itself.
 TABLE_2 = [(0.317, 23.3903, 33.0788), (0.906, 8.5402, 12.0777), (1.528, 5.1904, 7.3403)]
 
 
 @pytest.mark.parametrize(("epsilon", "sigma", "both"), TABLE_2)
-def test_noise_matches_seed_001_table_2(epsilon: float, sigma: float, both: float) -> None:
+def test_noise_is_calibrated_for_the_discrete_gaussian_near_seed_001_table_2(
+    epsilon: float, sigma: float, both: float
+) -> None:
+    assert analytic_gaussian_sigma(epsilon, 1e-9, math.sqrt(2)) == pytest.approx(sigma, rel=1e-4)
+    assert analytic_gaussian_sigma(epsilon, 1e-9, math.sqrt(2)) * math.sqrt(2) == pytest.approx(both, rel=1e-4)
     noise = AggregatorGaussian(epsilon, 1e-9)
-    assert noise.sigma == pytest.approx(sigma, rel=1e-4)
-    assert noise.standard_error() == pytest.approx(both, rel=1e-4)
+    # The discrete mechanism's exact delta holds at its sigma and fails just below it.
+    assert discrete_gaussian_delta(noise.sigma, epsilon) <= 1e-9
+    assert discrete_gaussian_delta(noise.sigma * (1 - 1e-7), epsilon) > 1e-9
+    # Within 0.1% of the continuous calibration (below it for small sigma: CKS20, Figure 1).
+    assert noise.sigma == pytest.approx(sigma, rel=1e-3)
+    assert noise.standard_error() == noise.sigma * math.sqrt(2)
+
+
+def test_noise_comes_from_the_os_csprng_unless_a_test_replays_a_seed(monkeypatch) -> None:
+    noise = AggregatorGaussian(1.0, 1e-6)
+    assert (noise.noise(200, np.random.default_rng(3)) == noise.noise(200, np.random.default_rng(3))).all()
+    calls = []
+    real = os.urandom
+    monkeypatch.setattr(os, "urandom", lambda n: calls.append(n) or real(n))
+    first, second = noise.noise(200), noise.noise(200)
+    assert calls and (first != second).any()
 
 
 def test_a_calibration_below_one_is_refused() -> None:
