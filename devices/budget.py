@@ -189,6 +189,23 @@ def _query_rdp(
     delta: float,
     cohort: int,
 ) -> tuple[float, ...]:
+    try:
+        return _query_rdp_or_raise(aggregator_noise, mechanism, mechanism_epsilon0, epsilon0, epsilon, delta, cohort)
+    except ValueError:
+        # Parameters outside what privacy/ can bound (a task no server would send: epsilon0 of
+        # hundreds, a delta below 1e-300): no Renyi credit, so the other accounts decide.
+        return (math.inf,) * len(RENYI_ORDERS)
+
+
+def _query_rdp_or_raise(
+    aggregator_noise: bool,
+    mechanism: str,
+    mechanism_epsilon0: float | None,
+    epsilon0: float,
+    epsilon: float,
+    delta: float,
+    cohort: int,
+) -> tuple[float, ...]:
     if aggregator_noise:
         sigma = AggregatorGaussian(epsilon, delta).sigma
         return gaussian_rdp(sigma, HISTOGRAM_L2_SENSITIVITY, RENYI_ORDERS).rhos

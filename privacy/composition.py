@@ -12,12 +12,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from privacy.amplification import check_delta
+
 # Renyi orders tried by default: fine near 1 where small-epsilon conversions optimise, coarse above.
 DEFAULT_ORDERS: Final[tuple[float, ...]] = (
     1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
     12.0, 14.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0, 48.0, 56.0, 64.0, 80.0, 96.0, 112.0, 128.0,
     160.0, 192.0, 224.0, 256.0, 384.0, 512.0,
 )  # fmt: skip
+
+
+# e^epsilon overflows a double above 709.78: the functions that exponentiate an epsilon refuse
+# one above this rather than raise OverflowError or return infinity.
+EPSILON_MAX: Final = 700.0
+
+
+def _check_delta(delta: float, name: str) -> None:
+    """privacy.amplification.check_delta (a subnormal delta is refused too), naming the parameter."""
+    try:
+        check_delta(delta)
+    except ValueError as error:
+        raise ValueError(str(error).replace("delta", name, 1)) from None
+
+
+def _check_epsilon(epsilon: float, name: str = "epsilon") -> None:
+    if epsilon > EPSILON_MAX:
+        raise ValueError(f"{name} must be at most {EPSILON_MAX:g}: e^{name} overflows a double above 709.78")
 
 
 @dataclass(frozen=True)
@@ -71,8 +91,8 @@ def advanced_composition(event: ApproximateDP, steps: int, delta_prime: float) -
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError("steps must be a positive integer")
-    if not (0.0 < delta_prime < 1.0):
-        raise ValueError("delta_prime must lie strictly between 0 and 1")
+    _check_delta(delta_prime, "delta_prime")
+    _check_epsilon(event.epsilon)
     epsilon = event.epsilon
     total = epsilon * math.sqrt(2.0 * steps * math.log(1.0 / delta_prime)) + steps * epsilon * math.expm1(epsilon)
     return ApproximateDP(_up(total), min(1.0, _up(steps * event.delta + delta_prime)))
@@ -87,8 +107,9 @@ def advanced_composition_epsilon(sum_of_squares: float, drift: float, delta_prim
     (Dwork and Roth 2014, Lemma 3.18), so Azuma's inequality bounds the sum's deviation by the square
     root term. With T equal steps this is ``advanced_composition``. ``drift`` is sum eps_i (e^eps_i - 1).
     """
-    if not (0.0 < delta_prime < 1.0):
-        raise ValueError("delta_prime must lie strictly between 0 and 1")
+    _check_delta(delta_prime, "delta_prime")
+    if not (sum_of_squares >= 0 and drift >= 0 and math.isfinite(sum_of_squares) and math.isfinite(drift)):
+        raise ValueError("sum_of_squares and drift must be non-negative finite numbers")
     return _up(math.sqrt(2.0 * math.log(1.0 / delta_prime) * sum_of_squares) + drift)
 
 
@@ -115,8 +136,9 @@ def rdp_to_dp(rho: float, alpha: float, delta: float) -> float:
         raise ValueError("alpha must be a finite number greater than 1")
     if not (rho >= 0):
         raise ValueError("rho must be non-negative")
-    if not (0.0 < delta < 1.0):
-        raise ValueError("delta must lie strictly between 0 and 1")
+    _check_delta(delta, "delta")
+    if not math.isfinite(rho):
+        raise ValueError("rho must be finite")
     slack = (-math.log(delta) + (alpha - 1.0) * math.log1p(-1.0 / alpha) - math.log(alpha)) / (alpha - 1.0)
     return max(0.0, _up(rho + slack))
 
@@ -135,7 +157,12 @@ def gaussian_rdp(sigma: float, sensitivity: float = 1.0, orders: Sequence[float]
         raise ValueError("sigma must be a positive finite number")
     if not (sensitivity > 0 and math.isfinite(sensitivity)):
         raise ValueError("sensitivity must be a positive finite number")
-    scale = sensitivity**2 / (2.0 * sigma**2)
+    try:
+        scale = sensitivity**2 / (2.0 * sigma**2)
+    except (OverflowError, ZeroDivisionError):
+        scale = math.inf
+    if not math.isfinite(scale * max(orders)):
+        raise ValueError("sensitivity / sigma is too large: the Renyi curve overflows a double")
     return RenyiDP(tuple(orders), tuple(_up(alpha * scale) for alpha in orders))
 
 
@@ -147,6 +174,7 @@ def pure_dp_rdp(epsilon: float, orders: Sequence[float] = DEFAULT_ORDERS) -> Ren
     """
     if not (epsilon >= 0 and math.isfinite(epsilon)):
         raise ValueError("epsilon must be a non-negative finite number")
+    _check_epsilon(epsilon)
     return RenyiDP(tuple(orders), tuple(min(epsilon, _up(0.5 * epsilon**2 * alpha)) for alpha in orders))
 
 
@@ -157,6 +185,7 @@ def poisson_sampling(event: ApproximateDP, sampling_rate: float) -> ApproximateD
     """
     if not (0.0 <= sampling_rate <= 1.0):
         raise ValueError("sampling_rate must lie in [0, 1]")
+    _check_epsilon(event.epsilon)
     epsilon = math.log1p(sampling_rate * math.expm1(event.epsilon))
     return ApproximateDP(_up(epsilon) if epsilon > 0 else 0.0, _up(sampling_rate * event.delta))
 

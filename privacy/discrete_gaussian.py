@@ -148,7 +148,9 @@ def _log_normalisers(sigma: float, coordinates: int) -> tuple[float, tuple[float
             return 0.5 * math.log(math.pi * a)  # Poisson summation; the next term is below e^-600
         reach = math.ceil(40.0 * sigma) + 2
         x = np.arange(-reach, reach + 1, dtype=np.float64) - shift
-        return math.log(float(np.sum(np.exp(-(x * x) / a))))
+        exponents = -(x * x) / a
+        top = float(exponents.max())  # log-sum-exp: at tiny sigma every term but the largest underflows
+        return top + math.log(float(np.sum(np.exp(exponents - top))))
 
     variance = sigma * sigma
     log_z = log_sum(2.0 * variance, 0.0)
@@ -170,6 +172,8 @@ def _check(sigma: float, epsilon: float, sensitivity: int, coordinates: int) -> 
         raise ValueError("sigma must lie in [2^-10, 2^40]")
     if isinstance(epsilon, bool) or not (epsilon >= 0 and math.isfinite(epsilon)):
         raise ValueError("epsilon must be a non-negative finite number")
+    if epsilon > 700.0:
+        raise ValueError("epsilon must be at most 700: e^epsilon overflows a double above 709.78")
     if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or not 1 <= sensitivity <= 2**20:
         raise ValueError("sensitivity must be a positive integer (at most 2^20)")
     if coordinates not in (1, 2) or isinstance(coordinates, bool):

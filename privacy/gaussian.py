@@ -31,6 +31,8 @@ _MAX_SIGMA2: Final = 2**100
 # this relative accuracy (tiny epsilon with tiny delta: see _delta_rounding_error). Every (epsilon,
 # delta) with epsilon >= 1e-6 and delta >= 1e-300 stays below it (6e-4 at that corner, the most).
 _MAX_DELTA_RELATIVE_ERROR: Final = 1e-3
+# The largest epsilon accepted (privacy.composition.EPSILON_MAX, for the same reason).
+_EPSILON_MAX: Final = 700.0
 # Unit roundoff of a double.
 _ROUNDOFF: Final = 2.0**-53
 
@@ -47,6 +49,7 @@ def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) ->
     """
     _check_positive(sigma=sigma, sensitivity=sensitivity)
     _check_non_negative(epsilon=epsilon)
+    _check_epsilon_max(epsilon)
     return math.exp(_log_gaussian_delta(sigma, epsilon, sensitivity))
 
 
@@ -65,6 +68,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
     refused too.
     """
     _check_positive(epsilon=epsilon, sensitivity=sensitivity)
+    _check_epsilon_max(epsilon)
     check_delta(delta)
     target = math.log(delta)
 
@@ -276,6 +280,12 @@ def _check_positive(**values: float) -> None:
     for name, value in values.items():
         if not (value > 0 and math.isfinite(value)):
             raise ValueError(f"{name} must be a positive finite number")
+
+
+def _check_epsilon_max(epsilon: float) -> None:
+    # Theorem 8's second term carries e^epsilon, which overflows a double above 709.78.
+    if epsilon > _EPSILON_MAX:
+        raise ValueError(f"epsilon must be at most {_EPSILON_MAX:g}: e^epsilon overflows a double above 709.78")
 
 
 def _check_non_negative(**values: float) -> None:

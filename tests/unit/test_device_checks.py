@@ -329,3 +329,11 @@ def test_the_tightest_accountant_never_answers_beyond_every_bound_on_mixed_histo
                     {"epsilon_used": BasicComposition, "rdp_0": RenyiComposition}.get(name, AdvancedComposition)
                 ][name][0]
             )
+
+
+def test_a_task_privacy_cannot_bound_gets_no_renyi_credit_and_no_crash() -> None:
+    """A forged task with an epsilon0 whose exponential overflows: the Renyi curve is infinite, the
+    basic account still decides (and check 2's local cap refuses it)."""
+    forged = request(epsilon0=900.0, mechanism_epsilon0=900.0, epsilon=0.1)
+    assert all(rho == float("inf") for rho in query_rdp(forged))
+    assert (Accountant(TightestComposition()).check(ledger_empty(2), POLICY, forged) == Decision.FIELD_BUDGET).all()

@@ -22,11 +22,15 @@ from privacy.composition import (
     DEFAULT_ORDERS,
     ApproximateDP,
     advanced_composition,
+    advanced_composition_epsilon,
     gaussian_rdp,
+    poisson_sampling,
     pure_dp_rdp,
     rdp_compose,
     rdp_epsilon,
+    rdp_to_dp,
 )
+from privacy.discrete_gaussian import discrete_gaussian_delta, discrete_gaussian_sigma
 from privacy.gaussian import analytic_gaussian_delta, analytic_gaussian_sigma, classical_gaussian_sigma
 from privacy.shuffling import (
     MAX_EPSILON0,
@@ -208,3 +212,54 @@ def test_closed_form_never_overflows_it_says_nothing_above_its_validity_conditio
     assert closed_form_epsilon(epsilon0, 10**12, 1e-6) == math.inf
     with pytest.raises(UnreachableEpsilon):
         min_cohort_closed_form(epsilon0, 1.0, 1e-6)
+
+
+# ---------------------------------------------------------------- composition, Renyi, Gaussian: the same refusals
+
+
+@pytest.mark.parametrize("delta", SUBNORMAL_OR_TINY)
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda delta: advanced_composition(ApproximateDP(0.1), 10, delta), "delta_prime"),
+        (lambda delta: advanced_composition_epsilon(0.1, 0.01, delta), "delta_prime"),
+        (lambda delta: rdp_to_dp(1.0, 2.0, delta), "delta"),
+        (lambda delta: discrete_gaussian_sigma(1.0, delta), "delta"),
+    ],
+)
+def test_composition_and_the_discrete_gaussian_refuse_a_delta_below_1e_300(call, name: str, delta: float) -> None:
+    # rdp_to_dp(1, 2, 5e-324) returned 744.05 and advanced_composition_epsilon(..., 5e-324) infinity.
+    with pytest.raises(ValueError, match=rf"^{name} must be at least 1e-300"):
+        call(delta)
+
+
+@pytest.mark.parametrize("epsilon", [700.5, 709.9, 710.0, 1e300])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda epsilon: advanced_composition(ApproximateDP(epsilon), 2, 1e-6),
+        lambda epsilon: poisson_sampling(ApproximateDP(epsilon), 0.5),
+        lambda epsilon: pure_dp_rdp(epsilon),
+        lambda epsilon: analytic_gaussian_sigma(epsilon, 1e-6, 1.0),
+        lambda epsilon: analytic_gaussian_delta(1.0, epsilon, 1.0),
+        lambda epsilon: discrete_gaussian_sigma(epsilon, 1e-6),
+    ],
+)
+def test_an_epsilon_whose_exponential_overflows_is_refused(call, epsilon: float) -> None:
+    # Before the refusal these raised OverflowError (math.expm1, exp, or a power).
+    with pytest.raises(ValueError, match=r"^epsilon must be at most 700"):
+        call(epsilon)
+
+
+def test_the_epsilon_cap_itself_is_accepted() -> None:
+    assert poisson_sampling(ApproximateDP(700.0), 0.5).epsilon == pytest.approx(700 + math.log(0.5), rel=1e-12)
+    assert math.isfinite(advanced_composition(ApproximateDP(700.0), 1, 1e-6).epsilon)
+    assert analytic_gaussian_sigma(700.0, 1e-6, 1.0) > 0
+    assert discrete_gaussian_delta(discrete_gaussian_sigma(700.0, 1e-6), 700.0) <= 1e-6
+
+
+def test_a_gaussian_rdp_curve_that_overflows_is_refused() -> None:
+    with pytest.raises(ValueError, match="overflows"):
+        gaussian_rdp(1e-200)  # was ZeroDivisionError
+    with pytest.raises(ValueError, match="overflows"):
+        gaussian_rdp(1.0, 1e200)
