@@ -1,13 +1,16 @@
 """Check 3's minimum cohort: seed 000's closed form against the bound proven per mechanism, and its cost.
 
     .venv/bin/python bench/min_cohort.py    # writes bench/results/min_cohort.md
+    .venv/bin/python bench/min_cohort.py --fleets-only    # rewrites only its last section (no timing)
 
 For the demo recipes (the age field of demo.keyboard, epsilon 0.3; the perplexity recipe of
 docs/examples/perplexity.json, epsilon 1; both delta 1e-6) at epsilon0 1, 2, 4 and 8, per family of
 mechanisms (privacy.enforced_cohort.BOUNDS), the cohort by the closed form
 (privacy.amplification.min_cohort_closed_form, what devices enforce today) and by
 privacy.enforced_cohort.min_cohort_enforced, with the cost of an uncached (cold) and a memoized
-(warm) call. Then the cold cost over the whole demo range of the issue.
+(warm) call. Then the cold cost over the whole demo range of the issue, and what the change means
+for fleets: the smallest fleet that can answer, and the demo fleet's locale cohorts that stop being
+suppressed.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import itertools
+import math
 import os
 import statistics
 import sys
@@ -27,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 import scipy  # noqa: E402
 from host import describe  # noqa: E402  (bench/host.py: this script's folder is on sys.path)
 
+from devices.synthetic import LOCALE_WEIGHTS, LOCALES  # noqa: E402
 from privacy import enforced_cohort  # noqa: E402
 from privacy.amplification import min_cohort_closed_form  # noqa: E402
 from privacy.enforced_cohort import BOUNDS, min_cohort_enforced  # noqa: E402
@@ -37,6 +42,8 @@ EPSILONS0 = [1.0, 2.0, 4.0, 8.0]
 RANGE_EPSILONS0 = [0.5, 1.0, 2.0, 4.0, 8.0]
 RANGE_EPSILONS = [0.1, 0.3, 0.5, 1.0, 2.0]
 RANGE_DELTAS = [1e-10, 1e-8, 1e-6, 1e-4]
+# analyses/management/commands/seed_demo.py's default fleet, its cohorts split by locale.
+DEMO_FLEET = 100_000
 COLD_REPEATS = 5
 # The issue's budget for one uncached call.
 BUDGET = 0.050
@@ -71,10 +78,46 @@ def warm(mechanism: str, epsilon0: float, epsilon: float, delta: float) -> float
     return (time.perf_counter() - start) / WARM_CALLS
 
 
+def fleet_rows() -> list[str]:
+    """Per recipe, epsilon0 and bound: the smallest fleet that answers at sampling rate 1 (one batch:
+    the minimum cohort itself; split by locale: every locale's expected cohort at least m, so
+    m / the smallest locale share) and the demo fleet's locale cohorts expected at least m."""
+    smallest_share = float(LOCALE_WEIGHTS.min())
+    rows = []
+    for (recipe, epsilon, delta), epsilon0, (method, mechanisms) in itertools.product(RECIPES, EPSILONS0, families()):
+        before = min_cohort_closed_form(epsilon0, epsilon, delta)
+        after = min_cohort_enforced(mechanism=mechanisms[0], epsilon0=epsilon0, epsilon=epsilon, delta=delta).min_cohort
+
+        def released(m: int) -> str:
+            names = [name for name, share in zip(LOCALES, LOCALE_WEIGHTS, strict=True) if DEMO_FLEET * share >= m]
+            return f"{len(names)} of {len(LOCALES)}" + (
+                f" ({', '.join(names)})" if 0 < len(names) < len(LOCALES) else ""
+            )
+
+        rows.append(
+            f"| {recipe} | {epsilon0:g} | {method} | {before:,} → {after:,} | "
+            f"{math.ceil(before / smallest_share):,} → {math.ceil(after / smallest_share):,} | "
+            f"{released(before)} → {released(after)} |"
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "min_cohort.md")
-    out = parser.parse_args().out
+    parser.add_argument(
+        "--fleets-only",
+        action="store_true",
+        help="rewrite only the fleet section of --out (deterministic: no timing, so no quiet machine needed)",
+    )
+    arguments = parser.parse_args()
+    out = arguments.out
+    if arguments.fleets_only:
+        text = out.read_text()
+        kept = text.split(FLEETS_HEADING)[0].rstrip("\n")
+        out.write_text(kept + "\n\n" + "\n".join(fleet_section()))
+        print(out.read_text())
+        return
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     start = time.perf_counter()
@@ -135,9 +178,34 @@ def main() -> None:
         "|---|---:|---:|---:|---:|---:|---|---:|",
         *sweep,
         "",
+        *fleet_section(),
     ]
     out.write_text("\n".join(lines))
     print(out.read_text())
+
+
+FLEETS_HEADING = "## What it means for fleets"
+
+
+def fleet_section() -> list[str]:
+    """The fleet table, with its own heading: deterministic figures, no timing."""
+    return [
+        FLEETS_HEADING,
+        "",
+        "Smallest fleet that can answer, at sampling rate 1 (before: the closed form devices enforced; after: "
+        "the enforced bound): one batch needs the minimum cohort m itself; a recipe split by locale needs every "
+        f"locale's expected cohort to reach m, so m / {float(LOCALE_WEIGHTS.min()):g} (the smallest locale share of "
+        f"`devices.synthetic`, {', '.join(f'{n} {w:g}' for n, w in zip(LOCALES, LOCALE_WEIGHTS, strict=True))}). "
+        f"Last column: the locale cohorts of the {DEMO_FLEET:,}-device demo fleet (`manage.py seed_demo`) "
+        "expected at or above m, i.e. released rather than suppressed. These figures are deterministic (no "
+        "timing): `--fleets-only` rewrites this section alone.",
+        "",
+        "| recipe | epsilon0 | enforced bound | smallest fleet, one batch | smallest fleet, split by locale "
+        f"| locale cohorts released on {DEMO_FLEET:,} devices |",
+        "|---|---:|---|---:|---:|---|",
+        *fleet_rows(),
+        "",
+    ]
 
 
 if __name__ == "__main__":
