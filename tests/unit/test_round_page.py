@@ -346,7 +346,8 @@ def test_the_cost_equals_the_recipe_epsilon_and_the_figures_left_are_analysis_sp
     # 0.8 of epsilon is left and this round needs 1.2: refused, with the devices' reason.
     assert cost["refused"] is True
     assert cost["reasons"] == [
-        "privacy.epsilon: Exceeds the analysis budget: 0.8 of its epsilon 2 left (basic composition)."
+        "privacy.epsilon: Exceeds the analysis budget: 0.8 of its epsilon 2 left "
+        "(tightest of basic, advanced and rényi dp composition)."
     ]
 
 
