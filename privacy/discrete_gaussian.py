@@ -37,6 +37,7 @@ import math
 from typing import Final
 
 import numpy as np
+from scipy import optimize
 
 from privacy.amplification import check_delta
 
@@ -68,7 +69,7 @@ def discrete_gaussian_delta(sigma: float, epsilon: float, *, sensitivity: int = 
 
 @functools.lru_cache(maxsize=256)
 def discrete_gaussian_sigma(epsilon: float, delta: float, *, sensitivity: int = 1, coordinates: int = 2) -> float:
-    """The smallest sigma (to a relative 1e-9, then stepped up until it holds) at which
+    """The smallest sigma (to a relative 1e-10, then stepped up until it holds) at which
     discrete_gaussian_delta(sigma, epsilon) <= delta: the discrete mechanism's own calibration.
 
     Raises ValueError for epsilon not positive and finite, delta outside [1e-300, 1), and where no
@@ -94,14 +95,17 @@ def discrete_gaussian_sigma(epsilon: float, delta: float, *, sensitivity: int = 
         low = max(low / 2.0, _SIGMA_MIN)
     if fits(low):
         return low
-    # Invariant: fits(high) and not fits(low).
-    while high - low > 1e-9 * high:
-        middle = math.sqrt(low * high)
-        if fits(middle):
-            high = middle
-        else:
-            low = middle
-    return high
+
+    # Invariant: fits(high) and not fits(low). Brent's method on delta(sigma) - target finds the root
+    # in a few evaluations; then step up until the condition holds at the sigma returned.
+    def excess(sigma: float) -> float:
+        return _delta(sigma, epsilon, sensitivity, coordinates) - delta
+
+    root = optimize.brentq(excess, low, high, xtol=1e-12 * low, rtol=1e-12, maxiter=200)
+    sigma = min(max(root, low), high)
+    while not fits(sigma):
+        sigma = min(sigma * (1.0 + 1e-10), high)
+    return sigma
 
 
 def _delta(sigma: float, epsilon: float, sensitivity: int, coordinates: int) -> float:
