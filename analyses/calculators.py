@@ -80,6 +80,8 @@ def privacy_min_cohort(
     if mechanism not in (None, ""):
         if mechanism not in MECHANISMS:
             params.add("mechanism", f"Must be one of {', '.join(sorted(MECHANISMS))}.")
+        if method not in (None, ""):
+            params.add("method", "Give a method or a mechanism (whose bound devices enforce), not both.")
         params.raise_if_invalid()
         try:
             enforced = min_cohort_enforced(mechanism=mechanism, epsilon0=epsilon0_, epsilon=epsilon_, delta=delta_)

@@ -270,3 +270,19 @@ def test_privacy_gaussian_command_gives_the_discrete_calibration(capsys) -> None
     from privacy.aggregator_noise import AggregatorGaussian
 
     assert run_json("gaussian", GAUSSIAN, capsys, "--discrete")["sigma"] == AggregatorGaussian(0.317, 1e-9).sigma
+
+
+def test_privacy_min_cohort_command_gives_what_devices_enforce_for_a_mechanism(capsys) -> None:
+    demo = {"epsilon0": "2", "epsilon": "0.3", "delta": "1e-6"}
+    assert run("min-cohort", demo, capsys, "--mechanism", "asymmetric_ohe").startswith(
+        "min cohort = 1,670 reports of epsilon0 = 2 for epsilon = 0.3 at delta = 1e-06 (stronger-2022, what devices "
+        "enforce for asymmetric_ohe)"
+    )
+    assert run_json("min-cohort", demo, capsys, "--mechanism", "hadamard_response")["method"] == "clones-2020"
+
+
+@pytest.mark.django_db
+def test_min_cohort_endpoint_refuses_a_method_and_a_mechanism_together(api) -> None:
+    response = api.get("/api/privacy/min-cohort/", {**MIN_COHORT, "mechanism": "asymmetric_ohe"})
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == ["method"]

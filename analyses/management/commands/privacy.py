@@ -34,6 +34,11 @@ class Command(BaseCommand):
         cohort.add_argument("--epsilon", required=True, help="target aggregate epsilon")
         cohort.add_argument("--delta", required=True, help="aggregate delta")
         cohort.add_argument("--method", help=METHOD_HELP)
+        cohort.add_argument(
+            "--mechanism",
+            help="a recipe mechanism: the cohort devices enforce for it (check 3: the tightest bound proven for "
+            "that randomizer; epsilon0 in the replacement model), instead of --method",
+        )
 
         gaussian = calculators.add_parser("gaussian", help="Gaussian noise scale sigma for (epsilon, delta)-DP")
         gaussian.add_argument("--epsilon", required=True, help="epsilon of the mechanism")
@@ -69,11 +74,16 @@ def _calculate(options: dict[str, Any]) -> tuple[dict[str, Any], str]:
         )
     if options["calculator"] == "min-cohort":
         answer = privacy_min_cohort(
-            epsilon0=options["epsilon0"], epsilon=options["epsilon"], delta=options["delta"], method=options["method"]
+            epsilon0=options["epsilon0"],
+            epsilon=options["epsilon"],
+            delta=options["delta"],
+            method=options["method"],
+            mechanism=options["mechanism"],
         )
         return answer, (
             f"min cohort = {answer['min_cohort']:,} reports of epsilon0 = {answer['epsilon0']:g} "
-            f"for epsilon = {answer['epsilon']:g} at delta = {answer['delta']:g} ({answer['method']})"
+            f"for epsilon = {answer['epsilon']:g} at delta = {answer['delta']:g} ({answer['method']}"
+            + (f", what devices enforce for {answer['mechanism']})" if "mechanism" in answer else ")")
         )
     answer = privacy_gaussian(
         epsilon=options["epsilon"],
