@@ -167,8 +167,9 @@ RENYI_ORDERS: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.
 def query_rdp(request: BudgetRequest) -> tuple[float, ...]:
     """The tightest RDP curve this code can prove for one query's release, over RENYI_ORDERS.
 
-    - aggregator noise: the Gaussian mechanism's alpha Delta^2 / (2 sigma^2), sigma the analytic
-      calibration the aggregators use, Delta = sqrt 2;
+    - aggregator noise: alpha Delta^2 / (2 sigma^2), Delta = sqrt 2, sigma the discrete Gaussian's
+      calibration the aggregators use (the multivariate discrete Gaussian is Delta^2 / (2 sigma^2)-zCDP,
+      CKS20 Theorem 14, as the continuous one is);
     - symmetric RAPPOR: 2 rho_2RR(n, alpha, eps0) at n = the minimum cohort (seed 000 C.1.3; a
       larger batch only adds independent reports, which cannot raise a divergence);
     - any other local randomizer: its pure replacement epsilon0 as RDP (no amplification credit).
