@@ -7,10 +7,11 @@ import copy
 
 import pytest
 
+from analyses.services.budget import recipe_budget_request, rounds_affordable
 from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.rounds import round_create_and_start
 from privacy.composition import ApproximateDP, advanced_composition
-from tests.conftest import RECIPE, SPEC
+from tests.conftest import FLEET_SIZE, RECIPE, SPEC
 
 pytestmark = pytest.mark.django_db
 
@@ -63,3 +64,41 @@ def test_the_count_stops_at_the_reports_allowed(client, fleet, analyst, officer,
     page = client.get("/analyses/t.small-steps/").content.decode()
     shown = page[page.index('id="rounds-affordable"') : page.index("</p>", page.index('id="rounds-affordable"'))]
     assert "<strong>2</strong>" in shown and "basic composition alone" not in shown
+
+
+def test_devices_answer_the_rounds_the_tightest_accountant_affords_beyond_the_plain_sum(
+    fleet, analyst, officer, django_capture_on_commit_callbacks
+) -> None:
+    """Aggregator-noise rounds of epsilon 0.1 on a budget of 0.5: the plain sum affords 5, Renyi
+    composition of the discrete Gaussians' curves more. The server's count, its pre-check and every
+    device agree: the 6th round releases all 5,000 devices, and the round after the count is refused."""
+    from analyses.models import Round
+    from pfs_base.errors import ValidationFailed
+
+    spec = copy.deepcopy(POLICY)
+    spec["budget"] = {"epsilon": 0.5, "reports": 100, "delta": 1e-6}
+    spec["fields"]["age"] = {"localEpsilon": 1.0, "epsilon": 0.5, "reports": 100, "aggregatorNoise": True}
+    analysis = analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
+    content = {
+        **copy.deepcopy(RECIPE),
+        "AnalysisIdentifier": "t.small-steps",
+        "privacy": {"noise": "aggregator", "epsilon": 0.1, "delta": 1e-6, "minCohort": 1000},
+    }
+
+    def named(index: int) -> dict:
+        return {**copy.deepcopy(content), "recipeIdentifier": f"step-{index}"}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        first = round_create_and_start(analysis=analysis, content=named(0), user=analyst)
+    request = recipe_budget_request(first.recipe)
+    more = rounds_affordable(analysis, request)
+    assert rounds_affordable(analysis, request, composition="basic") == 4 and more > 4
+    for index in range(1, more + 1):
+        with django_capture_on_commit_callbacks(execute=True):
+            round_ = round_create_and_start(analysis=analysis, content=named(index), user=analyst)
+        round_.refresh_from_db()
+        assert round_.status == Round.Status.RELEASED and round_.release.content["reports"] == FLEET_SIZE
+    assert rounds_affordable(analysis, request) == 0
+    with pytest.raises(ValidationFailed) as refused:
+        round_create_and_start(analysis=analysis, content=named(more + 1), user=analyst)
+    assert "Exceeds the analysis budget" in refused.value.errors["privacy.epsilon"][0]
