@@ -22,7 +22,8 @@ def test_officer_approves_an_analysis_from_the_admin(client, fleet, analyst, off
     assert response.status_code == 302
     draft.refresh_from_db()
     assert draft.is_approved and draft.approved_by == officer
-    assert draft.snapshot.content["budget"] == {"epsilon": 2.0, "reports": 2, "delta": 1e-6, "accountant": "tightest"}  # the default
+    # A spec naming no accountant gets the default: the tightest composition.
+    assert draft.snapshot.content["budget"] == {"epsilon": 2.0, "reports": 2, "delta": 1e-6, "accountant": "tightest"}
 
 
 def test_an_analyst_cannot_use_the_admin(client, analysis, analyst) -> None:
