@@ -16,8 +16,9 @@ The composition rule is pluggable (the policy's ``budget.accountant``):
   this one, converted at delta' = the analysis delta, is within the allowance (RenyiComposition).
   Same guarantee form as "advanced".
 - "tightest" (the default of a new analysis): a query fits when any of the three fits. The ledger
-  keeps all three accounts of every query answered, each a sound bound on the whole history, so the
-  device may use whichever is smallest at each query; the guarantee is that of "advanced".
+  keeps the accounts of every query answered, each a sound bound on the whole history, so the
+  device may use whichever is smallest at each query; the guarantee is that of "advanced". The
+  Renyi account opens only with the first query that earns Renyi credit (TightestComposition).
 
 ``Accountant.check`` only reads; ``Accountant.charge`` is the only place that mutates a ledger.
 """
@@ -146,17 +147,32 @@ class RenyiComposition(BasicComposition):
     def fits(
         self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
     ) -> npt.NDArray[np.bool_]:
-        rhos = np.stack([_column(ledger, f"{scope}rdp_{i}", np.float64) for i in range(len(RENYI_ORDERS))], axis=1)
-        rhos = rhos + np.asarray(query_rdp(request))
-        slack = np.array([rdp_to_dp(0.0, alpha, delta_allowed) for alpha in RENYI_ORDERS])
-        # rdp_to_dp(0, alpha, delta) = max(0, slack): rho plus it bounds rdp_to_dp(rho, alpha, delta) from above.
-        bound = (rhos + slack).min(axis=1)
+        sums = [_column(ledger, f"{scope}rdp_{i}", np.float64) for i in range(len(RENYI_ORDERS))]
+        bound = _renyi_bound(sums, query_rdp(request), delta_allowed)
         return super().fits(ledger, scope, request, allowed, delta_allowed) | (bound <= allowed)
 
     def spend(self, ledger: Columns, scope: str, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
         super().spend(ledger, scope, request, answered)
         for i, rho in enumerate(query_rdp(request)):
             _column(ledger, f"{scope}rdp_{i}", np.float64)[answered] += rho
+
+
+def _renyi_bound(sums: list[npt.NDArray[np.float64]], curve: tuple[float, ...], delta: float) -> npt.NDArray:
+    """Per device, min over the orders of (sum so far + this query's rho + the conversion's slack):
+    an upper bound on the Renyi account's epsilon at ``delta`` after this query, order by order
+    without stacking the columns (one temporary array)."""
+    bound = None
+    for column, rho, slack in zip(sums, curve, _renyi_slack(delta), strict=True):
+        candidate = column + (rho + slack)
+        bound = candidate if bound is None else np.minimum(bound, candidate, out=bound)
+    return bound
+
+
+@functools.lru_cache(maxsize=64)
+def _renyi_slack(delta: float) -> tuple[float, ...]:
+    """rdp_to_dp(0, alpha, delta) = max(0, slack) per order: rho plus it bounds rdp_to_dp(rho, alpha, delta)
+    from above (privacy.composition.rdp_to_dp, which rounds up)."""
+    return tuple(rdp_to_dp(0.0, alpha, delta) for alpha in RENYI_ORDERS)
 
 
 # Orders of the device's Renyi ledger: few, so the ledger stays small, spread where conversions at
@@ -219,14 +235,60 @@ def _query_rdp_or_raise(
     return pure
 
 
-class TightestComposition(AdvancedComposition, RenyiComposition):
+class TightestComposition(AdvancedComposition):
     """Basic, advanced or Renyi composition, whichever is smallest: a query fits when any bound does.
 
-    Cooperative inheritance chains the three: fits is Advanced | Renyi | Basic over the same
-    history, and spend keeps every account (MRO: Advanced, Renyi, Basic).
+    The basic and advanced accounts are kept for every query (AdvancedComposition). The Renyi
+    account (12 floats per device and scope, ten times the rest of the ledger) is opened only by the
+    first query whose curve earns Renyi credit (aggregator noise, symmetric RAPPOR: query_rdp below
+    the pure epsilon0); before that a local randomizer's pure curve would not beat the basic sum.
+    When it opens, a device that already answered a query in that scope starts at +infinity (its
+    earlier queries were not recorded: no Renyi credit, ever, for it) and one that answered none at 0.
+    From then on every query answered is added, so each account stays a sound bound on the whole
+    history, and the device may take the smallest.
     """
 
     name = "tightest"
+
+    def fits(
+        self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
+    ) -> npt.NDArray[np.bool_]:
+        fit = super().fits(ledger, scope, request, allowed, delta_allowed)
+        if not self._renyi_kept(ledger, scope, request):
+            return fit
+        curve = query_rdp(request)
+        if f"{scope}rdp_0" in ledger:
+            bound = _renyi_bound([ledger[f"{scope}rdp_{i}"] for i in range(len(RENYI_ORDERS))], curve, delta_allowed)
+        else:  # the account opens with this query (fits only reads: nothing is stored here)
+            bound = self._opening(ledger, scope) + min(
+                rho + slack for rho, slack in zip(curve, _renyi_slack(delta_allowed), strict=True)
+            )
+        return fit | (bound <= allowed)
+
+    def spend(self, ledger: Columns, scope: str, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
+        # The Renyi account opens from the reports used before this query (charge counts it after).
+        if self._renyi_kept(ledger, scope, request):
+            if f"{scope}rdp_0" not in ledger:
+                opening = self._opening(ledger, scope)
+                for i in range(len(RENYI_ORDERS)):
+                    ledger[f"{scope}rdp_{i}"] = opening.copy()
+            for i, rho in enumerate(query_rdp(request)):
+                ledger[f"{scope}rdp_{i}"][answered] += rho
+        super().spend(ledger, scope, request, answered)
+
+    @staticmethod
+    def _renyi_kept(ledger: Columns, scope: str, request: BudgetRequest) -> bool:
+        return f"{scope}rdp_0" in ledger or renyi_credit(request)
+
+    @staticmethod
+    def _opening(ledger: Columns, scope: str) -> npt.NDArray[np.float64]:
+        used = ledger.get(f"{scope}reports_used", np.zeros(ledger["epsilon_used"].size, dtype=np.int32))
+        return np.where(used > 0, math.inf, 0.0)
+
+
+def renyi_credit(request: BudgetRequest) -> bool:
+    """Whether the query's Renyi curve is better than its pure epsilon0's (query_rdp)."""
+    return request.aggregator_noise or request.mechanism == "symmetric_rappor"
 
 
 COMPOSITIONS = {c.name: c for c in (BasicComposition, AdvancedComposition, RenyiComposition, TightestComposition)}
