@@ -89,8 +89,9 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     return render(request, "analyses/detail.html", context, status=400 if invalid else 200)
 
 
-# The analysis page counts the rounds the remaining budget affords up to here.
-_AFFORDABLE_LIMIT = 1000
+# The analysis page counts the rounds the remaining budget affords up to here: each is one check
+# and one charge of a one-device ledger (under a millisecond), twice (the accountant, and basic).
+_AFFORDABLE_LIMIT = 200
 
 
 def _affordable(analysis, recipe) -> dict[str, Any]:
