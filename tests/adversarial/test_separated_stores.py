@@ -5,12 +5,16 @@ collection already open. Everything a device does goes through its HTTP endpoint
 from __future__ import annotations
 
 import base64
+import importlib
 import os
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from django.apps import apps as django_apps
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
@@ -197,3 +201,30 @@ def test_rotate_keys_on_the_command_line_exits_2_on_bad_input(tmp_path) -> None:
         [sys.executable, "manage.py", "rotate_keys"], cwd=ROOT_DIR, env={**os.environ}, capture_output=True, timeout=60
     )
     assert missing.returncode == 2 and b"--role" in missing.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_older_database_hands_the_issuers_rows_over_to_its_own_store() -> None:
+    """Before the issuer had a store of its own its rows were in the default database: the migration,
+    run on the issuer's store, copies them over (an open collection keeps its key) and empties them there."""
+    migration = importlib.import_module("aggregation.migrations.0005_stores_coarse_times_and_keys")
+    default = connections["default"]
+    with default.schema_editor() as editor:  # the tables as an older database has them
+        editor.create_model(TokenIssuerKey)
+        editor.create_model(IssuedToken)
+    try:
+        TokenIssuerKey.objects.using("default").create(
+            collection_key="old", modulus="35", public_exponent="65537", prime_p="5", prime_q="7"
+        )
+        IssuedToken.objects.using("default").create(collection_key="old", device_digest="d" * 64)
+        IssuedToken.objects.using("default").update(issued_on=date(2026, 1, 2))
+        migration.issuer_rows_move(django_apps, SimpleNamespace(connection=connections["issuer"]))
+        moved = TokenIssuerKey.objects.using("issuer").get(collection_key="old")
+        assert (moved.modulus, moved.prime_p, moved.prime_q) == ("35", "5", "7")
+        assert IssuedToken.objects.using("issuer").get().issued_on == date(2026, 1, 2)  # its day, not today
+        assert not TokenIssuerKey.objects.using("default").exists()
+        assert not IssuedToken.objects.using("default").exists()
+    finally:
+        with default.schema_editor() as editor:
+            editor.delete_model(IssuedToken)
+            editor.delete_model(TokenIssuerKey)
