@@ -30,12 +30,12 @@ import pytest
 
 from aggregation import wire
 from aggregation.batch_rules import ARRIVAL_GRAIN
-from aggregation.models import IssuedToken, PendingReport
+from aggregation.models import Collection, HelperShare, IssuedToken, LeaderShare, PendingReport
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.sdk.pacing import plan_draw
-from tests.unit.test_device_http import CENTRAL, PHONES_SPEC, Device, upload
+from tests.unit.test_device_http import CENTRAL, PHONES_SPEC, Device, upload, verify
 
 DEVICES = 60
 COLLECTIONS = 4  # the policy's budget: 4 reports per device
@@ -122,3 +122,18 @@ def test_each_task_serves_the_spread_the_sdk_paces_over(crowd, settings) -> None
     devices, _ = crowd
     settings.PFS_REPORT_SPREAD_SECONDS = 900
     assert {task["spread_seconds"] for task in devices[0].tasks()["tasks"]} == {900}
+
+
+def test_what_the_aggregators_store_after_verification_is_as_coarse(crowd) -> None:
+    devices, keys = crowd
+    for device in devices[:5]:
+        assert upload(device.report(keys[0], 1)).status_code == 202
+    verify(keys[0])
+    shares = list(LeaderShare.objects.filter(collection__key=keys[0])) + list(
+        HelperShare.objects.filter(collection__key=keys[0])
+    )
+    assert sum(share.reports for share in shares) == 10  # five reports, each stored by both aggregators
+    times = [at for share in shares for at in share.load_arrivals()]
+    times += [share.created_at.timestamp() for share in shares]
+    times += [c.created_at.timestamp() for c in Collection.objects.filter(key=keys[0])]
+    assert times and all(at % ARRIVAL_GRAIN == 0 for at in times)
