@@ -29,6 +29,29 @@ from devices.sdk.pacing import Pacing
 
 # Devices waiting at once in one process: each mostly sleeps until its random times.
 MAX_THREADS = 1000
+# Requests in flight at once from one process, whatever the number of devices: the server sees a
+# few connections, not one per device.
+REQUESTS_AT_ONCE = 4
+
+
+class _Gated:
+    """A device's client whose requests wait for one of the process's few request slots."""
+
+    def __init__(self, client: DeviceClient, gate: threading.BoundedSemaphore) -> None:
+        self.client = client
+        self.gate = gate
+
+    def tasks(self) -> dict:
+        with self.gate:
+            return self.client.tasks()
+
+    def token(self, collection_key: str, blinded: int) -> int:
+        with self.gate:
+            return self.client.token(collection_key, blinded)
+
+    def upload(self, report) -> str:
+        with self.gate:
+            return self.client.upload(report)
 
 
 class UsageError(Exception):
@@ -94,12 +117,14 @@ def _pass(
     uploads: Counter[str] = Counter()
     unreachable = 0
     lock = threading.Lock()
+    gate = threading.BoundedSemaphore(REQUESTS_AT_ONCE)
 
     def device_pass(client: DeviceClient, data: DeviceData) -> None:
         nonlocal unreachable
         device_id = client.credential.device_id
+        service = _Gated(client, gate)
         try:
-            tasks = client.tasks()
+            tasks = service.tasks()
         except ClientError as error:
             with lock:
                 unreachable += 1
@@ -115,7 +140,7 @@ def _pass(
                 fleet=fleet or tasks["fleet"],
                 ledger=ledger,
                 keys=keys,
-                service=client,
+                service=service,
                 pacing=Pacing(spread=spread),
             )
             if outcome.repeated:

@@ -3,17 +3,22 @@ a fake clock and sleep record what the device waits, and seeded draws check the 
 
 from __future__ import annotations
 
+import base64
 import random
 import secrets
+import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from devices.decision import snapshot_digest
+from devices.sdk import __main__ as sdk_main
 from devices.sdk.device import Offer, data_read, task_answer
 from devices.sdk.ledger import Ledger
 from devices.sdk.pacing import DEADLINE_MARGIN, TOKEN_SHARE, Pacing, plan_draw
-from tests.unit.test_device_sdk import Aggregators, device_line, offer
+from tests.unit.test_device_sdk import ISSUER, POLICY, TASK, Aggregators, device_line, offer
 
 SPREAD = 3600.0
 
@@ -108,3 +113,64 @@ def test_token_and_upload_delays_are_uniform_and_independent() -> None:
 def test_no_spread_sends_at_once(spread) -> None:
     plan = plan_draw(spread, random.Random(1))
     assert (plan.token_delay, plan.upload_delay) == (0.0, 0.0)
+
+
+class FakeClient:
+    """One device's client against the fake server, logging when it asks for what."""
+
+    def __init__(self, device_id: str, server: Aggregators, log: list, spread: float) -> None:
+        self.credential = SimpleNamespace(device_id=device_id)
+        self.server, self.log, self.spread = server, log, spread
+
+    def tasks(self) -> dict:
+        def b64(raw: bytes) -> str:
+            return base64.b64encode(raw).decode()
+
+        issuer = {"modulus": b64(ISSUER.public.modulus.to_bytes(ISSUER.public.size, "big")), "exponent": 65537}
+        task = {
+            "task": TASK.audit_json(),
+            "issuer": issuer,
+            "policy": {"digest": snapshot_digest(POLICY), "content": POLICY},
+            "report_length": 8,
+            "closes_at": None,
+            "spread_seconds": self.spread,
+        }
+        keys = {"leader": b64(self.server.leader[1]), "helper": b64(self.server.helper[1])}
+        return {"fleet": "phones", "aggregators": keys, "tasks": [task]}
+
+    def token(self, collection_key: str, blinded: int) -> int:
+        self.log.append((self.credential.device_id, "token", time.monotonic()))
+        return self.server.token(collection_key, blinded)
+
+    def upload(self, report) -> str:
+        self.log.append((self.credential.device_id, "upload", time.monotonic()))
+        return self.server.upload(report)
+
+
+def test_the_cli_paces_every_device_over_the_spread_its_task_is_served_with(tmp_path) -> None:
+    server, log, spread = Aggregators(), [], 0.5
+    devices = data_read([device_line(device_id=f"d{i}") for i in range(6)])
+    clients = [FakeClient(f"d{i}", server, log, spread) for i in range(6)]
+    started = time.monotonic()
+    summary = sdk_main._pass(clients, devices, "phones", tmp_path, verbose=False)
+    assert summary["uploads"] == {"accepted": 6}
+    for device in (f"d{i}" for i in range(6)):
+        [(_, _, token_at)] = [entry for entry in log if entry[:2] == (device, "token")]
+        [(_, _, upload_at)] = [entry for entry in log if entry[:2] == (device, "upload")]
+        # Its token within the first 5 % of the spread, its upload after that: never both at once.
+        assert started <= token_at <= upload_at and upload_at - started >= TOKEN_SHARE * spread
+
+
+def test_the_cli_sends_at_once_only_when_told_to(tmp_path, monkeypatch) -> None:
+    server, log, sleeps = Aggregators(), [], []
+    original = sdk_main.Pacing
+
+    def recording(**kw):
+        pacing = original(**kw)
+        pacing.sleep = sleeps.append
+        return pacing
+
+    monkeypatch.setattr(sdk_main, "Pacing", recording)
+    devices = data_read([device_line(device_id="d0")])
+    sdk_main._pass([FakeClient("d0", server, log, 3600.0)], devices, "phones", tmp_path, verbose=False, spread=0)
+    assert sleeps == [] and [what for _, what, _ in log] == ["token", "upload"]
