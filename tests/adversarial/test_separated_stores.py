@@ -228,3 +228,15 @@ def test_an_older_database_hands_the_issuers_rows_over_to_its_own_store() -> Non
         with default.schema_editor() as editor:
             editor.delete_model(IssuedToken)
             editor.delete_model(TokenIssuerKey)
+
+
+def test_a_process_whose_issuer_database_does_not_answer_is_not_ready(db, monkeypatch) -> None:
+    from pfs_base.health import readiness
+
+    def refused():
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(connections["issuer"], "cursor", refused)
+    ready, checks = readiness()
+    assert not ready and checks["database"]["ok"]
+    assert checks["issuer_database"] == {"ok": False, "error": "OSError: connection refused"}
