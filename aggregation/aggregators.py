@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 from django.db import IntegrityError, transaction
 
 from aggregation import hpke
 from aggregation.batch_rules import rate_exceeded
-from aggregation.keys import DATABASE, key_source, source_keys
+from aggregation.keys import DATABASE, ENVIRONMENT, key_source, source_keys
 from aggregation.models import AggregatorKey, Collection, CollectionRules, HelperShare, LeaderShare, StoredShare
 from privacy import field as prime_field
 from privacy.aggregator_noise import AggregatorGaussian
@@ -73,14 +74,22 @@ class Aggregator:
             return bytes(self._current_row().private_key)
         return source_keys(source)[0].key
 
-    def retired_keys(self) -> list[bytes]:
+    def retired_keys(self, *, for_collection_opened: datetime | None = None) -> list[bytes]:
         """Retired private keys still kept: each opens the shares of collections opened before it
-        was retired (aggregation.key_rotation deletes it once they are all closed)."""
+        was retired (aggregation.key_rotation deletes it once they are all closed).
+        ``for_collection_opened``: only the keys retired after that time (a key retired before a
+        collection opened was never served for it). Keys from the environment carry no time."""
         source = key_source(self.role)
         if source.kind == DATABASE:
-            rows = AggregatorKey.objects.filter(role=self.role, retired_at__isnull=False).order_by("-retired_at")
-            return [bytes(key) for key in rows.values_list("private_key", flat=True)]
-        return [stored.key for stored in source_keys(source)[1:]]
+            rows = AggregatorKey.objects.filter(role=self.role, retired_at__isnull=False)
+            if for_collection_opened is not None:
+                rows = rows.filter(retired_at__gt=for_collection_opened)
+            return [bytes(key) for key in rows.order_by("-retired_at").values_list("private_key", flat=True)]
+        return [
+            stored.key
+            for stored in source_keys(source)[1:]
+            if source.kind == ENVIRONMENT or for_collection_opened is None or stored.retired_at > for_collection_opened
+        ]
 
     def _current_row(self) -> AggregatorKey:
         key = AggregatorKey.objects.filter(role=self.role, retired_at__isnull=True).first()
@@ -115,7 +124,7 @@ class Aggregator:
         try:
             plaintext = hpke.open_sealed(private_key, enc, ciphertext, info)
         except hpke.OpenFailed:
-            plaintext = self._open_retired(enc, ciphertext, info)
+            plaintext = self._open_retired(enc, ciphertext, info, opened=rules.created_at)
         if len(plaintext) != 8 * rules.length:
             raise ValueError(f"share of {len(plaintext)} bytes, expected {8 * rules.length}")
         vector = np.frombuffer(plaintext, dtype="<u8").astype(np.uint64)
@@ -123,10 +132,12 @@ class Aggregator:
             raise ValueError("share holds a residue >= p")
         return vector
 
-    def _open_retired(self, enc: bytes, ciphertext: bytes, info: bytes) -> bytes:
-        """A share sealed before a rotation, by a device that fetched its task then. Only reports
-        with a valid unspent token get here, so a flood of bad shares cannot make this a hot path."""
-        for key in self.retired_keys():
+    def _open_retired(self, enc: bytes, ciphertext: bytes, info: bytes, *, opened: datetime) -> bytes:
+        """A share sealed before a rotation, by a device that fetched its task then: only keys
+        retired after the collection opened are tried, so a device served a long-retired key (to
+        tell its report apart) is refused. Only reports with a valid unspent token get here, so a
+        flood of bad shares cannot make this a hot path."""
+        for key in self.retired_keys(for_collection_opened=opened):
             try:
                 return hpke.open_sealed(key, enc, ciphertext, info)
             except hpke.OpenFailed:

@@ -13,6 +13,7 @@ from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from django.apps import apps as django_apps
 from django.core.management import call_command
@@ -21,11 +22,12 @@ from django.db import connections
 from django.test import override_settings
 
 from aggregation import hpke
-from aggregation.aggregators import HELPER
+from aggregation.aggregators import HELPER, LEADER
 from aggregation.issuer import issuer_key, issuer_public_key
 from aggregation.keys import KeysUnavailable, key_file_read
 from aggregation.models import AggregatorKey, IssuedToken, LeaderShare, PendingReport, TokenIssuerKey
 from aggregation.reports import collection_close, rejections
+from devices.report_client import AggregatorKeys, report_seal
 from tests.unit.test_device_http import CENTRAL, start, upload, verify
 
 ROOT_DIR = Path(__file__).resolve().parents[2]  # the checkout (manage.py)
@@ -240,3 +242,22 @@ def test_a_process_whose_issuer_database_does_not_answer_is_not_ready(db, monkey
     ready, checks = readiness()
     assert not ready and checks["database"]["ok"]
     assert checks["issuer_database"] == {"ok": False, "error": "OSError: connection refused"}
+
+
+def test_a_key_retired_before_a_collection_opened_does_not_open_its_shares(api, phones, phones_analysis) -> None:
+    """A server that serves one device a long-retired key, to tell its report apart by the key that
+    opens it, gets the report refused: a retired key opens only collections opened before it retired."""
+    _, (device, *_) = phones
+    stale = HELPER.public_key()
+    _rotate("helper")
+    key = start(api, CENTRAL).task_key  # opened after the rotation
+    tagged = report_seal(
+        collection_key=key,
+        batch_key="",
+        vector=np.eye(8, dtype=np.int64)[1],
+        keys=AggregatorKeys(leader=LEADER.public_key(), helper=stale),
+        token=device.token(key),
+    )
+    assert upload(tagged).status_code == 202
+    verify(key)
+    assert rejections(key) == {"helper": {"share_unopened": 1}} and _accepted(key) == 0
