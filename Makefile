@@ -26,6 +26,7 @@ setup: $(VENV)/.runtime static/vendor/plotly.min.js .env ## install, migrate and
 	mkdir -p var var/prometheus
 	$(PY) manage.py database_create
 	$(PY) manage.py migrate --noinput
+	$(PY) manage.py migrate --database issuer --noinput
 	$(PY) manage.py seed_demo
 
 install: $(VENV)/.runtime static/vendor/plotly.min.js ## production hosts: the virtualenv from the lock and the vendored plotly.js, nothing else (docs/deployment.md)
@@ -33,6 +34,7 @@ install: $(VENV)/.runtime static/vendor/plotly.min.js ## production hosts: the v
 serve: $(VENV)/.runtime static/vendor/plotly.min.js .env ## the production profile: gunicorn with DEBUG off, static files collected (docs/deployment.md)
 	mkdir -p var var/prometheus
 	DEBUG=0 $(PY) manage.py migrate --noinput
+	DEBUG=0 $(PY) manage.py migrate --database issuer --noinput
 	DEBUG=0 $(PY) manage.py collectstatic --noinput --verbosity 0
 	DEBUG=0 $(PY) manage.py check --deploy
 	DEBUG=0 PFS_BIND=$(HOST):$(PORT) exec $(VENV)/bin/gunicorn -c gunicorn.conf.py

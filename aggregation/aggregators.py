@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from aggregation import hpke
 from aggregation.batch_rules import rate_exceeded
+from aggregation.keys import DATABASE, ENVIRONMENT, key_source, source_keys
 from aggregation.models import AggregatorKey, Collection, CollectionRules, HelperShare, LeaderShare, StoredShare
 from privacy import field as prime_field
 from privacy.aggregator_noise import AggregatorGaussian
@@ -59,21 +61,46 @@ class Aggregator:
     # ------------------------------------------------------------ keys and report shares
 
     def public_key(self) -> bytes:
-        return bytes(self._key().public_key)
-
-    def _key(self) -> AggregatorKey:
-        key = AggregatorKey.objects.filter(role=self.role).first()
-        if key is None:
-            private, public = hpke.key_pair_generate()
-            with transaction.atomic():
-                key, _ = AggregatorKey.objects.get_or_create(
-                    role=self.role, defaults={"public_key": public, "private_key": private}
-                )
-        return key
+        """The current key's public half: what devices seal to (served with every task)."""
+        if key_source(self.role).kind == DATABASE:
+            return bytes(self._current_row().public_key)
+        return hpke.public_key_of(self.private_key())
 
     def private_key(self) -> bytes:
-        """Read once per batch of reports by a caller that opens many (aggregation.ingest)."""
-        return bytes(self._key().private_key)
+        """The current private key. Read once per batch of reports by a caller that opens many
+        (aggregation.ingest); a share sealed to a retired key is opened by ``open_share``."""
+        source = key_source(self.role)
+        if source.kind == DATABASE:
+            return bytes(self._current_row().private_key)
+        return source_keys(source)[0].key
+
+    def retired_keys(self, *, for_collection_opened: datetime | None = None) -> list[bytes]:
+        """Retired private keys still kept: each opens the shares of collections opened before it
+        was retired (aggregation.key_rotation deletes it once they are all closed).
+        ``for_collection_opened``: only the keys retired after that time (a key retired before a
+        collection opened was never served for it). Keys from the environment carry no time."""
+        source = key_source(self.role)
+        if source.kind == DATABASE:
+            rows = AggregatorKey.objects.filter(role=self.role, retired_at__isnull=False)
+            if for_collection_opened is not None:
+                rows = rows.filter(retired_at__gt=for_collection_opened)
+            return [bytes(key) for key in rows.order_by("-retired_at").values_list("private_key", flat=True)]
+        return [
+            stored.key
+            for stored in source_keys(source)[1:]
+            if source.kind == ENVIRONMENT or for_collection_opened is None or stored.retired_at > for_collection_opened
+        ]
+
+    def _current_row(self) -> AggregatorKey:
+        key = AggregatorKey.objects.filter(role=self.role, retired_at__isnull=True).first()
+        if key is None:
+            private, public = hpke.key_pair_generate()
+            try:
+                with transaction.atomic():
+                    key = AggregatorKey.objects.create(role=self.role, public_key=public, private_key=private)
+            except IntegrityError:  # another process created it first: every device gets that one
+                key = AggregatorKey.objects.get(role=self.role, retired_at__isnull=True)
+        return key
 
     def open_share(
         self,
@@ -94,13 +121,28 @@ class Aggregator:
         if private_key is None:
             private_key = self.private_key()
         info = hpke.share_info(rules.key, self.role, batch_key=batch_key, token_digest=token_digest)
-        plaintext = hpke.open_sealed(private_key, enc, ciphertext, info)
+        try:
+            plaintext = hpke.open_sealed(private_key, enc, ciphertext, info)
+        except hpke.OpenFailed:
+            plaintext = self._open_retired(enc, ciphertext, info, opened=rules.created_at)
         if len(plaintext) != 8 * rules.length:
             raise ValueError(f"share of {len(plaintext)} bytes, expected {8 * rules.length}")
         vector = np.frombuffer(plaintext, dtype="<u8").astype(np.uint64)
         if vector.size and int(vector.max()) >= prime_field.MODULUS:
             raise ValueError("share holds a residue >= p")
         return vector
+
+    def _open_retired(self, enc: bytes, ciphertext: bytes, info: bytes, *, opened: datetime) -> bytes:
+        """A share sealed before a rotation, by a device that fetched its task then: only keys
+        retired after the collection opened are tried, so a device served a long-retired key (to
+        tell its report apart) is refused. Only reports with a valid unspent token get here, so a
+        flood of bad shares cannot make this a hot path."""
+        for key in self.retired_keys(for_collection_opened=opened):
+            try:
+                return hpke.open_sealed(key, enc, ciphertext, info)
+            except hpke.OpenFailed:
+                continue
+        raise hpke.OpenFailed("the share opens under none of this aggregator's keys")
 
     # ------------------------------------------------------------ aggregation
 

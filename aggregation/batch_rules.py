@@ -8,6 +8,8 @@ then comes from devices an attacker does not control.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
 import numpy.typing as npt
 
@@ -16,6 +18,17 @@ RATE_FACTOR = 2.0
 # chance variation could pass twice its mean (Poisson(100) exceeds 200 with probability < 1e-15).
 HONEST_PER_WINDOW = 100
 MIN_WINDOW = 60.0
+# The aggregators keep arrival times no finer than this (seconds, floored since the epoch): a finer
+# time could be joined with when a device got its token (issue 17). Rate validation needs no more:
+# every window is at least MIN_WINDOW, six grains, so the busiest window seen through coarse times
+# misses at most the reports of one grain.
+ARRIVAL_GRAIN = MIN_WINDOW / 6
+
+
+def arrival_coarse(moment: datetime | None = None) -> datetime:
+    """``moment`` (now when None) floored to ARRIVAL_GRAIN: what an aggregator records of an arrival."""
+    seconds = (moment or datetime.now(UTC)).timestamp()
+    return datetime.fromtimestamp(seconds - seconds % ARRIVAL_GRAIN, UTC)
 
 
 def rate_rules(*, devices: int, sampling_rate: float, spread: float) -> tuple[float, float]:

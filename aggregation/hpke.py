@@ -45,6 +45,11 @@ def key_pair_generate() -> tuple[bytes, bytes]:
     return private.private_bytes_raw(), private.public_key().public_bytes_raw()
 
 
+def public_key_of(private_key: bytes) -> bytes:
+    """The raw X25519 public key of a raw private key (RFC 9180 Section 7.1.1, pk(skR))."""
+    return x25519.X25519PrivateKey.from_private_bytes(private_key).public_key().public_bytes_raw()
+
+
 def share_info(collection_key: str, role: str, *, batch_key: str, token_digest: str) -> bytes:
     """The HPKE info of one report's share: its aggregator, collection, batch and token, unambiguously
     encoded (a JSON array). A share sealed for another report does not open under this one's

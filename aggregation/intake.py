@@ -38,11 +38,11 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 from django.http.request import HttpHeaders
-from django.utils import timezone
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from aggregation import reports, wire
+from aggregation.batch_rules import arrival_coarse
 from aggregation.ingest import INGEST_TASK
 from aggregation.models import CollectionRules, PendingReport
 from pfs_base.api_errors import error_body, server_error_body
@@ -160,7 +160,7 @@ def _append(collection_key: str, body: bytes) -> bool:
     # FOR SHARE: a close (an UPDATE of the row) waits for this insert, and an insert behind a
     # close sees it closed. SQLite has no row locks; it serialises every write instead.
     lock = " FOR SHARE" if connection.vendor == "postgresql" else ""
-    received_at = connection.ops.adapt_datetimefield_value(timezone.now())
+    received_at = connection.ops.adapt_datetimefield_value(arrival_coarse())  # issue 17: coarse
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {pending} (collection_key, body, received_at) "  # noqa: S608 (the models' tables)

@@ -5,45 +5,70 @@ The issuer is told who the device is (in a deployment, by a device-attestation s
 collection the token is for, but sees only a blinded message: it cannot recognise the token when
 an aggregator later receives it. It keeps no time finer than the day of an issue, so its records
 cannot be joined with the aggregators' arrival times to link a report to its device.
+
+Its state lives in a store of its own (the ``issuer`` database alias, pfs_base.db_router). With a
+key-wrapping key from the environment or a file (aggregation.keys) each collection's primes are
+stored only sealed under it, so a copy of the issuer's database alone signs nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from django.db import IntegrityError, transaction
 
+from aggregation.keys import DATABASE, KeysUnavailable, key_source, source_keys
 from aggregation.models import IssuedToken, TokenIssuerKey
 from aggregation.tokens import IssuerPrivateKey, IssuerPublicKey, issuer_key_generate, sign_blinded
+from pfs_base.db_router import ISSUER as ISSUER_DB
+
+ROLE = "issuer"
+_NONCE = 12  # AES-GCM's 96-bit nonce
 
 
 class TokenRefused(Exception):
     """The issuer will not sign: the device already has its token for this collection, or the request is malformed."""
 
 
+def wrapping_key_id(key: bytes) -> str:
+    """Names a wrapping key in the rows it sealed, without revealing it."""
+    return hashlib.sha256(b"pfs-studio issuer wrapping key|" + key).hexdigest()[:16]
+
+
+def primes_wrap(key: bytes, collection_key: str, prime_p: int, prime_q: int) -> bytes:
+    """nonce || AES-256-GCM of "p:q", its associated data the collection (a row moved to another
+    collection does not open)."""
+    nonce = secrets.token_bytes(_NONCE)
+    sealed = AESGCM(key).encrypt(nonce, f"{prime_p}:{prime_q}".encode(), collection_key.encode())
+    return nonce + sealed
+
+
+def primes_unwrap(key: bytes, collection_key: str, wrapped: bytes) -> tuple[int, int]:
+    plain = AESGCM(key).decrypt(wrapped[:_NONCE], wrapped[_NONCE:], collection_key.encode())
+    prime_p, _, prime_q = plain.decode().partition(":")
+    return int(prime_p), int(prime_q)
+
+
 def issuer_key(collection_key: str) -> IssuerPrivateKey:
     """The collection's signing key, created the first time the collection needs one."""
-    row = TokenIssuerKey.objects.filter(collection_key=collection_key).first()
-    if row is None:
-        key = issuer_key_generate()
-        try:
-            with transaction.atomic():
-                TokenIssuerKey.objects.create(
-                    collection_key=collection_key,
-                    modulus=str(key.public.modulus),
-                    public_exponent=str(key.public.exponent),
-                    prime_p=str(key.prime_p),
-                    prime_q=str(key.prime_q),
-                )
-        except IntegrityError:
-            pass  # another request created it first: every device gets that one
-        row = TokenIssuerKey.objects.get(collection_key=collection_key)
+    row = _key_row(collection_key)
     public = IssuerPublicKey(int(row.modulus), int(row.public_exponent))
-    return IssuerPrivateKey(public, int(row.prime_p), int(row.prime_q))
+    if row.wrapped:
+        prime_p, prime_q = _unwrapped(row)
+    elif row.prime_p:
+        prime_p, prime_q = int(row.prime_p), int(row.prime_q)
+    else:
+        raise KeysUnavailable(f"the signing key of {collection_key} was erased when it closed")
+    return IssuerPrivateKey(public, prime_p, prime_q)
 
 
 def issuer_public_key(collection_key: str) -> IssuerPublicKey:
-    return issuer_key(collection_key).public
+    """The collection's public key: all that verifying its tokens needs (kept after the private half is erased)."""
+    row = _key_row(collection_key)
+    return IssuerPublicKey(int(row.modulus), int(row.public_exponent))
 
 
 def token_issue(*, collection_key: str, device_identity: str, blinded: int) -> int:
@@ -53,8 +78,48 @@ def token_issue(*, collection_key: str, device_identity: str, blinded: int) -> i
         raise TokenRefused("the blinded message must be an integer in (0, n)")
     digest = hashlib.sha256(device_identity.encode()).hexdigest()
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=ISSUER_DB):
             IssuedToken.objects.create(collection_key=collection_key, device_digest=digest)
             return sign_blinded(key, blinded)
     except IntegrityError:
         raise TokenRefused("this device already has its token for this collection") from None
+
+
+def _key_row(collection_key: str) -> TokenIssuerKey:
+    row = TokenIssuerKey.objects.filter(collection_key=collection_key).first()
+    if row is not None:
+        return row
+    key = issuer_key_generate()
+    fields = {"modulus": str(key.public.modulus), "public_exponent": str(key.public.exponent)}
+    source = key_source(ROLE)
+    if source.kind == DATABASE:
+        fields.update(prime_p=str(key.prime_p), prime_q=str(key.prime_q))
+    else:
+        wrapping = source_keys(source)[0].key
+        fields.update(
+            prime_p="",
+            prime_q="",
+            wrapped=primes_wrap(wrapping, collection_key, key.prime_p, key.prime_q),
+            wrapping_key=wrapping_key_id(wrapping),
+        )
+    try:
+        with transaction.atomic(using=ISSUER_DB):
+            TokenIssuerKey.objects.create(collection_key=collection_key, **fields)
+    except IntegrityError:
+        pass  # another request created it first: every device gets that one
+    return TokenIssuerKey.objects.get(collection_key=collection_key)
+
+
+def _unwrapped(row: TokenIssuerKey) -> tuple[int, int]:
+    source = key_source(ROLE)
+    candidates = [] if source.kind == DATABASE else [stored.key for stored in source_keys(source)]
+    for wrapping in candidates:
+        if wrapping_key_id(wrapping) == row.wrapping_key:
+            try:
+                return primes_unwrap(wrapping, row.collection_key, bytes(row.wrapped))
+            except InvalidTag:
+                break
+    raise KeysUnavailable(
+        f"the signing key of {row.collection_key} is sealed under wrapping key {row.wrapping_key}, "
+        f"which {source.describe()} does not hold"
+    )

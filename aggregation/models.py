@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from django.db import models
 
+from aggregation.batch_rules import arrival_coarse
 from privacy.field import FieldVector
 
 
@@ -18,7 +19,8 @@ class Collection(models.Model):
     key = models.CharField(max_length=200, db_index=True, help_text="The round's collection id.")
     batch_key = models.CharField(max_length=200, blank=True, help_text="Cohort value, e.g. locale=en_US.")
     length = models.PositiveIntegerField(help_text="Length of every report vector in the batch.")
-    created_at = models.DateTimeField(auto_now_add=True)
+    # Created with the batch's first report: as coarse as any arrival (batch_rules.ARRIVAL_GRAIN).
+    created_at = models.DateTimeField(default=arrival_coarse)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["key", "batch_key"], name="unique_collection_batch")]
@@ -37,8 +39,9 @@ class StoredShare(models.Model):
     # Reports verified in bulk (aggregation.ingest) are stored summed, one share per chunk and batch:
     # their arrival times (float64 seconds since the epoch, for rate validation) travel with it.
     # Empty for a share of one report (its created_at is its arrival) or of a simulated shard.
+    # Every arrival time is floored to batch_rules.ARRIVAL_GRAIN: no finer than rate validation needs.
     arrivals = models.BinaryField(default=b"", blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(default=arrival_coarse)
 
     class Meta:
         abstract = True
@@ -102,7 +105,8 @@ class PendingReport(models.Model):
 
     collection_key = models.CharField(max_length=200)
     body = models.BinaryField()
-    received_at = models.DateTimeField()
+    # Floored to batch_rules.ARRIVAL_GRAIN by whoever writes it (aggregation.intake).
+    received_at = models.DateTimeField(default=arrival_coarse)
 
     class Meta:
         indexes = [models.Index(fields=["collection_key", "id"], name="pending_report_collection")]
@@ -112,19 +116,29 @@ class PendingReport(models.Model):
 
 
 class AggregatorKey(models.Model):
-    """An aggregator's HPKE key pair (X25519): reports are sealed to its public key.
+    """An aggregator's HPKE key pair (X25519) in its database: reports are sealed to its public key.
 
-    Both rows live in one database in this deployment; in production each aggregator keeps its
-    own private key in its own storage.
+    The embedded default only: a deployment gives each aggregator its private key from the
+    environment or a file (aggregation.keys). ``manage.py rotate_keys`` retires the current key;
+    a retired key still opens the shares of the collections opened before it was retired, and is
+    deleted once they are all closed.
     """
 
-    role = models.CharField(max_length=16, unique=True)
+    role = models.CharField(max_length=16)
     public_key = models.BinaryField()
     private_key = models.BinaryField()
     created_at = models.DateTimeField(auto_now_add=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["role"], condition=models.Q(retired_at__isnull=True), name="one_current_aggregator_key"
+            )
+        ]
 
     def __str__(self) -> str:
-        return f"{self.role} HPKE key"
+        return f"{self.role} HPKE key" + (" (retired)" if self.retired_at else "")
 
 
 class SpentToken(models.Model):
@@ -161,14 +175,23 @@ class ReportRejection(models.Model):
 
 
 class TokenIssuerKey(models.Model):
-    """The token issuer's RSA key of one collection (RFC 9474 blind signatures), created on first use."""
+    """The token issuer's RSA key of one collection (RFC 9474 blind signatures), created on first use.
+
+    In the issuer's own store (pfs_base.db_router). With a key-wrapping key configured
+    (aggregation.keys) the primes are kept only sealed under it (``wrapped``); once the collection
+    is closed ``manage.py rotate_keys --role issuer`` erases them and only the public key stays.
+    """
 
     collection_key = models.CharField(max_length=200, unique=True)
-    # Decimal integers: the modulus n = p q, the public exponent, and the two primes.
+    # Decimal integers: the modulus n = p q, the public exponent, and the two primes ("" when
+    # wrapped or erased).
     modulus = models.TextField()
     public_exponent = models.TextField()
     prime_p = models.TextField()
     prime_q = models.TextField()
+    # AES-256-GCM nonce || ciphertext of "p:q" under the wrapping key named by wrapping_key.
+    wrapped = models.BinaryField(default=b"", blank=True)
+    wrapping_key = models.CharField(max_length=16, blank=True, help_text="Which wrapping key sealed it.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

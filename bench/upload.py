@@ -118,8 +118,9 @@ def main() -> None:
     connections = [int(c) for c in options.connections.split(",")]
 
     database_url = f"postgres://postgres@127.0.0.1:5432/{options.database}"
-    for statement in (f"DROP DATABASE IF EXISTS {options.database}", f"CREATE DATABASE {options.database}"):
-        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", statement, "postgres"], check=True)
+    for name in (options.database, f"{options.database}_issuer"):  # the issuer's own store beside it
+        for statement in (f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}"):
+            subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", statement, "postgres"], check=True)
     subprocess.run([PY, "-c", f"import redis; redis.Redis.from_url({options.redis!r}).flushdb()"], check=True)
     env = {
         **os.environ,
@@ -141,6 +142,7 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    call_command("migrate", database="issuer", verbosity=0)
     accept_key, verify_key, e2e_key = setup(3)
     VAR.mkdir(exist_ok=True)
     script = VAR / "bench-upload.lua"

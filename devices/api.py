@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 
+from django.conf import settings
 from rest_framework import serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import APIException, AuthenticationFailed, NotFound
@@ -116,6 +117,8 @@ class DeviceTasks(DeviceView):
                 },
                 "report_length": open_window.report_length,
                 "closes_at": open_window.window.closes_at,
+                # The device asks for its token and uploads at random times over this (devices.sdk.pacing).
+                "spread_seconds": settings.PFS_REPORT_SPREAD_SECONDS,
             }
             for open_window in windows_open(fleet=credential.fleet)
         ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
 from pathlib import Path
@@ -101,3 +103,26 @@ def env_file_read(path: Path) -> dict[str, str]:
 
 
 _ENV_LINE = re.compile(r"(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>.*)")
+
+
+def env_keys(name: str, *, size: int = 32) -> list[bytes]:
+    """Secret keys from one variable: base64 of ``size`` bytes each, comma-separated, the current
+    key first (then older ones still in use). Empty when unset."""
+    value = env_str(name)
+    if value is None:
+        return []
+    try:
+        return [key_decode(item, size=size) for item in value.split(",") if item.strip()]
+    except ValueError as bad:
+        raise ImproperlyConfigured(f"{name}: {bad}") from None
+
+
+def key_decode(text: str, *, size: int = 32) -> bytes:
+    """One base64 key of ``size`` bytes; ValueError naming what is wrong (never the key)."""
+    try:
+        key = base64.b64decode(text.strip(), validate=True)
+    except binascii.Error:
+        raise ValueError("a key must be base64") from None
+    if len(key) != size:
+        raise ValueError(f"a key must be {size} bytes (base64 of {size} random bytes), not {len(key)}")
+    return key

@@ -13,7 +13,7 @@ from typing import Any
 import redis
 from celery import current_app
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 
 # kombu's Redis transport keeps a queue as a list named after it, and one list per priority step
 # above 0 named "<queue>\x06\x16<step>" (kombu.transport.redis: PRIORITY_STEPS, sep).
@@ -26,6 +26,8 @@ def readiness() -> tuple[bool, dict[str, Any]]:
     calls for more workers, not for taking this web process out of its load balancer."""
     timeout = settings.PFS_READYZ_TIMEOUT
     checks: dict[str, Any] = {"database": database_check()}
+    # The token issuer's own store (pfs_base.db_router): without it no device gets a token.
+    checks["issuer_database"] = database_check("issuer")
     if settings.REDIS_URL:
         checks["redis"] = redis_check(settings.REDIS_URL, timeout=timeout)
     if settings.PFS_TASK_MODE == "celery":
@@ -39,10 +41,10 @@ def readiness() -> tuple[bool, dict[str, Any]]:
     return all(check["ok"] for check in checks.values()), checks
 
 
-def database_check() -> dict[str, Any]:
+def database_check(alias: str = "default") -> dict[str, Any]:
     started = time.perf_counter()
     try:
-        with connection.cursor() as cursor:
+        with connections[alias].cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
     except Exception as error:  # any failure means not ready; the probe says which

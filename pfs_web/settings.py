@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from pfs_base.env import env_bool, env_choice, env_file_load, env_float, env_int, env_list, env_str
+from pfs_base.env import env_bool, env_choice, env_file_load, env_float, env_int, env_keys, env_list, env_str
 from pfs_base.logs import logging_config
 from pfs_base.rates import rate_parse
 
@@ -120,26 +120,70 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'pfs.sqlite3'}"),
+
+def _database(url: str, *, test_sqlite: str) -> dict:
+    database = dj_database_url.parse(
+        url,
         # Persistent connections: opening one per request costs PostgreSQL a process fork, more
         # than most of our requests. Health checks drop one the server closed.
         conn_max_age=env_int("PFS_DB_CONN_MAX_AGE", 60, minimum=0),
         conn_health_checks=True,
     )
+    if database["ENGINE"] == "django.db.backends.postgresql":
+        # A database that does not answer fails a request (and /readyz) in seconds, not minutes.
+        database.setdefault("OPTIONS", {})["connect_timeout"] = env_int("PFS_DB_CONNECT_TIMEOUT", 5, minimum=1)
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        # Shard tasks and page requests write concurrently: wait for the lock instead of failing.
+        database.setdefault("OPTIONS", {})["timeout"] = 30
+        # Take the write lock when a transaction starts: a deferred transaction that reads, then writes,
+        # cannot wait for the lock (SQLite fails it at once with "database is locked").
+        database["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
+        # A file, not memory, so that a Celery worker process can share the test database.
+        database["TEST"] = {"NAME": test_sqlite}
+    return database
+
+
+def _issuer_database_url(default_url: str) -> str:
+    """The issuer's own store (seed 003, 4.3): ISSUER_DATABASE_URL, or beside the default one —
+    its own SQLite file under var/, or on the same PostgreSQL server a database named <name>_issuer."""
+    explicit = env_str("ISSUER_DATABASE_URL")
+    if explicit:
+        return explicit
+    if default_url.startswith("sqlite:"):
+        return f"sqlite:///{BASE_DIR / 'var' / 'issuer.sqlite3'}"
+    base, slash, name = default_url.partition("?")[0].rpartition("/")
+    if not slash or not name:
+        raise ImproperlyConfigured("DATABASE_URL names no database: set ISSUER_DATABASE_URL too")
+    query = default_url.partition("?")[2]
+    return f"{base}/{name}_issuer" + (f"?{query}" if query else "")
+
+
+# Separated stores: the token issuer keeps its keys and its records of who got a token in a database
+# of its own (pfs_base.db_router), so the aggregators' store holds nothing to join them with. The
+# leader and the helper still share the default database (their tables are apart).
+_DEFAULT_DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'pfs.sqlite3'}")
+DATABASES = {
+    "default": _database(
+        _DEFAULT_DATABASE_URL, test_sqlite=env_str("TEST_SQLITE_PATH", str(BASE_DIR / "var" / "test.sqlite3"))
+    ),
+    "issuer": _database(
+        _issuer_database_url(_DEFAULT_DATABASE_URL),
+        test_sqlite=env_str("TEST_ISSUER_SQLITE_PATH", str(BASE_DIR / "var" / "test-issuer.sqlite3")),
+    ),
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # A database that does not answer fails a request (and /readyz) in seconds, not minutes.
-    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("PFS_DB_CONNECT_TIMEOUT", 5, minimum=1)
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Shard tasks and page requests write concurrently: wait for the lock instead of failing.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
-    # Take the write lock when a transaction starts: a deferred transaction that reads, then writes,
-    # cannot wait for the lock (SQLite fails it at once with "database is locked").
-    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
-    # A file, not memory, so that a Celery worker process can share the test database.
-    DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_SQLITE_PATH", str(BASE_DIR / "var" / "test.sqlite3"))}
+DATABASE_ROUTERS = ["pfs_base.db_router.StoreRouter"]
+
+# Private keys (docs/deployment.md, "Keys"): each of the leader's and the helper's HPKE keys, and the
+# issuer's key-wrapping key, from the environment (PFS_<ROLE>_KEY: base64 of 32 bytes, the current
+# key first, comma-separated) or a file (PFS_<ROLE>_KEY_FILE, written by `manage.py rotate_keys`);
+# neither set: the role's own database (the embedded default).
+PFS_KEYS: dict[str, list[bytes]] = {}
+PFS_KEY_FILES: dict[str, str | None] = {}
+for _role in ("leader", "helper", "issuer"):
+    PFS_KEYS[_role] = env_keys(f"PFS_{_role.upper()}_KEY")
+    PFS_KEY_FILES[_role] = env_str(f"PFS_{_role.upper()}_KEY_FILE")
+    if PFS_KEYS[_role] and PFS_KEY_FILES[_role]:
+        raise ImproperlyConfigured(f"set PFS_{_role.upper()}_KEY or PFS_{_role.upper()}_KEY_FILE, not both")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -153,6 +153,7 @@ def browser():
         browser.close()
 
 
+STORES = ("default", "issuer")  # the database aliases (pfs_web.settings)
 _DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
 
 
@@ -163,3 +164,17 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if _DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("django_db"):
             item.add_marker(pytest.mark.database)
+            _with_every_store(item)
+
+
+def _with_every_store(item) -> None:
+    """A database test gets the issuer's store as well as the default one (pfs_base.db_router): any
+    round on real devices reaches the issuer. Its own django_db marker's arguments are kept."""
+    marker = item.get_closest_marker("django_db")
+    kwargs = dict(marker.kwargs) if marker else {}
+    if "transaction" not in kwargs and marker is not None and marker.args:
+        kwargs["transaction"] = marker.args[0]
+    if kwargs.get("databases") == "__all__":
+        return
+    kwargs["databases"] = sorted(set(kwargs.get("databases") or ["default"]) | set(STORES))
+    item.add_marker(pytest.mark.django_db(**kwargs), append=False)

@@ -22,7 +22,7 @@ import kombu.exceptions
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 
 from pfs_web.celery import app as celery_app
 
@@ -40,9 +40,9 @@ def redis_url_or_fail() -> str:
     return url
 
 
-def test_database_url() -> str:
+def test_database_url(alias: str = "default") -> str:
     """The URL of the database pytest-django created, for the worker process to share."""
-    db = connection.settings_dict
+    db = connections[alias].settings_dict
     if db["ENGINE"] == "django.db.backends.sqlite3":
         return f"sqlite:///{db['NAME']}"
     user = db["USER"] or ""
@@ -63,6 +63,7 @@ class Worker:
             "SECRET_KEY": "test-worker-secret",
             "DEBUG": "0",
             "DATABASE_URL": test_database_url(),
+            "ISSUER_DATABASE_URL": test_database_url("issuer"),
             "REDIS_URL": redis_url,
             "PFS_TASK_MODE": "celery",
             "PFS_TASK_QUEUE": queue,

@@ -7,6 +7,8 @@ or one device's {"id", "secret", "fleet"}. --data: the devices' data in the flee
 (docs/fleets.md), one line per credential, in the same order. Each device keeps its ledger in
 --state (one JSON file per device). Prints one JSON summary per pass; with --verbose one line per
 device and task too. Bad input exits with code 2; a server that cannot be reached with --once, 1.
+Each device asks for its token and uploads at random times over the spread its task is served
+with (devices.sdk.pacing; --spread overrides it), so a pass lasts up to that long.
 """
 
 from __future__ import annotations
@@ -14,13 +16,42 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from devices.sdk.client import ClientError, Credential, DeviceClient, server_keys
 from devices.sdk.device import DataInvalid, DeviceData, Offer, ServerKeys, data_read, task_answer
 from devices.sdk.ledger import Ledger, LedgerCorrupt
+from devices.sdk.pacing import Pacing
+
+# Devices waiting at once in one process: each mostly sleeps until its random times.
+MAX_THREADS = 1000
+# Requests in flight at once from one process, whatever the number of devices: the server sees a
+# few connections, not one per device.
+REQUESTS_AT_ONCE = 4
+
+
+class _Gated:
+    """A device's client whose requests wait for one of the process's few request slots."""
+
+    def __init__(self, client: DeviceClient, gate: threading.BoundedSemaphore) -> None:
+        self.client = client
+        self.gate = gate
+
+    def tasks(self) -> dict:
+        with self.gate:
+            return self.client.tasks()
+
+    def token(self, collection_key: str, blinded: int) -> int:
+        with self.gate:
+            return self.client.token(collection_key, blinded)
+
+    def upload(self, report) -> str:
+        with self.gate:
+            return self.client.upload(report)
 
 
 class UsageError(Exception):
@@ -38,12 +69,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="one pass over the open rounds, then exit")
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between passes (default: %(default)s)")
     parser.add_argument("--verbose", action="store_true", help="print every device's outcome of every task")
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=None,
+        help="seconds over which each device asks for its token and uploads, at random times (default: "
+        "the spread each task is served with; 0 sends at once, which lets the issuer's and the "
+        "aggregators' records be joined: for tests only)",
+    )
     options = parser.parse_args(argv)
     try:
         server, fleet, credentials = _credentials(Path(options.credential), options.server)
         devices = _data(Path(options.data), len(credentials))
         if not options.interval > 0:
             raise UsageError("--interval: must be a positive number of seconds")
+        if options.spread is not None and not 0 <= options.spread < float("inf"):
+            raise UsageError("--spread: must be a number of seconds, 0 or more")
         clients = [DeviceClient(server, credential) for credential in credentials]
     except (UsageError, ValueError) as error:
         print(f"invalid input: {error}", file=sys.stderr)
@@ -51,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     state = Path(options.state)
     while True:
         try:
-            summary = _pass(clients, devices, fleet, state, verbose=options.verbose)
+            summary = _pass(clients, devices, fleet, state, verbose=options.verbose, spread=options.spread)
         except LedgerCorrupt as error:
             print(f"a ledger cannot be read, refusing to answer: {error}", file=sys.stderr)
             return 1
@@ -61,19 +102,35 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(options.interval)
 
 
-def _pass(clients: list[DeviceClient], devices: list[DeviceData], fleet: str | None, state: Path, *, verbose: bool):
+def _pass(
+    clients: list[DeviceClient],
+    devices: list[DeviceData],
+    fleet: str | None,
+    state: Path,
+    *,
+    verbose: bool,
+    spread: float | None = None,
+):
+    """One pass: every device at once, each in its own thread, since each waits its own random
+    times (devices.sdk.pacing) before its token and its upload."""
     decisions: Counter[str] = Counter()
     uploads: Counter[str] = Counter()
     unreachable = 0
-    for client, data in zip(clients, devices, strict=True):
+    lock = threading.Lock()
+    gate = threading.BoundedSemaphore(REQUESTS_AT_ONCE)
+
+    def device_pass(client: DeviceClient, data: DeviceData) -> None:
+        nonlocal unreachable
         device_id = client.credential.device_id
+        service = _Gated(client, gate)
         try:
-            tasks = client.tasks()
+            tasks = service.tasks()
         except ClientError as error:
-            unreachable += 1
-            if verbose:
-                print(json.dumps({"device": device_id, "error": str(error), "code": error.code}), flush=True)
-            continue
+            with lock:
+                unreachable += 1
+                if verbose:
+                    print(json.dumps({"device": device_id, "error": str(error), "code": error.code}), flush=True)
+            return
         keys = ServerKeys(aggregators=server_keys(tasks))
         ledger = Ledger(state / f"{device_id}.json")
         for offer_json in tasks["tasks"]:
@@ -83,15 +140,21 @@ def _pass(clients: list[DeviceClient], devices: list[DeviceData], fleet: str | N
                 fleet=fleet or tasks["fleet"],
                 ledger=ledger,
                 keys=keys,
-                service=client,
+                service=service,
+                pacing=Pacing(spread=spread),
             )
             if outcome.repeated:
                 continue
-            decisions[outcome.decision] += 1
-            if outcome.upload:
-                uploads[outcome.upload] += 1
-            if verbose:
-                print(json.dumps({"device": device_id, **outcome.__dict__}), flush=True)
+            with lock:
+                decisions[outcome.decision] += 1
+                if outcome.upload:
+                    uploads[outcome.upload] += 1
+                if verbose:
+                    print(json.dumps({"device": device_id, **outcome.__dict__}), flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(clients), MAX_THREADS))) as pool:
+        for done in [pool.submit(device_pass, client, data) for client, data in zip(clients, devices, strict=True)]:
+            done.result()  # a device's error (a corrupt ledger) stops the pass, as before
     return {"devices": len(clients), "unreachable": unreachable, "decisions": decisions, "uploads": uploads}
 
 

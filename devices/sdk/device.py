@@ -16,6 +16,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 import numpy as np
@@ -30,6 +31,7 @@ from devices.records import Parsed, columns_slice, parse_line, parsed_columns
 from devices.report_client import AggregatorKeys, report_seal, report_vector
 from devices.sdk.client import ClientError, issuer_key
 from devices.sdk.ledger import Ledger
+from devices.sdk.pacing import Pacing
 from devices.streams import apply_retention
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
@@ -78,15 +80,21 @@ class Offer:
     policy_digest: str
     report_length: int
     issuer: IssuerPublicKey  # the collection's token key as served; checked against task.token_key
+    # Seconds over which the collection expects its uploads (devices.sdk.pacing), and its deadline.
+    spread_seconds: float = 0.0
+    closes_at: float | None = None  # seconds since the epoch
 
     @classmethod
     def from_json(cls, data: dict) -> Offer:
+        closes_at = data.get("closes_at")
         return cls(
             task=DeviceTask.from_wire(data["task"]),
             policy=data["policy"]["content"],
             policy_digest=data["policy"]["digest"],
             report_length=int(data["report_length"]),
             issuer=issuer_key(data),
+            spread_seconds=float(data.get("spread_seconds") or 0.0),
+            closes_at=datetime.fromisoformat(closes_at).timestamp() if closes_at else None,
         )
 
 
@@ -124,8 +132,13 @@ def task_answer(
     keys: ServerKeys,
     service: Service,
     rng: np.random.Generator | None = None,
+    pacing: Pacing | None = None,
 ) -> Outcome:
-    """Decide on ``offer`` once; when answering, charge the ledger, then upload one sealed report."""
+    """Decide on ``offer`` once; when answering, charge the ledger, then upload one sealed report.
+
+    ``pacing``: ask for the token and upload at random times over the collection's spread
+    (devices.sdk.pacing; the CLI always paces). None sends both at once, which lets the issuer's
+    and the aggregators' orders be joined: for tests of everything else."""
     task = offer.task
     earlier = ledger.decision(task.task_key)
     if earlier is not None:
@@ -158,7 +171,7 @@ def task_answer(
     ledger.save()
 
     vector, batch_key = report_compute(offer, data, rng)
-    upload = _send(task.task_key, vector, batch_key, offer.issuer, keys, service)
+    upload = _send(task.task_key, vector, batch_key, offer, keys, service, pacing)
     ledger.record(task.task_key, upload=upload)
     ledger.save()
     return Outcome(task.task_key, decision.label, upload)
@@ -208,14 +221,26 @@ def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> 
 
 
 def _send(
-    task_key: str, vector: np.ndarray, batch_key: str, issuer: IssuerPublicKey, keys: ServerKeys, service: Service
+    task_key: str,
+    vector: np.ndarray,
+    batch_key: str,
+    offer: Offer,
+    keys: ServerKeys,
+    service: Service,
+    pacing: Pacing | None,
 ) -> str:
     issue: Callable[[int], int] = lambda blinded: service.token(task_key, blinded)  # noqa: E731
+    if pacing is not None:
+        start = pacing.clock()
+        plan = pacing.plan(offer.spread_seconds, closes_at=offer.closes_at)
+        pacing.wait_until(start, plan.token_delay)
     try:
-        token = token_obtain(collection_key=task_key, issuer=issuer, issue=issue)
+        token = token_obtain(collection_key=task_key, issuer=offer.issuer, issue=issue)
         report = report_seal(
             collection_key=task_key, batch_key=batch_key, vector=vector, keys=keys.aggregators, token=token
         )
+        if pacing is not None:
+            pacing.wait_until(start, plan.upload_delay)
         return service.upload(report)
     except ClientError as error:  # the server refused or could not be reached: the budget stays spent
         return f"failed: {error.code}"

@@ -6,6 +6,7 @@ the environment always wins.
 
 from __future__ import annotations
 
+import base64
 import importlib
 import os
 import sys
@@ -33,6 +34,8 @@ ENV_KEYS = (
     "LOG_FORMAT",
     "SENTRY_DSN",
     "PFS_ENV_FILE",
+    "ISSUER_DATABASE_URL",
+    *(f"PFS_{role}_KEY{suffix}" for role in ("LEADER", "HELPER", "ISSUER") for suffix in ("", "_FILE")),
 )
 
 
@@ -88,6 +91,9 @@ def test_redis_url_selects_a_celery_worker_and_database_url_postgres(monkeypatch
         ({"SECRET_KEY": "s", "PROMETHEUS_MULTIPROC_DIR": "/nonexistent/metrics"}, "PROMETHEUS_MULTIPROC_DIR"),
         ({"SECRET_KEY": "s", "LOG_LEVEL": "LOUD"}, "LOG_LEVEL"),
         ({"SECRET_KEY": "s", "LOG_FORMAT": "xml"}, "LOG_FORMAT"),
+        ({"SECRET_KEY": "s", "PFS_LEADER_KEY": "not base64!"}, "PFS_LEADER_KEY: a key must be base64"),
+        ({"SECRET_KEY": "s", "PFS_HELPER_KEY": "c2hvcnQ="}, "PFS_HELPER_KEY: a key must be 32 bytes"),
+        ({"SECRET_KEY": "s", "PFS_ISSUER_KEY": "A" * 43 + "=", "PFS_ISSUER_KEY_FILE": "/k"}, "not both"),
     ],
 )
 def test_bad_environment_values_raise_improperly_configured(monkeypatch, env, message) -> None:
@@ -146,3 +152,29 @@ def test_debug_off_serves_hashed_compressed_static_files_and_debug_on_the_files_
     development = load_settings(monkeypatch, DEBUG="1")
     assert development.STORAGES["staticfiles"]["BACKEND"].endswith("StaticFilesStorage")
     assert "Manifest" not in development.STORAGES["staticfiles"]["BACKEND"]
+
+
+def test_the_issuer_has_a_store_of_its_own_beside_the_default_one(monkeypatch) -> None:
+    embedded = load_settings(monkeypatch, SECRET_KEY="s")
+    assert Path(embedded.DATABASES["issuer"]["NAME"]).name == "issuer.sqlite3"
+    assert embedded.DATABASES["issuer"]["TEST"]["NAME"] != embedded.DATABASES["default"]["TEST"]["NAME"]
+    postgres = load_settings(monkeypatch, SECRET_KEY="s", DATABASE_URL="postgres://u@db:5432/pfs?sslmode=require")
+    assert (postgres.DATABASES["issuer"]["NAME"], postgres.DATABASES["issuer"]["HOST"]) == ("pfs_issuer", "db")
+    assert postgres.DATABASES["issuer"]["OPTIONS"]["sslmode"] == "require"
+    apart = load_settings(
+        monkeypatch, SECRET_KEY="s", DATABASE_URL="postgres://u@db/pfs", ISSUER_DATABASE_URL="postgres://i@vault/tokens"
+    )
+    assert (apart.DATABASES["issuer"]["NAME"], apart.DATABASES["issuer"]["HOST"]) == ("tokens", "vault")
+    assert apart.DATABASE_ROUTERS == ["pfs_base.db_router.StoreRouter"]
+
+
+def test_private_keys_come_from_the_environment_current_first(monkeypatch) -> None:
+    new, old = b"\x01" * 32, b"\x02" * 32
+    settings = load_settings(
+        monkeypatch,
+        SECRET_KEY="s",
+        PFS_LEADER_KEY=f"{base64.b64encode(new).decode()}, {base64.b64encode(old).decode()}",
+        PFS_HELPER_KEY_FILE="/etc/pfs/helper.key",
+    )
+    assert settings.PFS_KEYS == {"leader": [new, old], "helper": [], "issuer": []}
+    assert settings.PFS_KEY_FILES == {"leader": None, "helper": "/etc/pfs/helper.key", "issuer": None}

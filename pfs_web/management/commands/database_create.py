@@ -1,21 +1,24 @@
-"""Create the PostgreSQL database DATABASE_URL names if it does not exist yet (SQLite creates its
-file by itself). `make setup` runs it first, so that a new DATABASE_URL works at once."""
+"""Create the PostgreSQL databases DATABASE_URL and ISSUER_DATABASE_URL name if they do not exist
+yet (SQLite creates its file by itself). `make setup` runs it first, so that a new DATABASE_URL
+works at once."""
 
 from __future__ import annotations
 
 import psycopg
 from django.core.management.base import BaseCommand
-from django.db import connection
+from django.db import connections
 from psycopg import sql
 
 
 class Command(BaseCommand):
-    help = "Create the PostgreSQL database of DATABASE_URL if it does not exist (nothing for SQLite)."
+    help = "Create the PostgreSQL databases of every store (default, issuer) that do not exist (nothing for SQLite)."
 
     def handle(self, *args, **options) -> None:
-        if connection.vendor != "postgresql":
-            return
-        db = connection.settings_dict
+        for alias in connections:
+            if connections[alias].vendor == "postgresql":
+                self._create(connections[alias].settings_dict)
+
+    def _create(self, db: dict) -> None:
         server = {
             "host": db["HOST"] or None,
             "port": db["PORT"] or None,
