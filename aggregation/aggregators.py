@@ -13,7 +13,6 @@ Neither trusts the other. Each, on its own:
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -48,9 +47,10 @@ class BatchRefused:
     empty: bool  # no report at all: whether any device answered (and spent budget), no more
 
 
-def noise_rng() -> np.random.Generator:
-    """Fresh operating-system entropy for each noise draw (tests replace this to fix a seed)."""
-    return np.random.default_rng(secrets.randbits(128))
+def noise_rng() -> np.random.Generator | None:
+    """None: the discrete Gaussian draws its bits from the operating system's CSPRNG (os.urandom).
+    Tests replace this with a seeded Generator to replay a draw."""
+    return None
 
 
 class Aggregator:
