@@ -196,6 +196,8 @@ class RecipeForm(forms.Form):
             for message in messages:
                 if path == "confirmSmallCohorts":
                     self.add_error("confirm_small_cohorts", message)  # a go-ahead to give, not a key to fix
+                elif path.startswith("budget."):
+                    self.add_error(None, message)  # the policy's, not the recipe's: no field or key to fix
                 elif self.json_is_source:
                     # The fields may not show what the JSON says: every message goes with the JSON, by key.
                     self.add_error("recipe_json", f"{path}: {message}")

@@ -227,7 +227,9 @@
       const name = formFieldOf(path);
       const box = name && form.querySelector(`.field[data-field="${name}"]`);
       if (!box) {
-        for (const message of [].concat(messages)) general.push(`${path}: ${message}`);
+        // The policy's refusals (budget.*) name no recipe key to fix: the message alone.
+        const prefix = path.startsWith("budget.") ? "" : `${path}: `;
+        for (const message of [].concat(messages)) general.push(`${prefix}${message}`);
         continue;
       }
       const note = document.createElement("p");
