@@ -112,6 +112,9 @@ class RecipeForm(forms.Form):
         *PRIVACY_KEYS,
     )
 
+    # The privacy fields, each linked to its entry in the parameter guide (templates/analyses/guide.html).
+    GUIDED = frozenset(PRIVACY_KEYS)
+
     def __init__(self, *args: Any, analysis: Analysis, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.analysis = analysis
@@ -119,6 +122,9 @@ class RecipeForm(forms.Form):
         query_class = analysis.enforced.query_class  # what devices accept, not an unapproved edit
         stream = query_class["stream"]
         numeric = [f for f in query_class["fields"] if field_kind(stream, f) == "number"]
+        # A histogram needs a number field: an analysis of text fields only gets no histogram editor.
+        self.numeric_fields = numeric
+        self.text_fields = [f for f in query_class["fields"] if field_kind(stream, f) == "text"]
         self.fields["field"].choices = [(f, f) for f in numeric]
         self.fields["field"].initial = numeric[0] if numeric else None
         self.fields["mechanism"].initial = "asymmetric_ohe"  # the recipe format's default
