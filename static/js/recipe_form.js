@@ -468,6 +468,73 @@
     chart.hidden = true;
   }
 
+  // ------------------------------------------------------------ asking before a spend
+
+  // Run spends budget on every device that answers, and nothing gives it back: the dialog says what
+  // this round spends and what would remain, from a fresh check of the recipe, and asks. A recipe
+  // the check refuses goes to the server as it is (its refusal spends nothing and says why).
+  const dialog = document.getElementById("confirm-spend");
+  const dialogBody = document.getElementById("confirm-spend-body");
+  let confirmed = false;
+
+  const figure = (x) => Number(x).toLocaleString("en-US", { maximumFractionDigits: 6 });
+  const reportsText = (n) => `${count(n)} report${Number(n) === 1 ? "" : "s"}`;
+
+  function spendRows(checked) {
+    const budget = checked.budget;
+    const scopes = [{ label: `Analysis ${budget.analysis.name}`, ...budget.analysis }].concat(
+      budget.fields.map((f) => ({ label: `Field ${f.name}`, ...f }))
+    );
+    const table = document.createElement("table");
+    table.className = "data";
+    table.innerHTML =
+      "<caption>What this round spends, and what remains after it</caption>" +
+      '<thead><tr><th scope="col">Budget</th><th scope="col">ε now left</th><th scope="col">ε after</th>' +
+      '<th scope="col">Reports now left</th><th scope="col">Reports after</th></tr></thead>';
+    const body = document.createElement("tbody");
+    for (const scope of scopes) {
+      const tr = document.createElement("tr");
+      const head = Object.assign(document.createElement("th"), { scope: "row", textContent: scope.label });
+      tr.append(head);
+      for (const text of [figure(scope.left), figure(scope.remaining), count(scope.reports_left), count(scope.reports_remaining)]) {
+        tr.append(Object.assign(document.createElement("td"), { className: "num", textContent: text }));
+      }
+      body.append(tr);
+    }
+    table.append(body);
+    return table;
+  }
+
+  function askToSpend(checked, submitter) {
+    const lead = document.createElement("p");
+    lead.id = "confirm-spend-cost";
+    lead.textContent =
+      `This round spends ε = ${figure(checked.epsilon)} (δ = ${checked.delta}) and one report on each of the ` +
+      `about ${count(checked.devices_expected)} devices asked.`;
+    dialogBody.replaceChildren(lead, spendRows(checked));
+    document.getElementById("confirm-spend-yes").onclick = () => {
+      confirmed = true;
+      dialog.close();
+      form.requestSubmit(submitter);
+    };
+    document.getElementById("confirm-spend-no").onclick = () => dialog.close();
+    dialog.showModal();
+    document.getElementById("confirm-spend-no").focus(); // the safe answer first
+  }
+
+  form.addEventListener("submit", async (event) => {
+    const submitter = event.submitter;
+    if (confirmed || !dialog || !submitter || submitter.value !== "run") return;
+    event.preventDefault();
+    clearTimeout(pending);
+    const checked = await validate();
+    if (checked) askToSpend(checked, submitter);
+    else {
+      confirmed = true; // refused: the server says why, and spends nothing
+      form.requestSubmit(submitter);
+    }
+  });
+
   // ------------------------------------------------------------ wiring
 
   function schedule() {
