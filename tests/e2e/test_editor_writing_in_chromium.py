@@ -9,6 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from analyses.models import Round
+from analyses.services.rounds import round_create_and_start
 
 pytestmark = pytest.mark.e2e
 
@@ -92,3 +93,16 @@ def test_each_privacy_field_opens_its_entry_in_the_parameter_guide(analysis, liv
     page.get_by_label("Sampling rate (q)").fill("0.01")
     page.get_by_role("button", name="Compute").click()
     expect(page.locator("#calc-verdict")).to_contain_text("Too few: nothing would be released")
+
+
+def test_a_used_up_report_count_shows_above_the_fields_in_words_not_under_epsilon(
+    analysis, recipe, analyst, live_server, page
+) -> None:
+    for name in ("first", "second"):  # the policy's two reports
+        round_create_and_start(analysis=analysis, content={**recipe, "recipeIdentifier": name}, user=analyst)
+    sign_in(page, f"{live_server.url}/analyses/{analysis.identifier}/")
+    expect(page.locator("#recipe-alert")).to_have_text(
+        "The analysis has used all 2 of its reports: each device answers it at most 2 times, "
+        "and every round started counts one."
+    )
+    expect(page.locator('[data-field="epsilon"] .error')).to_have_count(0)
