@@ -505,7 +505,7 @@
     return table;
   }
 
-  function askToSpend(checked, submitter) {
+  function askToSpend(checked) {
     const lead = document.createElement("p");
     lead.id = "confirm-spend-cost";
     lead.textContent =
@@ -515,7 +515,7 @@
     document.getElementById("confirm-spend-yes").onclick = () => {
       confirmed = true;
       dialog.close();
-      form.requestSubmit(submitter);
+      form.requestSubmit(document.getElementById("run-confirmed")); // asked here: the server need not ask again
     };
     document.getElementById("confirm-spend-no").onclick = () => dialog.close();
     dialog.showModal();
@@ -528,7 +528,7 @@
     event.preventDefault();
     clearTimeout(pending);
     const checked = await validate();
-    if (checked) askToSpend(checked, submitter);
+    if (checked) askToSpend(checked);
     else {
       confirmed = true; // refused: the server says why, and spends nothing
       form.requestSubmit(submitter);
