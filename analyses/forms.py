@@ -51,7 +51,8 @@ class RecipeForm(forms.Form):
     field = forms.ChoiceField(label="Field to histogram")
     boundaries = forms.CharField(
         label="Bucket boundaries",
-        help_text="Increasing numbers, comma-separated. k boundaries give OOV + k buckets.",
+        help_text="Increasing numbers, comma-separated. k boundaries make k + 1 buckets: one below the first "
+        "boundary (values below it, or missing), then one from each boundary to the next, the last open-ended.",
         initial="20, 30, 40, 50, 60, 70, 80",
     )
     cohorts = forms.MultipleChoiceField(
@@ -101,7 +102,7 @@ class RecipeForm(forms.Form):
         label="Recipe JSON",
         required=False,
         widget=forms.Textarea(attrs={"rows": 20, "cols": 60, "spellcheck": "false"}),
-        help_text="Figure 4 of seed 000 for the values above (docs/formats.md). Keys the form has no field "
+        help_text="The recipe devices receive, for the values above (format: docs/formats.md). Keys the form has no field "
         "for (recipeIdentifier, a PrefixTree, …) can be written here.",
     )
 

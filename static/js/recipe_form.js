@@ -353,10 +353,10 @@
       const closed = await calculator("min-cohort", { ...params, method: "closed-form" });
       // What devices enforce: the tightest bound proven for this randomizer (check 3).
       const enforced = await calculator("min-cohort", { ...params, mechanism: value("mechanism") });
-      const bound = enforced.method === "clones-2020" ? "Feldman–McMillan–Talwar 2020" : "Feldman–McMillan–Talwar 2022";
+      const bound = enforced.method === "clones-2020" ? "the privacy-amplification bound of 2020" : "the tighter numerical bound";
       say(
         `Minimum cohort: ${enforced.min_cohort.toLocaleString()} reports (what devices enforce: ${bound}); ` +
-          `the closed form of Theorem 3.1 would need ${closed.min_cohort.toLocaleString()}. ` +
+          `the simpler closed-form bound would need ${closed.min_cohort.toLocaleString()}. ` +
           `Devices expected at this sampling rate: ${expected}.`
       );
       const minCohort = Math.max(enforced.min_cohort, Number(value("min_cohort")) || 0);
@@ -404,8 +404,8 @@
     const n = closed.points.map((p) => p.n);
     const top = Math.max(epsilon0, epsilon) * 1.05;
     const traces = [
-      { name: "Theorem 3.1 (closed form)", x: n, y: closed.points.map((p) => p.epsilon), mode: "lines" },
-      { name: "FMT 2022 numerical bound (what devices enforce for most randomizers)", x: n, y: numerical.points.map((p) => p.epsilon), mode: "lines" },
+      { name: "simple closed-form bound", x: n, y: closed.points.map((p) => p.epsilon), mode: "lines" },
+      { name: "tighter numerical bound (what devices enforce for most randomizers)", x: n, y: numerical.points.map((p) => p.epsilon), mode: "lines" },
       {
         name: `this recipe: minimum cohort ${count(minCohort)}, ε = ${epsilon}`,
         x: [minCohort],
