@@ -424,14 +424,19 @@ def adaptive_list(request: HttpRequest, identifier: str) -> HttpResponse:
     examples = _spec_examples(analysis, request.user)
     form = _start_form(request, analysis, examples)
     plan = None
+    ask_to_start = False
     if request.method == "POST" and form.is_valid():
         spec = form.spec()
         refused = _spec_refusals(analysis, request.user, spec)
+        action = request.POST.get("action")
         try:
             if refused:
                 raise ValidationFailed(refused)
-            if request.POST.get("action") == "check":
-                plan = _plan_check(analysis, spec)  # reads only: nothing is started or spent
+            if action == "check" or (action == "start" and request.POST.get("ask_before_spending")):
+                # Reads only: nothing is started or spent. The page's Start asks first, showing
+                # the plan it would fix (a post without ask_before_spending starts at once).
+                plan = _plan_check(analysis, spec)
+                ask_to_start = action == "start"
             else:
                 run = adaptive_start(spec=spec, user=request.user)
                 return redirect("adaptive-detail", pk=run.pk)
@@ -456,6 +461,7 @@ def adaptive_list(request: HttpRequest, identifier: str) -> HttpResponse:
         "analysis": analysis,
         "form": form,
         "plan": plan,
+        "ask_to_start": ask_to_start,
         "rows": rows,
         "budget_left": {
             "analysis": round(analysis.enforced.epsilon_allowed - spent["epsilon"], 9),

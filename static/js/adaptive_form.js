@@ -206,7 +206,7 @@
     const rate = Number(isObject(spec.privacy) ? spec.privacy.samplingRate ?? 1 : 1);
     const table = document.createElement("table");
     table.className = "data";
-    table.id = "plan-table";
+    table.id = "plan-preview-table";
     table.innerHTML =
       "<caption>Every round's cost, fixed at the start</caption>" +
       '<thead><tr><th scope="col">Round</th><th scope="col">ε</th><th scope="col">δ</th><th scope="col">ε spent after it</th></tr></thead>';
@@ -240,6 +240,11 @@
   }
 
   // ------------------------------------------------------------ wiring
+
+  // A question the server asks before a spend (no dialog was shown): where the eye is.
+  const question = document.getElementById("spend-question");
+  if (question) question.focus();
+
 
   form.elements.vocabulary_file.addEventListener("change", async (event) => {
     const file = event.target.files[0];

@@ -537,6 +537,11 @@
 
   // ------------------------------------------------------------ wiring
 
+  // A question the server asks before a spend (no dialog was shown): where the eye is.
+  const question = document.getElementById("spend-question");
+  if (question) question.focus();
+
+
   function schedule() {
     clearTimeout(pending);
     pending = setTimeout(() => {

@@ -122,3 +122,17 @@ def test_the_json_side_still_starts_as_written(alice, discovery, django_capture_
         response = alice.post(START, {**FIELDS, "epsilon0": "oops", "source": "json", "document": json.dumps(spec)})
     assert response.status_code == 302
     assert AdaptiveRun.objects.get().spec == spec
+
+
+def test_start_from_the_page_asks_first_with_the_plan_and_starts_on_the_go_ahead(
+    alice, discovery, django_capture_on_commit_callbacks
+) -> None:
+    asked = alice.post(START, {**FIELDS, "action": "start", "ask_before_spending": "1"})
+    assert asked.status_code == 200
+    page = asked.content.decode()
+    assert "Start this run and spend its budget?" in page
+    assert "The plan: 2 rounds, ε 2 in all of the 3 left for the analysis, and 2 of its 3 reports" in page
+    assert not AdaptiveRun.objects.exists() and not Round.objects.exists()
+    with django_capture_on_commit_callbacks(execute=False):
+        started = alice.post(START, {**FIELDS, "action": "start-confirmed", "ask_before_spending": "1"})
+    assert started.status_code == 302 and AdaptiveRun.objects.count() == 1
