@@ -76,6 +76,7 @@ class AnalysisAdmin(admin.ModelAdmin):
 
     class Media:
         css = {"all": ["css/admin.css"]}
+        js = ["js/admin_query_class.js"]
 
     @admin.display(description="Snapshot devices enforce")
     def snapshot_digest(self, analysis: Analysis) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -71,6 +72,8 @@ class AnalysisAdminForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # For static/js/admin_query_class.js: which fields each stream has.
+        self.fields["stream"].widget.attrs["data-stream-fields"] = json.dumps(STREAMS)
         query_class = self.instance.query_class if self.instance.pk else None
         if isinstance(query_class, dict):
             self.initial.setdefault("stream", query_class.get("stream"))

@@ -22,6 +22,12 @@ def test_the_officer_edits_a_budget_and_approves_it_from_the_analysis_page(analy
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="Query class: what queries may read")).to_be_visible()
     assert page_width(page) <= 1280
+    # Only the stream's fields are offered: KeyboardNGrams has no perplexity.
+    perplexity = page.locator('input[name="query_fields"][value="perplexity"]')
+    expect(perplexity).to_be_hidden()
+    page.get_by_label("Data stream").select_option("ModelMetrics")
+    expect(perplexity).to_be_visible()
+    page.get_by_label("Data stream").select_option("KeyboardNGrams")
 
     # A bad value is refused by its field, in words.
     page.locator("#id_epsilon_allowed").fill("0")
