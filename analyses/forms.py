@@ -29,6 +29,7 @@ _FIELD_FOR_PATH = {
     "privacy.minCohort": "min_cohort",
     "cohorts": "cohorts",
     "query": "field",
+    "dataTypeContent": "boundaries",  # e.g. more buckets than the policy allows: the boundaries make them
     "confirmSmallCohorts": "confirm_small_cohorts",
 }
 # Which side of the editor is the recipe: the form's fields, or the JSON textarea.

@@ -86,3 +86,13 @@ def test_the_api_names_the_report_count_refusal_by_its_own_key(api, analysis, an
     response = api.post("/api/analyses/test.ages/recipes/validate/", {**recipe, "recipeIdentifier": "x"}, format="json")
     assert response.status_code == 400
     assert list(response.json()["fields"]) == ["budget.reports"]
+
+
+def test_too_many_buckets_for_the_policy_shows_under_the_boundaries(client, analysis, analyst, officer) -> None:
+    analysis.max_buckets = 4
+    analysis.save(update_fields=["max_buckets"])
+    analysis_approve(analysis=analysis, officer=officer)
+    response = post(client, analyst)  # 7 boundaries: 8 buckets
+    errors = response.context["form"].errors
+    assert list(errors) == ["boundaries"]
+    assert errors["boundaries"][0].startswith("8 buckets; this analysis allows at most 4")
