@@ -122,6 +122,7 @@ class RecipeForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.analysis = analysis
         self._fields_recipe: dict[str, Any] | None = None
+        self._fields_shown: dict[str, Any] | None = None
         query_class = analysis.enforced.query_class  # what devices accept, not an unapproved edit
         stream = query_class["stream"]
         numeric = [f for f in query_class["fields"] if field_kind(stream, f) == "number"]
@@ -156,6 +157,10 @@ class RecipeForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if self.json_is_source:
+            # The fields as posted (the editor's script keeps them in sync with the JSON): an error at
+            # a key the field shows as the JSON has it goes under the field (add_recipe_errors).
+            if not any(name in self.errors for name in self.FORM_SIDE):
+                self._fields_shown = self._recipe_from_fields(data)
             # The JSON is the recipe: the fields' own complaints do not count, recipe_validate judges it.
             for name in self.FORM_SIDE:
                 self.errors.pop(name, None)
@@ -207,11 +212,18 @@ class RecipeForm(forms.Form):
                     self.add_error("confirm_small_cohorts", message)  # a go-ahead to give, not a key to fix
                 elif path.startswith("budget."):
                     self.add_error(None, message)  # the policy's, not the recipe's: no field or key to fix
-                elif self.json_is_source:
-                    # The fields may not show what the JSON says: every message goes with the JSON, by key.
+                elif self.json_is_source and not self._field_shows(path):
+                    # The fields do not show what the JSON says there: the message goes with the JSON, by key.
                     self.add_error("recipe_json", f"{path}: {message}")
                 else:
                     self.add_error(form_field_for(path), message)
+
+    def _field_shows(self, path: str) -> bool:
+        """Whether a form field shows the JSON's value at ``path`` (so its error can go under it)."""
+        if self._fields_shown is None or form_field_for(path) is None:
+            return False
+        posted = self.cleaned_data.get("recipe_json")
+        return _at(posted, path) == _at(self._fields_shown, path) != _MISSING
 
     @property
     def recipe_paths(self) -> dict[str, str]:
@@ -265,6 +277,18 @@ class RecipeForm(forms.Form):
             for closed, numerical in zip(curves[0]["points"], curves[1]["points"], strict=True)
         ]
         return {"epsilon0": curves[0]["epsilon0"], "delta": curves[0]["delta"], "rows": rows}
+
+
+_MISSING = object()
+
+
+def _at(document: Any, path: str) -> Any:
+    """The value at a dotted path of a JSON document, or _MISSING."""
+    for key in path.split("."):
+        if not isinstance(document, dict) or key not in document:
+            return _MISSING
+        document = document[key]
+    return document
 
 
 def json_object(text: str) -> dict[str, Any]:

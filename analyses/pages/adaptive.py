@@ -406,8 +406,9 @@ def _plan_check(analysis: Analysis, spec: dict[str, Any]) -> dict[str, Any]:
     used = spent["fields"].get(parsed.field, {"epsilon": 0.0, "reports": 0})
     return {
         "rows": parsed.plan,
-        "epsilon": sum(row["epsilon"] for row in parsed.plan),
-        "delta": sum(row["delta"] for row in parsed.plan),
+        # Rounded as budgets are kept (nano-epsilon): no 0.30000000000000004 on the page.
+        "epsilon": round(sum(row["epsilon"] for row in parsed.plan), 9),
+        "delta": round(sum(row["delta"] for row in parsed.plan), 15),
         "analysis_left": round(enforced.epsilon_allowed - spent["epsilon"], 9),
         "reports_left": enforced.reports_allowed - spent["reports"],
         "field": parsed.field,

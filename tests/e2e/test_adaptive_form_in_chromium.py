@@ -5,7 +5,9 @@ start."""
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -14,6 +16,16 @@ from analyses.models import AdaptiveRun, Round
 from devices.synthetic import TOKENS
 
 pytestmark = pytest.mark.e2e
+
+SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
+
+
+def shot(page, name: str, locator=None) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        target = locator if locator is not None else page
+        kwargs = {} if locator is not None else {"full_page": True}
+        target.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), **kwargs)
 
 
 def sign_in(page, url: str) -> None:
@@ -64,6 +76,7 @@ def test_the_form_and_the_json_stay_in_sync_and_the_plan_shows_before_start(disc
     checked = page.locator("#plan-checked")
     expect(checked.locator("tbody tr")).to_have_count(2)
     expect(page.locator("#plan-verdict")).to_contain_text("The plan fits: it spends ε 1 of the 3 left")
+    shot(page, "adaptive_start", page.locator("section", has=page.locator("#adaptive-form")))
     expect(page.get_by_label("Rounds", exact=True)).to_have_value("2")
     assert spec_of(page)["vocabulary"] == list(TOKENS[:40])
     assert not AdaptiveRun.objects.exists() and not Round.objects.exists()

@@ -3,12 +3,25 @@ approves an edit from the analysis's own page after seeing the snapshot diff."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import expect
 
 from analyses.models import Analysis
 
 pytestmark = pytest.mark.e2e
+
+SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
+
+
+def shot(page, name: str, locator=None) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        target = locator if locator is not None else page
+        kwargs = {} if locator is not None else {"full_page": True}
+        target.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), **kwargs)
 
 
 def page_width(page) -> int:
@@ -46,6 +59,7 @@ def test_the_officer_edits_a_budget_and_approves_it_from_the_analysis_page(analy
 
     page.get_by_role("link", name="Approve…").click()
     expect(page.locator("#approval-diff")).to_contain_text("budget.epsilon: 2.0 → 3.0")
+    shot(page, "admin_approve")
     assert Analysis.objects.get(pk=analysis.pk).enforced.epsilon_allowed == 2.0
     page.get_by_role("button", name="Approve: send devices this policy").click()
     expect(page.locator(".messagelist")).to_contain_text("Approved test.ages: devices of fleet small now enforce")

@@ -3,7 +3,9 @@ analysis of text fields only gets no broken histogram editor; the privacy fields
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -12,6 +14,16 @@ from analyses.models import Round
 from analyses.services.rounds import round_create_and_start
 
 pytestmark = pytest.mark.e2e
+
+SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
+
+
+def shot(page, name: str, locator=None) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        target = locator if locator is not None else page
+        kwargs = {} if locator is not None else {"full_page": True}
+        target.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), **kwargs)
 
 
 def sign_in(page, url: str) -> None:
@@ -37,6 +49,7 @@ def test_run_shows_what_it_will_spend_and_what_remains_and_asks_first(analysis, 
     expect(rows.nth(0)).to_have_text(re.compile(r"Analysis test\.ages\s*2\s*1\s*2\s*1"))
     expect(rows.nth(1)).to_have_text(re.compile(r"Field age\s*2\s*1\s*2\s*1"))
     expect(page.get_by_role("button", name="Not now")).to_be_focused()  # the safe answer first
+    shot(page, "run_question", dialog)
 
     # Declining spends nothing and leaves the form as it was.
     page.get_by_role("button", name="Not now").click()
@@ -93,6 +106,7 @@ def test_each_privacy_field_opens_its_entry_in_the_parameter_guide(analysis, liv
     page.get_by_label("Sampling rate (q)").fill("0.01")
     page.get_by_role("button", name="Compute").click()
     expect(page.locator("#calc-verdict")).to_contain_text("Too few: nothing would be released")
+    shot(page, "guide")
 
 
 def test_a_used_up_report_count_shows_above_the_fields_in_words_not_under_epsilon(

@@ -4,6 +4,7 @@ no field caused (the policy's report count) goes above the fields."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -96,3 +97,20 @@ def test_too_many_buckets_for_the_policy_shows_under_the_boundaries(client, anal
     errors = response.context["form"].errors
     assert list(errors) == ["boundaries"]
     assert errors["boundaries"][0].startswith("8 buckets; this analysis allows at most 4")
+
+
+def test_a_json_post_in_sync_with_the_fields_puts_the_error_under_the_field(client, analysis, analyst, recipe) -> None:
+    """What the page's script posts: the JSON runs, and the fields show the same values."""
+    recipe["privacy"]["minCohort"] = 200000
+    response = post(client, analyst, min_cohort="200000", source="json", recipe_json=json.dumps(recipe))
+    errors = response.context["form"].errors
+    assert list(errors) == ["min_cohort"] and errors["min_cohort"][0].startswith("More than this fleet can reach")
+    assert not Recipe.objects.exists()
+
+
+def test_a_json_key_the_fields_do_not_show_keeps_its_error_with_the_json(client, analysis, analyst, recipe) -> None:
+    recipe["privacy"]["minCohort"] = 200000  # the form's Minimum cohort is empty
+    response = post(client, analyst, source="json", recipe_json=json.dumps(recipe))
+    errors = response.context["form"].errors
+    assert list(errors) == ["recipe_json"]
+    assert errors["recipe_json"][0].startswith("privacy.minCohort: More than this fleet can reach")

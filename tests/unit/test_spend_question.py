@@ -8,6 +8,7 @@ import json
 import pytest
 
 from analyses.models import Recipe, Round
+from analyses.templatetags.figures import figure
 from tests.unit.test_dashboard import FORM
 from tests.unit.test_text_only_editor import text_recipe
 
@@ -56,3 +57,11 @@ def test_a_text_only_analysis_asks_too(client, discovery, analyst) -> None:
     page = client.post("/analyses/t.discovery/", post).content.decode()
     assert "Run this round and spend its budget?" in page and "Field ngrams" in page
     assert not Round.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(0.5, "0.5"), (1e-6, "0.000001"), (3.0, "3"), (0.30000000000000004, "0.3"), (1e-9, "1e-09"), (None, "—")],
+)
+def test_figures_print_as_the_editors_script_prints_them(value, shown) -> None:
+    assert figure(value) == shown
