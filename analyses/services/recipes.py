@@ -182,7 +182,7 @@ def _fleet_too_small(
     else:
         problems.add(
             "privacy.epsilon",
-            f"Too small for this fleet: at this ε, ε₀ and δ devices need at least {min_cohort:,} reports, but "
+            f"Too small for this fleet: at this ε, ε₀ and δ devices need a minimum cohort of {min_cohort:,} reports, but "
             f"{expected}. Raise ε, or lower ε₀.",
         )
 

@@ -76,7 +76,9 @@ def test_an_epsilon_too_small_for_the_fleet_shows_under_epsilon_and_says_what_to
     assert response.status_code == 400
     errors = response.context["form"].errors
     assert list(errors) == ["epsilon"]
-    assert errors["epsilon"][0].startswith("Too small for this fleet: at this ε, ε₀ and δ devices need at least ")
+    assert errors["epsilon"][0].startswith(
+        "Too small for this fleet: at this ε, ε₀ and δ devices need a minimum cohort of "
+    )
     assert errors["epsilon"][0].endswith(
         "but the fleet's 5,000 devices at sampling rate 1 give about 5,000 reports. Raise ε, or lower ε₀."
     )
