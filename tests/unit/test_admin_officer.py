@@ -142,3 +142,36 @@ def test_an_analyst_cannot_reach_the_approve_page(client, draft, analyst) -> Non
     assert client.post(APPROVE.format(pk=draft.pk)).status_code == 302  # to the admin's sign-in
     draft.refresh_from_db()
     assert not draft.is_approved
+
+
+def test_an_officer_adds_an_analysis_with_the_structured_query_class(client, fleet, analyst, officer) -> None:
+    client.force_login(officer)
+    assert client.get("/admin/analyses/analysis/add/").status_code == 200
+    data = {
+        "identifier": "test.new",
+        "title": "",
+        "fleet": fleet.pk,
+        "owner": analyst.pk,
+        "stream": "ModelMetrics",
+        "query_fields": ["perplexity"],
+        "cohort_fields": ["locale"],
+        "epsilon_allowed": "1",
+        "reports_allowed": "1",
+        "delta": "1e-6",
+        "accountant": "basic",
+        "min_cohort_floor": "",
+        "max_buckets": "",
+        "field_policies-TOTAL_FORMS": 1,
+        "field_policies-INITIAL_FORMS": 0,
+        "field_policies-MIN_NUM_FORMS": 0,
+        "field_policies-MAX_NUM_FORMS": 1000,
+        "field_policies-0-field": "perplexity",
+        "field_policies-0-local_epsilon": "4",
+        "field_policies-0-epsilon": "1",
+        "field_policies-0-reports": "1",
+    }
+    response = client.post("/admin/analyses/analysis/add/", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    created = Analysis.objects.get(identifier="test.new")
+    assert created.query_class == {"stream": "ModelMetrics", "fields": ["perplexity"], "cohortFields": ["locale"]}
+    assert not created.is_approved
