@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from analyses.admin_forms import AnalysisAdminForm, FieldPolicyAdminForm
+from analyses.admin_forms import AnalysisAdminForm, FieldPolicyAdminForm, FieldPolicyFormSet
 from analyses.enforced_policy import pending_changes
 from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
 from analyses.services.policy import analysis_approve
@@ -22,6 +22,7 @@ from pfs_base.errors import NotAllowed
 class FieldPolicyInline(admin.TabularInline):
     model = FieldPolicy
     form = FieldPolicyAdminForm
+    formset = FieldPolicyFormSet
     extra = 0
 
 

@@ -160,3 +160,21 @@ class FieldPolicyAdminForm(forms.ModelForm):
         if reports is not None and reports < 1:
             raise forms.ValidationError("Must be at least 1: each device must be allowed at least one report.")
         return reports
+
+
+class FieldPolicyFormSet(forms.BaseInlineFormSet):
+    """Each field policy names a field queries may read (the query class the form above sets)."""
+
+    def clean(self) -> None:
+        super().clean()
+        query_class = self.instance.query_class if isinstance(self.instance.query_class, dict) else {}
+        readable = query_class.get("fields", [])
+        for form in self.forms:
+            data = getattr(form, "cleaned_data", None) or {}
+            name = data.get("field")
+            if data.get("DELETE") or not name or not readable or name in readable:
+                continue
+            form.add_error(
+                "field",
+                f"Not a field queries may read ({', '.join(readable)}): tick it above, or delete this policy.",
+            )

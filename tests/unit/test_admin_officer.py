@@ -175,3 +175,12 @@ def test_an_officer_adds_an_analysis_with_the_structured_query_class(client, fle
     created = Analysis.objects.get(identifier="test.new")
     assert created.query_class == {"stream": "ModelMetrics", "fields": ["perplexity"], "cohortFields": ["locale"]}
     assert not created.is_approved
+
+
+def test_a_field_policy_for_a_field_queries_cannot_read_is_refused_by_name(client, analysis, officer) -> None:
+    client.force_login(officer)
+    response = client.post(CHANGE.format(pk=analysis.pk), change_post(analysis, query_fields=["ngrams"]))
+    assert response.status_code == 200
+    assert "Not a field queries may read (ngrams): tick it above, or delete this policy." in response.content.decode()
+    analysis.refresh_from_db()
+    assert analysis.query_class["fields"] == ["age", "ngrams"]
