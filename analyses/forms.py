@@ -13,8 +13,10 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from analyses import calculators
 from analyses.models import Analysis, Recipe
 from devices.streams import field_kind
+from devices.synthetic import TOKENS
 from pfs_base.errors import ValidationFailed
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
+from privacy.ngrams import PrefixTreeType
 from privacy.parameters import PRIVACY_KEYS
 
 # Dotted JSON paths of recipe errors, and the form field that shows each. The editor's script
@@ -141,6 +143,30 @@ class RecipeForm(forms.Form):
     @property
     def json_is_source(self) -> bool:
         return self.is_bound and self.data.get("source") == SOURCE_JSON
+
+    @cached_property
+    def text_example(self) -> str:
+        """A recipe over the first text field (one level of a prefix tree over common words), to
+        copy into the JSON box of an analysis with no number field: the format, filled in."""
+        if not self.text_fields:
+            return ""
+        field = self.text_fields[0]
+        enforced = self.analysis.enforced
+        policy = enforced.field(field)
+        recipe = {
+            "version": "1",
+            "AnalysisIdentifier": self.analysis.identifier,
+            "query": f"select {field} from {enforced.query_class['stream']}",  # noqa: S608 (a recipe query)
+            "cohorts": [],
+            "dataTypeContent": {field: PrefixTreeType(tokens=tuple(TOKENS[:12]), unit="word").to_json()},
+            "privacy": {
+                "mechanism": "asymmetric_ohe",
+                "epsilon0": min(4.0, policy.local_epsilon) if policy else 4.0,
+                "epsilon": min(1.0, policy.epsilon if policy else 1.0, enforced.epsilon_allowed),
+                "delta": min(1e-6, enforced.delta),
+            },
+        }
+        return _dumps(recipe)
 
     def form_side(self) -> list[forms.BoundField]:
         return [self[name] for name in self.FORM_SIDE]

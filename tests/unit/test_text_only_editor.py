@@ -3,7 +3,9 @@ what it can run, shows no error before any input, and still runs a recipe writte
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 import pytest
 
@@ -62,3 +64,14 @@ def test_a_bad_json_recipe_on_a_text_only_analysis_says_why_under_the_json_and_s
     assert "privacy.epsilon: Must be greater than 0." in page
     assert '<details id="text-recipe" open>' in page
     assert not Round.objects.exists()
+
+
+def test_the_example_offered_for_the_text_field_is_a_recipe_the_analysis_accepts(
+    client, discovery, analyst, api
+) -> None:
+    client.force_login(analyst)
+    page = client.get("/analyses/t.discovery/").content.decode()
+    example = html.unescape(re.search(r'<pre class="json">(.*?)</pre>', page, re.DOTALL).group(1))
+    response = api.post("/api/analyses/t.discovery/recipes/validate/", json.loads(example), format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["field"] == "ngrams"
