@@ -98,8 +98,9 @@
     const control = form.elements[name];
     if (!control || raw === undefined) return;
     const text = raw === null ? "" : String(raw);
-    if (control instanceof RadioNodeList) {
-      for (const radio of control) radio.checked = radio.value === text;
+    if (control instanceof RadioNodeList || control.type === "radio") {
+      // One radio alone is not a RadioNodeList: tick it or not, never rewrite its value.
+      for (const radio of control instanceof RadioNodeList ? control : [control]) radio.checked = radio.value === text;
     } else if (control.tagName === "SELECT") {
       if (Array.from(control.options).some((o) => o.value === text)) control.value = text;
     } else {
