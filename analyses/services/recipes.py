@@ -173,11 +173,17 @@ def _fleet_too_small(
     expected = f"the fleet's {analysis.fleet.size:,} devices at sampling rate {sampling_rate:g} give about " + (
         f"{analysis.fleet.size * sampling_rate:,.0f} reports"
     )
-    if noise != Recipe.Noise.CLIENT or (stated is not None and stated >= min_cohort):
+    if stated is not None and stated >= min_cohort:
         problems.add(
             "privacy.minCohort",
             f"More than this fleet can reach: {expected}, fewer than {min_cohort:,}, so nothing would be released. "
             "Lower it, or raise the sampling rate.",
+        )
+    elif noise != Recipe.Noise.CLIENT:
+        problems.add(
+            "privacy.minCohort",
+            f"This analysis's minimum cohort of {min_cohort:,} (its floor, or 1,000 with aggregator noise) is more "
+            f"than this fleet can reach: {expected}. Raise the sampling rate.",
         )
     else:
         problems.add(

@@ -116,3 +116,20 @@ def test_a_json_key_the_fields_do_not_show_keeps_its_error_with_the_json(client,
     errors = response.context["form"].errors
     assert list(errors) == ["recipe_json"]
     assert errors["recipe_json"][0].startswith("privacy.minCohort: More than this fleet can reach")
+
+
+def test_an_aggregator_noise_floor_the_fleet_cannot_reach_says_it_is_the_analysiss(
+    api, analysis, officer, recipe
+) -> None:
+    analysis.field_policies.update(aggregator_noise=True)
+    analysis_approve(analysis=analysis, officer=officer)
+    recipe["privacy"] = {"noise": "aggregator", "epsilon": 1.0, "delta": 1e-6, "samplingRate": 0.1}
+    response = api.post("/api/analyses/test.ages/recipes/validate/", recipe, format="json")
+    assert response.status_code == 400
+    assert response.json()["fields"] == {
+        "privacy.minCohort": [
+            "This analysis's minimum cohort of 1,000 (its floor, or 1,000 with aggregator noise) is more than this "
+            "fleet can reach: the fleet's 5,000 devices at sampling rate 0.1 give about 500 reports. "
+            "Raise the sampling rate."
+        ]
+    }
