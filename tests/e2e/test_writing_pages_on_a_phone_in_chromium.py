@@ -41,7 +41,8 @@ def test_the_writing_pages_fit_a_phone(analysis, discovery, live_server, phone) 
 
     phone.goto(f"{live_server.url}/analyses/t.discovery/")
     expect(phone.locator("#text-only")).to_be_visible()
-    phone.locator("#text-recipe summary").click()
+    phone.locator("#text-recipe > summary").click()
+    phone.locator("#text-recipe-example > summary").click()
     assert fits(phone.locator("#text-only"))
 
     phone.goto(f"{live_server.url}/analyses/test.ages/")
