@@ -65,3 +65,11 @@ def test_the_officer_edits_a_budget_and_approves_it_from_the_analysis_page(analy
     expect(page.locator(".messagelist")).to_contain_text("Approved test.ages: devices of fleet small now enforce")
     expect(page.locator("#approval-summary")).to_contain_text("nothing waits for approval")
     assert Analysis.objects.get(pk=analysis.pk).enforced.epsilon_allowed == 3.0
+
+    for path in (
+        "/admin/analyses/analysis/",
+        "/admin/analyses/analysis/add/",
+        f"/admin/analyses/analysis/{analysis.pk}/approve/",
+    ):
+        page.goto(f"{live_server.url}{path}")
+        assert page_width(page) <= 1280, path
