@@ -8,13 +8,16 @@ from functools import cached_property
 from typing import Any
 
 from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS
 
 from analyses import calculators
 from analyses.models import Analysis, Recipe
 from devices.streams import field_kind
+from devices.synthetic import TOKENS
 from pfs_base.errors import ValidationFailed
 from privacy.enforced_cohort import BOUND_LABELS, BOUNDS
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
+from privacy.ngrams import PrefixTreeType
 from privacy.parameters import PRIVACY_KEYS
 
 # Dotted JSON paths of recipe errors, and the form field that shows each. The editor's script
@@ -29,6 +32,7 @@ _FIELD_FOR_PATH = {
     "privacy.minCohort": "min_cohort",
     "cohorts": "cohorts",
     "query": "field",
+    "dataTypeContent": "boundaries",  # e.g. more buckets than the policy allows: the boundaries make them
     "confirmSmallCohorts": "confirm_small_cohorts",
 }
 # Which side of the editor is the recipe: the form's fields, or the JSON textarea.
@@ -52,7 +56,8 @@ class RecipeForm(forms.Form):
     field = forms.ChoiceField(label="Field to histogram")
     boundaries = forms.CharField(
         label="Bucket boundaries",
-        help_text="Increasing numbers, comma-separated. k boundaries give OOV + k buckets.",
+        help_text="Increasing numbers, comma-separated. k boundaries make k + 1 buckets: one below the first "
+        "boundary (values below it, or missing), then one from each boundary to the next, the last open-ended.",
         initial="20, 30, 40, 50, 60, 70, 80",
     )
     cohorts = forms.MultipleChoiceField(
@@ -102,7 +107,7 @@ class RecipeForm(forms.Form):
         label="Recipe JSON",
         required=False,
         widget=forms.Textarea(attrs={"rows": 20, "cols": 60, "spellcheck": "false"}),
-        help_text="Figure 4 of seed 000 for the values above (docs/formats.md). Keys the form has no field "
+        help_text="The recipe devices receive, for the values above (format: docs/formats.md). Keys the form has no field "
         "for (recipeIdentifier, a PrefixTree, …) can be written here.",
     )
 
@@ -114,13 +119,20 @@ class RecipeForm(forms.Form):
         *PRIVACY_KEYS,
     )
 
+    # The privacy fields, each linked to its entry in the parameter guide (templates/analyses/guide.html).
+    GUIDED = frozenset(PRIVACY_KEYS)
+
     def __init__(self, *args: Any, analysis: Analysis, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.analysis = analysis
         self._fields_recipe: dict[str, Any] | None = None
+        self._fields_shown: dict[str, Any] | None = None
         query_class = analysis.enforced.query_class  # what devices accept, not an unapproved edit
         stream = query_class["stream"]
         numeric = [f for f in query_class["fields"] if field_kind(stream, f) == "number"]
+        # A histogram needs a number field: an analysis of text fields only gets no histogram editor.
+        self.numeric_fields = numeric
+        self.text_fields = [f for f in query_class["fields"] if field_kind(stream, f) == "text"]
         self.fields["field"].choices = [(f, f) for f in numeric]
         self.fields["field"].initial = numeric[0] if numeric else None
         self.fields["mechanism"].initial = "asymmetric_ohe"  # the recipe format's default
@@ -133,6 +145,30 @@ class RecipeForm(forms.Form):
     @property
     def json_is_source(self) -> bool:
         return self.is_bound and self.data.get("source") == SOURCE_JSON
+
+    @cached_property
+    def text_example(self) -> str:
+        """A recipe over the first text field (one level of a prefix tree over common words), to
+        copy into the JSON box of an analysis with no number field: the format, filled in."""
+        if not self.text_fields:
+            return ""
+        field = self.text_fields[0]
+        enforced = self.analysis.enforced
+        policy = enforced.field(field)
+        recipe = {
+            "version": "1",
+            "AnalysisIdentifier": self.analysis.identifier,
+            "query": f"select {field} from {enforced.query_class['stream']}",  # noqa: S608 (a recipe query)
+            "cohorts": [],
+            "dataTypeContent": {field: PrefixTreeType(tokens=tuple(TOKENS[:12]), unit="word").to_json()},
+            "privacy": {
+                "mechanism": "asymmetric_ohe",
+                "epsilon0": min(4.0, policy.local_epsilon) if policy else 4.0,
+                "epsilon": min(1.0, policy.epsilon if policy else 1.0, enforced.epsilon_allowed),
+                "delta": min(1e-6, enforced.delta),
+            },
+        }
+        return _dumps(recipe)
 
     def form_side(self) -> list[forms.BoundField]:
         return [self[name] for name in self.FORM_SIDE]
@@ -149,6 +185,10 @@ class RecipeForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if self.json_is_source:
+            # The fields as posted (the editor's script keeps them in sync with the JSON): an error at
+            # a key the field shows as the JSON has it goes under the field (add_recipe_errors).
+            if not any(name in self.errors for name in self.FORM_SIDE):
+                self._fields_shown = self._recipe_from_fields(data)
             # The JSON is the recipe: the fields' own complaints do not count, recipe_validate judges it.
             for name in self.FORM_SIDE:
                 self.errors.pop(name, None)
@@ -198,11 +238,20 @@ class RecipeForm(forms.Form):
             for message in messages:
                 if path == "confirmSmallCohorts":
                     self.add_error("confirm_small_cohorts", message)  # a go-ahead to give, not a key to fix
-                elif self.json_is_source:
-                    # The fields may not show what the JSON says: every message goes with the JSON, by key.
+                elif path.startswith("budget."):
+                    self.add_error(None, message)  # the policy's, not the recipe's: no field or key to fix
+                elif self.json_is_source and not self._field_shows(path):
+                    # The fields do not show what the JSON says there: the message goes with the JSON, by key.
                     self.add_error("recipe_json", f"{path}: {message}")
                 else:
                     self.add_error(form_field_for(path), message)
+
+    def _field_shows(self, path: str) -> bool:
+        """Whether a form field shows the JSON's value at ``path`` (so its error can go under it)."""
+        if self._fields_shown is None or form_field_for(path) is None:
+            return False
+        posted = self.cleaned_data.get("recipe_json")
+        return _at(posted, path) == _at(self._fields_shown, path) != _MISSING
 
     @property
     def recipe_paths(self) -> dict[str, str]:
@@ -265,6 +314,18 @@ class RecipeForm(forms.Form):
         }
 
 
+_MISSING = object()
+
+
+def _at(document: Any, path: str) -> Any:
+    """The value at a dotted path of a JSON document, or _MISSING."""
+    for key in path.split("."):
+        if not isinstance(document, dict) or key not in document:
+            return _MISSING
+        document = document[key]
+    return document
+
+
 def json_object(text: str) -> dict[str, Any]:
     """The JSON object in ``text``; a ValidationError saying where the JSON breaks, or that it is no object."""
     try:
@@ -309,3 +370,296 @@ class AdaptiveJsonForm(forms.Form):
         for path, messages in errors.items():
             for message in messages:
                 self.add_error("document", f"{path}: {message}")
+
+
+# ---------------------------------------------------------------- adaptive runs: the start form
+
+_DISCOVERY, _REFINEMENT = "ngram_discovery", "bucket_refinement"
+# Spec key -> the start form's field that shows its errors (the JSON side of the same mapping is
+# static/js/adaptive_form.js, which reads this table from the page).
+_ADAPTIVE_FIELD_FOR_PATH = {
+    "kind": "kind",
+    "field": "field",
+    "unit": "unit",
+    "vocabulary": "vocabulary",
+    "maxLength": "rounds",
+    "maxRounds": "rounds",
+    "boundaries": "boundaries",
+    "minWidth": "min_width",
+    "privacy.mechanism": "mechanism",
+    "privacy.epsilon0": "epsilon0",
+    "privacy.epsilonPerRound": "epsilon_per_round",
+    "privacy.delta": "delta",
+    "privacy.samplingRate": "sampling_rate",
+    "threshold": "z_score",
+    "threshold.zScore": "z_score",
+    "threshold.maxPerLevel": "max_per_level",
+    "threshold.maxBuckets": "max_per_level",
+    "baseline": "baseline",
+    "baseline.analysis": "baseline",
+    "baseline.rows": "baseline_rows",
+    "baseline.columns": "baseline_columns",
+    "baseline.topK": "baseline_top_k",
+}
+_ROUND_PREFIX = re.compile(r"^(baseline )?round (\d+): (.*)$")
+VOCABULARY_FILE_LIMIT = 1_000_000  # bytes: a dictionary of words, not a corpus
+
+
+def vocabulary_words(text: str) -> list[str]:
+    """The words of a vocabulary given as a JSON array, or one per line, or separated by commas."""
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, list):
+            return [str(word).strip() for word in value if str(word).strip()]
+    return [word.strip() for word in re.split(r"[\n,]", text) if word.strip()]
+
+
+class AdaptiveSpecForm(forms.Form):
+    """The start of an adaptive run: its spec as fields, or as the JSON (docs/adaptive.md).
+
+    As in the recipe editor, one side is the spec: the fields (``spec_from_fields``, the one
+    fields-to-JSON mapping) or the JSON as written. A post without ``source`` runs the JSON, as the
+    page did when it had only the JSON.
+    """
+
+    kind = forms.ChoiceField(label="Kind", widget=forms.RadioSelect)
+    field = forms.ChoiceField(label="Field")
+    unit = forms.ChoiceField(
+        label="Unit", choices=[("word", "words"), ("character", "letters")], initial="word", required=False
+    )
+    vocabulary = forms.CharField(
+        label="Vocabulary",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 5, "cols": 60, "spellcheck": "false"}),
+        help_text="The public words (or letters) an n-gram may be made of, one a line or separated by commas. "
+        "Devices' words outside it are not counted.",
+    )
+    vocabulary_file = forms.FileField(
+        label="…or a vocabulary file",
+        required=False,
+        help_text="A text file, one word a line, or a JSON array; it replaces the list above.",
+    )
+    rounds = forms.IntegerField(
+        label="Rounds", min_value=1, max_value=12, help_text="Discovery: the longest n-gram (one word a round)."
+    )
+    boundaries = forms.CharField(
+        label="First bucket boundaries", required=False, help_text="Refinement: increasing numbers, comma-separated."
+    )
+    min_width = forms.FloatField(
+        label="Narrowest bucket", required=False, help_text="Refinement: never split below it."
+    )
+    mechanism = forms.ChoiceField(label="Local randomizer", choices=[(m, m) for m in sorted(MECHANISMS)])
+    epsilon0 = forms.FloatField(label="Local epsilon (ε₀)")
+    epsilon_per_round = forms.FloatField(label="Aggregate epsilon per round (ε)")
+    delta = forms.FloatField(label="Delta (δ) per round")
+    sampling_rate = forms.FloatField(label="Sampling rate (q)", initial=1.0)
+    z_score = forms.FloatField(
+        label="Keep above (z-score)",
+        required=False,
+        help_text="An n-gram or bucket is kept when its estimate is this many standard errors above 0.",
+    )
+    max_per_level = forms.IntegerField(
+        label="Keep at most",
+        required=False,
+        min_value=1,
+        help_text="n-grams a level (discovery), buckets (refinement).",
+    )
+    baseline = forms.ChoiceField(
+        label="Static baseline on",
+        required=False,
+        help_text="Discovery only: another analysis of the same fleet runs the same plan as one static sketch, "
+        "for comparison. It spends that analysis's budget.",
+    )
+    baseline_rows = forms.IntegerField(label="Sketch rows", required=False, min_value=1)
+    baseline_columns = forms.IntegerField(label="Sketch columns", required=False, min_value=1)
+    baseline_top_k = forms.IntegerField(label="Baseline top k", required=False, min_value=1)
+    source = forms.ChoiceField(
+        label="Start from",
+        choices=[(SOURCE_FORM, "the form fields"), (SOURCE_JSON, "the spec JSON")],
+        initial=SOURCE_FORM,
+        required=False,
+        widget=forms.RadioSelect,
+    )
+    document = forms.CharField(
+        label="Spec (JSON)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 16, "cols": 80, "spellcheck": "false"}),
+        help_text="The same spec as JSON (docs/adaptive.md); its whole budget plan is checked against the policy "
+        "before round 1 is sent.",
+    )
+
+    DISCOVERY_FIELDS = (
+        "unit",
+        "vocabulary",
+        "vocabulary_file",
+        "baseline",
+        "baseline_rows",
+        "baseline_columns",
+        "baseline_top_k",
+    )
+    REFINEMENT_FIELDS = ("boundaries", "min_width")
+    PRIVACY_FIELDS = ("mechanism", "epsilon0", "epsilon_per_round", "delta", "sampling_rate")
+
+    def __init__(
+        self,
+        *args: Any,
+        analysis: Analysis,
+        kinds: dict[str, list[str]],
+        baselines: list[str],
+        example: dict[str, Any] | None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.analysis = analysis
+        self.kinds = kinds  # kind -> the fields it can run on
+        labels = {_DISCOVERY: "n-gram discovery (text)", _REFINEMENT: "bucket refinement (numbers)"}
+        self.fields["kind"].choices = [(k, labels[k]) for k in kinds]
+        self.fields["field"].choices = [(f, f) for fields in kinds.values() for f in fields]
+        self.fields["baseline"].choices = [("", "none"), *((b, b) for b in baselines)]
+        if example is not None and not self.is_bound:
+            self.initial = {**fields_from_spec(example), **self.initial}
+
+    @property
+    def json_is_source(self) -> bool:
+        return self.is_bound and (self.data.get("source") or SOURCE_JSON) == SOURCE_JSON
+
+    @property
+    def field_paths(self) -> dict[str, str]:
+        """Spec key -> form field, for the page's script."""
+        return _ADAPTIVE_FIELD_FOR_PATH
+
+    def clean_document(self) -> Any:
+        text = self.cleaned_data["document"]
+        if not self.json_is_source:
+            return text
+        if not text.strip():
+            raise forms.ValidationError("Give the spec as JSON, or choose to start from the form fields.")
+        return json_object(text)
+
+    def clean_boundaries(self) -> list[float] | None:
+        text = self.cleaned_data["boundaries"]
+        try:
+            return [float(part) for part in text.replace(";", ",").split(",") if part.strip()]
+        except ValueError:
+            raise forms.ValidationError("Every boundary must be a number.") from None
+
+    def clean_vocabulary_file(self) -> list[str] | None:
+        upload = self.cleaned_data.get("vocabulary_file")
+        if not upload:
+            return None
+        if upload.size > VOCABULARY_FILE_LIMIT:
+            raise forms.ValidationError(f"At most {VOCABULARY_FILE_LIMIT:,} bytes: a list of words, not a corpus.")
+        try:
+            return vocabulary_words(upload.read().decode("utf-8"))
+        except UnicodeDecodeError:
+            raise forms.ValidationError("Must be a UTF-8 text file.") from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.json_is_source:
+            for name in list(self.errors):
+                if name not in ("document", NON_FIELD_ERRORS):
+                    self.errors.pop(name)
+            return data
+        kind = data.get("kind")
+        if kind and data.get("field") and data["field"] not in self.kinds.get(kind, []):
+            wanted = "text" if kind == _DISCOVERY else "number"
+            self.add_error("field", f"A {wanted} field is needed for this kind: {', '.join(self.kinds[kind])}.")
+        if kind == _DISCOVERY and not (data.get("vocabulary_file") or vocabulary_words(data.get("vocabulary") or "")):
+            self.add_error("vocabulary", "Give the words n-grams are made of: a list, or a file.")
+        if kind == _REFINEMENT and not data.get("boundaries"):
+            self.add_error("boundaries", "Give the first buckets' boundaries.")
+        return data
+
+    def spec(self) -> dict[str, Any]:
+        """The spec to start: the JSON as written when it is the source, else the fields'."""
+        if self.json_is_source:
+            return self.cleaned_data["document"]
+        return spec_from_fields(self.analysis.identifier, self.cleaned_data)
+
+    def add_problems(self, errors: dict[str, list[str]]) -> None:
+        """The services' errors (by spec key, or "round N: key" for a planned round) by the field they name."""
+        for path, messages in errors.items():
+            for message in messages:
+                if self.json_is_source:
+                    self.add_error("document", f"{path}: {message}")
+                    continue
+                prefix, key = "", path
+                match = _ROUND_PREFIX.match(path)
+                if match:
+                    baseline, number, key = match.groups()
+                    prefix = f"{'Baseline round' if baseline else 'Round'} {number}: "
+                    if baseline:
+                        key = "baseline"
+                name = _ADAPTIVE_FIELD_FOR_PATH.get(key)
+                if key.startswith("budget.") or name is None:
+                    shown = message if key.startswith("budget.") else f"{path}: {message}"
+                    self.add_error(None, prefix + shown)
+                else:
+                    self.add_error(name, prefix + message)
+
+
+def spec_from_fields(analysis: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The spec for the start form's cleaned fields: the one form-to-JSON mapping."""
+    kind = data["kind"]
+    spec: dict[str, Any] = {"analysis": analysis, "kind": kind, "field": data["field"]}
+    if kind == _DISCOVERY:
+        spec["unit"] = data.get("unit") or "word"
+        spec["vocabulary"] = data.get("vocabulary_file") or vocabulary_words(data.get("vocabulary") or "")
+        spec["maxLength"] = data["rounds"]
+    else:
+        spec["boundaries"] = data.get("boundaries") or []
+        if data.get("min_width") is not None:
+            spec["minWidth"] = data["min_width"]
+        spec["maxRounds"] = data["rounds"]
+    spec["privacy"] = {
+        "mechanism": data["mechanism"],
+        "epsilon0": data["epsilon0"],
+        "epsilonPerRound": data["epsilon_per_round"],
+        "delta": data["delta"],
+        "samplingRate": data["sampling_rate"],
+    }
+    threshold: dict[str, Any] = {}
+    if data.get("z_score") is not None:
+        threshold["zScore"] = data["z_score"]
+    if data.get("max_per_level") is not None:
+        threshold["maxPerLevel" if kind == _DISCOVERY else "maxBuckets"] = data["max_per_level"]
+    spec["threshold"] = threshold
+    if kind == _DISCOVERY and data.get("baseline"):
+        baseline: dict[str, Any] = {"analysis": data["baseline"]}
+        for key, name in (("rows", "baseline_rows"), ("columns", "baseline_columns"), ("topK", "baseline_top_k")):
+            if data.get(name) is not None:
+                baseline[key] = data[name]
+        spec["baseline"] = baseline
+    return spec
+
+
+def fields_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The start form's initial values for a spec (the page's examples)."""
+    privacy = spec.get("privacy", {})
+    threshold = spec.get("threshold", {})
+    baseline = spec.get("baseline") or {}
+    return {
+        "kind": spec.get("kind"),
+        "field": spec.get("field"),
+        "unit": spec.get("unit", "word"),
+        "vocabulary": ", ".join(spec.get("vocabulary", [])),
+        "rounds": spec.get("maxLength", spec.get("maxRounds")),
+        "boundaries": ", ".join(f"{b:g}" for b in spec.get("boundaries", [])),
+        "min_width": spec.get("minWidth"),
+        "mechanism": privacy.get("mechanism", "asymmetric_ohe"),
+        "epsilon0": privacy.get("epsilon0"),
+        "epsilon_per_round": privacy.get("epsilonPerRound"),
+        "delta": privacy.get("delta"),
+        "sampling_rate": privacy.get("samplingRate", 1.0),
+        "z_score": threshold.get("zScore"),
+        "max_per_level": threshold.get("maxPerLevel", threshold.get("maxBuckets")),
+        "baseline": baseline.get("analysis", ""),
+        "baseline_rows": baseline.get("rows"),
+        "baseline_columns": baseline.get("columns"),
+        "baseline_top_k": baseline.get("topK"),
+    }

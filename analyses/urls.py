@@ -1,6 +1,6 @@
 from django.urls import path
 
-from analyses.pages import adaptive, analysis, budget
+from analyses.pages import adaptive, analysis, budget, guide
 
 urlpatterns = [
     path("", analysis.analysis_list, name="analysis-list"),
@@ -11,6 +11,7 @@ urlpatterns = [
     path("analyses/<str:identifier>/audit.csv", budget.analysis_audit_csv, name="analysis-audit-csv"),
     path("analyses/<str:identifier>/policy/", budget.analysis_policy, name="analysis-policy"),
     path("compare/", budget.release_compare, name="release-compare"),
+    path("guide/privacy/", guide.privacy_guide, name="privacy-guide"),
     path("rounds/<int:pk>/", analysis.round_detail, name="round-detail"),
     path("rounds/<int:pk>/release.csv", analysis.release_csv, name="release-csv"),
     path("rounds/<int:pk>/release.json", analysis.release_json, name="release-json"),

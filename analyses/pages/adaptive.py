@@ -16,9 +16,10 @@ from django.views.decorators.http import require_GET, require_http_methods
 from analyses import selectors
 from analyses.adaptive.chain import adaptive_next_edit, adaptive_pause, adaptive_resume, adaptive_start
 from analyses.adaptive.presenters import adaptive_output
-from analyses.adaptive.spec import adaptive_rounds_started
-from analyses.forms import AdaptiveJsonForm
+from analyses.adaptive.spec import adaptive_rounds_started, adaptive_validate
+from analyses.forms import AdaptiveJsonForm, AdaptiveSpecForm
 from analyses.models import AdaptiveRun, Analysis
+from analyses.services.policy import analysis_spent
 from analyses.services.rounds import round_progress
 from devices.streams import field_kind
 from devices.synthetic import TOKENS
@@ -357,32 +358,93 @@ def _next_recipe_form(data: Any, initial: str | None = None) -> AdaptiveJsonForm
     )
 
 
+def _start_form(request: HttpRequest, analysis: Analysis, examples: dict[str, dict[str, Any]]) -> AdaptiveSpecForm:
+    """The start form: each kind the query class allows with its fields, and the user's other
+    analyses of the same fleet as possible static baselines."""
+    stream = analysis.enforced.query_class.get("stream", "")
+    fields = analysis.enforced.query_class.get("fields", [])
+    kinds = {
+        kind: [f for f in fields if field_kind(stream, f) == wanted]
+        for kind, wanted in (
+            (AdaptiveRun.Kind.NGRAM_DISCOVERY.value, "text"),
+            (AdaptiveRun.Kind.BUCKET_REFINEMENT.value, "number"),
+        )
+    }
+    baselines = (
+        selectors.analysis_list(user=request.user)
+        .filter(fleet=analysis.fleet_id)
+        .exclude(pk=analysis.pk)
+        .values_list("identifier", flat=True)
+    )
+    first = next(iter(examples.values()), None)
+    form = AdaptiveSpecForm(
+        request.POST if request.method == "POST" else None,
+        request.FILES if request.method == "POST" else None,
+        analysis=analysis,
+        kinds={kind: names for kind, names in kinds.items() if names},
+        baselines=list(baselines),
+        example=first,
+        initial={"document": _pretty_json(_with_unit(first))} if first else None,
+    )
+    return form
+
+
+def _with_unit(spec: dict[str, Any]) -> dict[str, Any]:
+    """The example as the form writes it: a discovery states its unit."""
+    if spec.get("kind") != AdaptiveRun.Kind.NGRAM_DISCOVERY:
+        return spec
+    ordered = {key: spec[key] for key in ("analysis", "kind", "field") if key in spec}
+    return {**ordered, "unit": spec.get("unit", "word"), **spec}
+
+
+def _plan_check(analysis: Analysis, spec: dict[str, Any]) -> dict[str, Any]:
+    """The budget plan a spec would fix, checked as a start would check it, without starting."""
+    parsed = adaptive_validate(spec=spec)
+    spent = analysis_spent(analysis)
+    enforced = analysis.enforced
+    policy = enforced.field(parsed.field)
+    used = spent["fields"].get(parsed.field, {"epsilon": 0.0, "reports": 0})
+    return {
+        "rows": parsed.plan,
+        # Rounded as budgets are kept (nano-epsilon): no 0.30000000000000004 on the page.
+        "epsilon": round(sum(row["epsilon"] for row in parsed.plan), 9),
+        "delta": round(sum(row["delta"] for row in parsed.plan), 15),
+        "analysis_left": round(enforced.epsilon_allowed - spent["epsilon"], 9),
+        "reports_left": enforced.reports_allowed - spent["reports"],
+        "field": parsed.field,
+        "field_left": round(policy.epsilon - used["epsilon"], 9) if policy else None,
+        "devices_expected": round(analysis.fleet.size * float(parsed.privacy.get("samplingRate", 1.0))),
+        "baseline": (spec.get("baseline") or {}).get("analysis"),
+    }
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def adaptive_list(request: HttpRequest, identifier: str) -> HttpResponse:
     analysis = selectors.analysis_get(user=request.user, identifier=identifier)
     examples = _spec_examples(analysis, request.user)
-    first = next(iter(examples.values()), None)
-    form = AdaptiveJsonForm(
-        request.POST if request.method == "POST" else None,
-        initial={"document": _pretty_json(first)} if first else None,
-        label="Spec (JSON)",
-        help_text="An n-gram discovery or a bucket refinement (docs/adaptive.md). "
-        "Its whole budget plan is checked against the policy before round 1 is sent.",
-    )
+    form = _start_form(request, analysis, examples)
+    plan = None
+    ask_to_start = False
     if request.method == "POST" and form.is_valid():
-        spec = form.cleaned_data["document"]
+        spec = form.spec()
         refused = _spec_refusals(analysis, request.user, spec)
+        action = request.POST.get("action")
         try:
             if refused:
                 raise ValidationFailed(refused)
-            run = adaptive_start(spec=spec, user=request.user)
+            if action == "check" or (action == "start" and request.POST.get("ask_before_spending")):
+                # Reads only: nothing is started or spent. The page's Start asks first, showing
+                # the plan it would fix (a post without ask_before_spending starts at once).
+                plan = _plan_check(analysis, spec)
+                ask_to_start = action == "start"
+            else:
+                run = adaptive_start(spec=spec, user=request.user)
+                return redirect("adaptive-detail", pk=run.pk)
         except ValidationFailed as invalid:
             form.add_problems(invalid.errors)
         except NotAllowed as refusal:
             form.add_error(None, str(refusal))
-        else:
-            return redirect("adaptive-detail", pk=run.pk)
     rows = []
     for run in analysis.adaptive_runs.select_related("current_round__recipe"):
         interactive, _ = adaptive_rounds_started(run)
@@ -395,10 +457,22 @@ def adaptive_list(request: HttpRequest, identifier: str) -> HttpResponse:
                 "planned_epsilon": sum(p["epsilon"] for p in run.plan),
             }
         )
+    spent = analysis_spent(analysis)
     context = {
         "analysis": analysis,
         "form": form,
+        "plan": plan,
+        "ask_to_start": ask_to_start,
         "rows": rows,
+        "budget_left": {
+            "analysis": round(analysis.enforced.epsilon_allowed - spent["epsilon"], 9),
+            "reports": analysis.enforced.reports_allowed - spent["reports"],
+            "fields": {
+                p.field: round(p.epsilon - spent["fields"].get(p.field, {"epsilon": 0.0})["epsilon"], 9)
+                for p in analysis.enforced.field_budgets
+            },
+            "fleet": analysis.fleet.size,
+        },
         "other_examples": [
             {"kind": AdaptiveRun.Kind(kind).label, "json": _pretty_json(spec)}
             for kind, spec in list(examples.items())[1:]

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from analyses import device_rounds, drilldown, release_cache, selectors
 from analyses.forms import RecipeForm
 from analyses.models import Round
+from analyses.recipe_preview import recipe_preview
 from analyses.roles import check_may_run, check_may_stop
 from analyses.services import rounds
 from analyses.services.budget import recipe_budget_request, rounds_affordable
@@ -48,11 +49,16 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         else None
     )
     form = RecipeForm(request.POST or None, analysis=analysis, initial=(refine or {}).get("initial"))
-    dry_run = None
+    dry_run = spend_question = None
     if request.method == "POST" and form.is_valid():
+        action = request.POST.get("action")
         try:
-            if request.POST.get("action") == "dry-run":
+            if action == "dry-run":
                 dry_run = round_dry_run(analysis=analysis, content=form.recipe())
+            elif action == "run" and request.POST.get("ask_before_spending"):
+                # The page's form asks before an irreversible spend (its script asks in a dialog
+                # and posts "run-confirmed"): what the round spends and what remains.
+                spend_question = recipe_preview(analysis=analysis, content=form.recipe())
             else:
                 round_ = round_create_and_start(
                     analysis=analysis,
@@ -82,6 +88,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         "form": form,
         "rounds": rounds,
         "dry_run": dry_run,
+        "spend_question": spend_question,
         "deletion_model_mechanisms": [name for name, cls in MECHANISMS.items() if cls.privacy_model == "deletion"],
         "refine": refine,
     }

@@ -11,6 +11,20 @@ from devices.budget import COMPOSITIONS, NANO, Accountant, BudgetRequest, Decisi
 from devices.decision import fields_of, privacy_budget_request
 from privacy.parameters import PrivacyParameters
 
+# Where a refusal for the report count goes: no recipe key sets how often a device answers (the
+# policy does), so forms show it above the fields, not under epsilon.
+REPORTS_KEY = "budget.reports"
+
+
+def reports_used_up(scope: str, reports: int) -> str:
+    """In words: ``scope`` (the analysis, or a field) has no report left for another round."""
+    if reports == 1:
+        return f"{scope} has used its only report: each device answers it once, and a round has already asked."
+    return (
+        f"{scope} has used all {reports} of its reports: each device answers it at most {reports} times, "
+        "and every round started counts one."
+    )
+
 
 def budget_precheck(problems: Problems, analysis: Analysis, field: str | None, request: BudgetRequest) -> None:
     """The device's own checks 1 and 2, run on the server's view: one device that answered every round started."""
@@ -95,7 +109,7 @@ def _explain_analysis_refusal(
     if delta > enforced.delta:
         problems.add("privacy.delta", f"Above the analysis's delta of {enforced.delta:g}.")
     elif ledger["reports_used"][0] + 1 > enforced.reports_allowed:
-        problems.add("privacy.epsilon", f"The analysis has used all {enforced.reports_allowed} of its reports.")
+        problems.add(REPORTS_KEY, reports_used_up("The analysis", enforced.reports_allowed))
     else:
         left = enforced.epsilon_allowed - ledger["epsilon_used"][0] / NANO
         problems.add(
@@ -135,7 +149,7 @@ def _explain_one_field(
             f"(replacement-model epsilon0 of this mechanism: {epsilon0:g}).",
         )
     elif ledger.get(f"field:{field}:reports_used", np.zeros(1))[0] + 1 > policy.reports:
-        problems.add("privacy.epsilon", f"Field {field} has used all {policy.reports} of its reports.")
+        problems.add(REPORTS_KEY, reports_used_up(f"Field {field}", policy.reports))
     else:
         left = policy.epsilon - ledger.get(f"field:{field}:epsilon_used", np.zeros(1))[0] / NANO
         if left >= request.epsilon and not last:

@@ -142,12 +142,7 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
         )
         budget_precheck(problems, analysis, field, budget_request_for(checked, field or ""))
         if min_cohort and sampling_rate and min_cohort > analysis.fleet.size * sampling_rate:
-            problems.add(
-                "privacy.epsilon" if noise == Recipe.Noise.CLIENT else "privacy.minCohort",
-                f"Needs a minimum cohort of {min_cohort:,} reports, but the fleet of "
-                f"{analysis.fleet.size:,} devices at sampling rate {sampling_rate} expects "
-                f"{analysis.fleet.size * sampling_rate:,.0f}.",
-            )
+            _fleet_too_small(problems, analysis, noise, min_cohort, stated_cohort, sampling_rate)
     if not problems and noise == Recipe.Noise.CLIENT:
         _estimator_check(problems, mechanism, epsilon0, encoding.size, min_cohort)
     if problems:
@@ -167,6 +162,35 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
             min_cohort=min_cohort,
         ),
     )
+
+
+def _fleet_too_small(
+    problems: Problems, analysis: Analysis, noise: str, min_cohort: int, stated: int | None, sampling_rate: float
+) -> None:
+    """The minimum cohort is more than the fleet can give, said under the field that set it: the
+    stated minimum cohort when it is the larger, else epsilon (client noise: epsilon0, epsilon and
+    delta set the cohort devices enforce)."""
+    expected = f"the fleet's {analysis.fleet.size:,} devices at sampling rate {sampling_rate:g} give about " + (
+        f"{analysis.fleet.size * sampling_rate:,.0f} reports"
+    )
+    if stated is not None and stated >= min_cohort:
+        problems.add(
+            "privacy.minCohort",
+            f"More than this fleet can reach: {expected}, fewer than {min_cohort:,}, so nothing would be released. "
+            "Lower it, or raise the sampling rate.",
+        )
+    elif noise != Recipe.Noise.CLIENT:
+        problems.add(
+            "privacy.minCohort",
+            f"This analysis's minimum cohort of {min_cohort:,} (its floor, or 1,000 with aggregator noise) is more "
+            f"than this fleet can reach: {expected}. Raise the sampling rate.",
+        )
+    else:
+        problems.add(
+            "privacy.epsilon",
+            f"Too small for this fleet: at this ε, ε₀ and δ devices need a minimum cohort of {min_cohort:,} reports, but "
+            f"{expected}. Raise ε, or lower ε₀.",
+        )
 
 
 def _client_noise_content(

@@ -228,7 +228,9 @@
       const name = formFieldOf(path);
       const box = name && form.querySelector(`.field[data-field="${name}"]`);
       if (!box) {
-        for (const message of [].concat(messages)) general.push(`${path}: ${message}`);
+        // The policy's refusals (budget.*) name no recipe key to fix: the message alone.
+        const prefix = path.startsWith("budget.") ? "" : `${path}: `;
+        for (const message of [].concat(messages)) general.push(`${prefix}${message}`);
         continue;
       }
       const note = document.createElement("p");
@@ -352,10 +354,10 @@
       const closed = await calculator("min-cohort", { ...params, method: "closed-form" });
       // What devices enforce: the tightest bound proven for this randomizer (check 3).
       const enforced = await calculator("min-cohort", { ...params, mechanism: value("mechanism") });
-      const bound = enforced.method === "clones-2020" ? "Feldman–McMillan–Talwar 2020" : "Feldman–McMillan–Talwar 2022";
+      const bound = enforced.method === "clones-2020" ? "the privacy-amplification bound of 2020" : "the tighter numerical bound";
       say(
         `Minimum cohort: ${enforced.min_cohort.toLocaleString()} reports (what devices enforce: ${bound}); ` +
-          `the closed form of Theorem 3.1 would need ${closed.min_cohort.toLocaleString()}. ` +
+          `the simpler closed-form bound would need ${closed.min_cohort.toLocaleString()}. ` +
           `Devices expected at this sampling rate: ${expected}.`
       );
       const minCohort = Math.max(enforced.min_cohort, Number(value("min_cohort")) || 0);
@@ -398,15 +400,15 @@
       cached("amplify", { epsilon0, delta, n: minCohort, method: "closed-form" }).catch(() => ({ epsilon: null })),
       cached("amplify", { epsilon0, delta, n: minCohort, method }),
     ]);
-    if (enforcedHeader) enforcedHeader.textContent = `ε by the ${bound} numerical bound (devices enforce it)`;
+    if (enforcedHeader) enforcedHeader.textContent = `ε by ${bound}, which devices enforce for this randomizer`;
     fillTable(epsilon0, delta, closed, numerical, minCohort, [closedAt.epsilon, numericalAt.epsilon]);
     if (!window.Plotly) return;
     chart.hidden = false;
     const n = closed.points.map((p) => p.n);
     const top = Math.max(epsilon0, epsilon) * 1.05;
     const traces = [
-      { name: "Theorem 3.1 (closed form)", x: n, y: closed.points.map((p) => p.epsilon), mode: "lines" },
-      { name: `${bound} numerical bound (what devices enforce for this randomizer)`, x: n, y: numerical.points.map((p) => p.epsilon), mode: "lines" },
+      { name: "simple closed-form bound", x: n, y: closed.points.map((p) => p.epsilon), mode: "lines" },
+      { name: `${bound} (what devices enforce for this randomizer)`, x: n, y: numerical.points.map((p) => p.epsilon), mode: "lines" },
       {
         name: `this recipe: minimum cohort ${count(minCohort)}, ε = ${epsilon}`,
         x: [minCohort],
@@ -469,7 +471,79 @@
     chart.hidden = true;
   }
 
+  // ------------------------------------------------------------ asking before a spend
+
+  // Run spends budget on every device that answers, and nothing gives it back: the dialog says what
+  // this round spends and what would remain, from a fresh check of the recipe, and asks. A recipe
+  // the check refuses goes to the server as it is (its refusal spends nothing and says why).
+  const dialog = document.getElementById("confirm-spend");
+  const dialogBody = document.getElementById("confirm-spend-body");
+  let confirmed = false;
+
+  const figure = (x) => Number(x).toLocaleString("en-US", { maximumFractionDigits: 6 });
+  const reportsText = (n) => `${count(n)} report${Number(n) === 1 ? "" : "s"}`;
+
+  function spendRows(checked) {
+    const budget = checked.budget;
+    const scopes = [{ label: `Analysis ${budget.analysis.name}`, ...budget.analysis }].concat(
+      budget.fields.map((f) => ({ label: `Field ${f.name}`, ...f }))
+    );
+    const table = document.createElement("table");
+    table.className = "data";
+    table.innerHTML =
+      "<caption>What this round spends, and what remains after it</caption>" +
+      '<thead><tr><th scope="col">Budget</th><th scope="col">ε now left</th><th scope="col">ε after</th>' +
+      '<th scope="col">Reports now left</th><th scope="col">Reports after</th></tr></thead>';
+    const body = document.createElement("tbody");
+    for (const scope of scopes) {
+      const tr = document.createElement("tr");
+      const head = Object.assign(document.createElement("th"), { scope: "row", textContent: scope.label });
+      tr.append(head);
+      for (const text of [figure(scope.left), figure(scope.remaining), count(scope.reports_left), count(scope.reports_remaining)]) {
+        tr.append(Object.assign(document.createElement("td"), { className: "num", textContent: text }));
+      }
+      body.append(tr);
+    }
+    table.append(body);
+    return table;
+  }
+
+  function askToSpend(checked) {
+    const lead = document.createElement("p");
+    lead.id = "confirm-spend-cost";
+    lead.textContent =
+      `This round spends ε = ${figure(checked.epsilon)} (δ = ${checked.delta}) and one report on each of the ` +
+      `about ${count(checked.devices_expected)} devices asked.`;
+    dialogBody.replaceChildren(lead, spendRows(checked));
+    document.getElementById("confirm-spend-yes").onclick = () => {
+      confirmed = true;
+      dialog.close();
+      form.requestSubmit(document.getElementById("run-confirmed")); // asked here: the server need not ask again
+    };
+    document.getElementById("confirm-spend-no").onclick = () => dialog.close();
+    dialog.showModal();
+    document.getElementById("confirm-spend-no").focus(); // the safe answer first
+  }
+
+  form.addEventListener("submit", async (event) => {
+    const submitter = event.submitter;
+    if (confirmed || !dialog || !submitter || submitter.value !== "run") return;
+    event.preventDefault();
+    clearTimeout(pending);
+    const checked = await validate();
+    if (checked) askToSpend(checked);
+    else {
+      confirmed = true; // refused: the server says why, and spends nothing
+      form.requestSubmit(submitter);
+    }
+  });
+
   // ------------------------------------------------------------ wiring
+
+  // A question the server asks before a spend (no dialog was shown): where the eye is.
+  const question = document.getElementById("spend-question");
+  if (question) question.focus();
+
 
   function schedule() {
     clearTimeout(pending);

@@ -3,8 +3,6 @@ pages and the CLI. Each file is one theme; docs/threats.md lists every attack wi
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from analyses.models import Analysis
@@ -18,7 +16,10 @@ def admin_edit(client, analysis: Analysis, **changes) -> object:
         "title": analysis.title,
         "fleet": analysis.fleet_id,
         "owner": analysis.owner_id,
-        "query_class": json.dumps(analysis.query_class),
+        # The query class as the admin edits it: a stream and its fields (analyses/admin_forms.py).
+        "stream": analysis.query_class["stream"],
+        "query_fields": analysis.query_class["fields"],
+        "cohort_fields": analysis.query_class.get("cohortFields", []),
         "epsilon_allowed": analysis.epsilon_allowed,
         "reports_allowed": analysis.reports_allowed,
         "delta": analysis.delta,

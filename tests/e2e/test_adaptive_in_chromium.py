@@ -39,7 +39,11 @@ def test_analyst_starts_a_discovery_and_reads_the_discovered_tree(demo, live_ser
     spec = page.get_by_label("Spec (JSON)")
     expect(spec).to_have_value(re.compile(r'"kind": "ngram_discovery".*"maxLength": 3', re.DOTALL))
     expect(spec).to_have_value(re.compile(r'"baseline": \{\s*"analysis": "demo.discovery-static"'))
-    page.get_by_role("button", name="Start").click()
+    page.get_by_role("button", name="Start", exact=True).click()
+    # Start asks first, with the plan it would fix.
+    expect(page.locator("#spend-question")).to_be_focused()
+    expect(page.locator("#spend-question-cost")).to_contain_text("The plan: 3 rounds, ε 3 in all of the 3 left")
+    page.get_by_role("button", name="Start and spend").click()
 
     # The run page follows the run (status.json) and redraws as each level is recorded.
     expect(page.locator("#adaptive-progress")).to_be_visible()

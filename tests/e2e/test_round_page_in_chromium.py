@@ -49,6 +49,7 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
     page.get_by_label("Local epsilon (ε₀)").fill("4")
     page.get_by_label("Aggregate epsilon (ε)").fill("1")
     page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_role("button", name="Run and spend").click()  # Run asks before it spends
 
     # The page follows the round (status.json) until it is released, then reloads with the release.
     expect(page.get_by_role("progressbar", name="Shards done")).to_be_attached()
@@ -88,6 +89,7 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
     shot(page, "drilldown")
 
     page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_role("button", name="Run and spend").click()  # Run asks before it spends
     expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
     expect(page.locator("#release-table tbody tr")).to_have_count(7)
     expect(page.locator("#release-table tbody tr").nth(1)).to_contain_text("[25, 30)")

@@ -102,7 +102,11 @@ def test_a_joint_recipe_is_refused_by_the_field_that_cannot_pay(joint, analyst, 
         round_create_and_start(
             analysis=joint, content={**_recipe(), "recipeIdentifier": "again"}, user=analyst, confirm_small_cohorts=True
         )
-    assert refused.value.errors == {"privacy.epsilon": ["Field age has used all 1 of its reports."]}
+    assert refused.value.errors == {
+        "budget.reports": [
+            "Field age has used its only report: each device answers it once, and a round has already asked."
+        ]
+    }
 
 
 @pytest.mark.parametrize(

@@ -363,7 +363,7 @@ def test_a_refinement_the_budget_refuses_is_still_prefilled_and_says_why(
     assert 'value="30, 32, 34, 36, 38, 40"' in page
     assert "this round will spend ε = 1 on every device that answers (analysis: ε 0 of 2 left, 0 of 2 reports" in page
     assert "This refinement will be refused" in page
-    assert "The analysis has used all 2 of its reports." in page
+    assert "The analysis has used all 2 of its reports:" in page
 
 
 def test_running_the_refinement_starts_a_round_of_the_refined_recipe(
@@ -397,7 +397,7 @@ def test_a_refused_refinement_run_creates_nothing_and_says_why(
     released(analysis, second, analyst, django_capture_on_commit_callbacks)
     client.force_login(analyst)
     response = client.post(f"/rounds/{round_.pk}/refine/", {"cohort": "", "bucket": "2"}, follow=True)
-    assert "The analysis has used all 2 of its reports." in response.content.decode()
+    assert "The analysis has used all 2 of its reports:" in response.content.decode()
     assert Recipe.objects.count() == 2 and Round.objects.count() == 2
 
 

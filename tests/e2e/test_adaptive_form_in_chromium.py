@@ -1,0 +1,98 @@
+"""In a real Chromium: the start form of an adaptive run keeps its fields and the spec JSON in sync,
+reads a vocabulary file, shows the budget plan as you type, and checks it on the server before any
+start."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from analyses.models import AdaptiveRun, Round
+from devices.synthetic import TOKENS
+
+pytestmark = pytest.mark.e2e
+
+SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
+
+
+def shot(page, name: str, locator=None) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        target = locator if locator is not None else page
+        kwargs = {} if locator is not None else {"full_page": True}
+        target.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), **kwargs)
+
+
+def sign_in(page, url: str) -> None:
+    page.goto(url)
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill("alice-password")
+    page.get_by_role("button", name="Sign in").click()
+
+
+def spec_of(page) -> dict:
+    return json.loads(page.get_by_label("Spec (JSON)").input_value())
+
+
+def test_the_form_and_the_json_stay_in_sync_and_the_plan_shows_before_start(discovery, live_server, page) -> None:
+    sign_in(page, f"{live_server.url}/analyses/t.discovery/adaptive/")
+    rounds = page.get_by_label("Rounds", exact=True)
+    per_round = page.get_by_label("Aggregate epsilon per round (ε)")
+    plan = page.locator("#plan-preview")
+    expect(rounds).to_have_value("3")
+    assert spec_of(page)["vocabulary"] == list(TOKENS)
+    expect(page.locator("#plan-sum")).to_contain_text("3 rounds: ε 3 of the 3 left for the analysis")
+
+    # Fields write the JSON, and the plan follows.
+    rounds.fill("2")
+    expect(plan.locator("tbody tr")).to_have_count(2)
+    expect(page.locator("#plan-sum")).to_contain_text(
+        "2 rounds: ε 2 of the 3 left for the analysis and of the 3 left for field ngrams"
+    )
+    assert spec_of(page)["maxLength"] == 2
+    per_round.fill("2")
+    expect(page.locator("#plan-sum")).to_contain_text("Over what is left: the start would be refused.")
+
+    # The JSON writes the fields.
+    box = page.get_by_label("Spec (JSON)")
+    box.fill(box.input_value().replace('"epsilonPerRound": 2', '"epsilonPerRound": 0.5'))
+    expect(per_round).to_have_value("0.5")
+    expect(page.locator("#plan-sum")).to_contain_text("2 rounds: ε 1 of the 3 left")
+
+    # A vocabulary file replaces the list.
+    page.get_by_label("…or a vocabulary file").set_input_files(
+        files=[{"name": "words.txt", "mimeType": "text/plain", "buffer": "\n".join(TOKENS[:40]).encode()}]
+    )
+    expect(page.get_by_label("Vocabulary", exact=True)).to_have_value(", ".join(TOKENS[:40]))
+    assert spec_of(page)["vocabulary"] == list(TOKENS[:40])
+
+    # The server checks the plan: each round with its minimum cohort; nothing starts.
+    page.get_by_role("button", name="Check the plan").click()
+    checked = page.locator("#plan-checked")
+    expect(checked.locator("tbody tr")).to_have_count(2)
+    expect(page.locator("#plan-verdict")).to_contain_text("The plan fits: it spends ε 1 of the 3 left")
+    shot(page, "adaptive_start", page.locator("section", has=page.locator("#adaptive-form")))
+    expect(page.get_by_label("Rounds", exact=True)).to_have_value("2")
+    assert spec_of(page)["vocabulary"] == list(TOKENS[:40])
+    assert not AdaptiveRun.objects.exists() and not Round.objects.exists()
+
+
+def test_the_kind_shows_its_own_fields(analysis, live_server, page) -> None:
+    sign_in(page, f"{live_server.url}/analyses/test.ages/adaptive/")
+    vocabulary = page.get_by_label("Vocabulary", exact=True)
+    boundaries = page.get_by_label("First bucket boundaries")
+    expect(vocabulary).to_be_visible()
+    expect(boundaries).to_be_hidden()
+    page.get_by_label("bucket refinement (numbers)").check()
+    expect(boundaries).to_be_visible()
+    expect(vocabulary).to_be_hidden()
+    expect(page.get_by_label("Field", exact=True)).to_have_value("age")
+    boundaries.fill("0, 20, 40, 60, 80, 100")
+    spec = spec_of(page)
+    assert (spec["kind"], spec["field"], spec["boundaries"]) == ("bucket_refinement", "age", [0, 20, 40, 60, 80, 100])
+    assert "vocabulary" not in spec and re.fullmatch(r"\d+", str(spec["maxRounds"]))

@@ -1,0 +1,67 @@
+"""Run asks before an irreversible spend, without JavaScript too: the page's form posts
+ask_before_spending, gets the round's cost and what remains, and runs only on "Run and spend"."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyses.models import Recipe, Round
+from analyses.templatetags.figures import figure
+from tests.unit.test_dashboard import FORM
+from tests.unit.test_text_only_editor import text_recipe
+
+pytestmark = pytest.mark.django_db
+
+
+def test_run_from_the_page_asks_first_showing_the_cost_and_what_remains(client, analysis, analyst) -> None:
+    client.force_login(analyst)
+    response = client.post("/analyses/test.ages/", {**FORM, "action": "run", "ask_before_spending": "1"})
+    assert response.status_code == 200
+    page = response.content.decode()
+    question = page[page.index('id="spend-question"') : page.index("</table>", page.index('id="spend-question"'))]
+    assert "This round spends ε = 1 (δ = 0.000001) and one report on each of the about 5,000 devices asked." in question
+    assert (
+        '<th scope="row">Analysis test.ages</th><td class="num">2</td><td class="num">1</td><td class="num">2</td><td class="num">1</td>'
+        in question
+    )
+    assert '<th scope="row">Field age</th>' in question
+    assert 'value="run-confirmed"' in page
+    assert 'value="1"' in page and 'name="epsilon"' in page  # the fields kept as posted
+    assert not Recipe.objects.exists() and not Round.objects.exists()
+
+
+def test_run_and_spend_runs_it(client, analysis, analyst, django_capture_on_commit_callbacks) -> None:
+    client.force_login(analyst)
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post("/analyses/test.ages/", {**FORM, "action": "run-confirmed", "ask_before_spending": "1"})
+    assert response.status_code == 302
+    assert Round.objects.count() == 1
+
+
+def test_a_refused_recipe_is_not_asked_about_but_refused_by_its_field(client, analysis, analyst) -> None:
+    client.force_login(analyst)
+    response = client.post(
+        "/analyses/test.ages/", {**FORM, "epsilon": "5", "action": "run", "ask_before_spending": "1"}
+    )
+    assert response.status_code == 400
+    assert 'id="spend-question"' not in response.content.decode()
+    assert response.context["form"].errors["epsilon"][0].startswith("Exceeds the analysis budget")
+    assert not Round.objects.exists()
+
+
+def test_a_text_only_analysis_asks_too(client, discovery, analyst) -> None:
+    client.force_login(analyst)
+    post = {"source": "json", "action": "run", "ask_before_spending": "1", "recipe_json": json.dumps(text_recipe())}
+    page = client.post("/analyses/t.discovery/", post).content.decode()
+    assert "Run this round and spend its budget?" in page and "Field ngrams" in page
+    assert not Round.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(0.5, "0.5"), (1e-6, "0.000001"), (3.0, "3"), (0.30000000000000004, "0.3"), (1e-9, "1e-09"), (None, "—")],
+)
+def test_figures_print_as_the_editors_script_prints_them(value, shown) -> None:
+    assert figure(value) == shown
