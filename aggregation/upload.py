@@ -1,8 +1,9 @@
 """The aggregators' upload interface: what a device (or a simulated shard) hands over.
 
 A simulated shard hands over one pre-summed pair of shares (share_pair_upload); a real device
-uploads a Report of two HPKE-sealed shares and a token (aggregation.wire is its format, with no
-Django; aggregation.reports checks it). With the crypto of aggregation.hpke and
+uploads a Report of two HPKE-sealed Prio3 input shares, a public share and a token
+(aggregation.wire is its format, with no Django; aggregation.reports verifies it), and once both
+aggregators accept it each stores its output share (output_pair_store). With the crypto of aggregation.hpke and
 aggregation.tokens, this is all of aggregation that devices/ imports. The leader's share goes to
 the leader's storage and the helper's to the helper's; nothing else about the report is kept.
 """
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from aggregation.models import Collection, CollectionRules, HelperShare, LeaderShare
+from aggregation.models import FIELD64, FIELD128, Collection, CollectionRules, HelperShare, LeaderShare
 from aggregation.wire import Report, SealedShare
 from privacy.field import FieldVector
+from privacy.report_vdaf import ReportShape
+from privacy.vdaf.field import Field128
 
-__all__ = ["CollectionClosed", "Report", "SealedShare", "share_pair_upload"]
+__all__ = ["CollectionClosed", "Report", "SealedShare", "output_pair_store", "share_pair_upload"]
 
 
 class CollectionClosed(RuntimeError):
@@ -52,4 +55,42 @@ def share_pair_upload(
                 vector=share.astype("<u8").tobytes(),
                 reports=reports,
                 min_cohort=min_cohort,
+            )
+
+
+def output_pair_store(
+    *,
+    rules: CollectionRules,
+    batch_key: str,
+    source: str,
+    outputs: dict[str, bytes],
+    reports: int,
+    arrivals: bytes = b"",
+    check_open: bool = True,
+) -> None:
+    """Store verified reports' output shares: each aggregator its own, summed and encoded in the VDAF's field.
+
+    ``outputs`` maps each role to its encoded sum of the reports' output shares
+    (aggregation.verification.output_sum). ``check_open``: raise CollectionClosed for a closed
+    collection (the per-report path; the drain before a release stores into a closed one).
+    """
+    shape = ReportShape(rules.vdaf, rules.length, rules.weight_bound)
+    field = FIELD128 if shape.vdaf().field is Field128 else FIELD64
+    with transaction.atomic(savepoint=False):
+        if check_open and CollectionRules.objects.filter(pk=rules.pk, closed=True).exists():
+            raise CollectionClosed(f"collection {rules.key} is closed")
+        collection, _ = Collection.objects.get_or_create(
+            key=rules.key, batch_key=batch_key, defaults={"length": rules.length}
+        )
+        if collection.length != rules.length:
+            raise ValueError(f"collection {collection} holds vectors of {collection.length}, not {rules.length}")
+        for model, role in ((LeaderShare, "leader"), (HelperShare, "helper")):
+            model.objects.create(
+                collection=collection,
+                source=source,
+                vector=outputs[role],
+                field=field,
+                reports=reports,
+                min_cohort=rules.min_cohort,
+                arrivals=arrivals,
             )

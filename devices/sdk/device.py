@@ -33,6 +33,7 @@ from devices.sdk.ledger import Ledger
 from devices.streams import apply_retention
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
+from privacy.report_vdaf import ReportShape, report_shape
 
 # Not a Decision of the budget: the task is inconsistent (its report length is not the recipe's,
 # or it cannot be encoded), so the device refuses it before deciding anything.
@@ -158,7 +159,7 @@ def task_answer(
     ledger.save()
 
     vector, batch_key = report_compute(offer, data, rng)
-    upload = _send(task.task_key, vector, batch_key, offer.issuer, keys, service)
+    upload = _send(task.task_key, vector, batch_key, offer.issuer, keys, service, report_shape_of(offer))
     ledger.record(task.task_key, upload=upload)
     ledger.save()
     return Outcome(task.task_key, decision.label, upload)
@@ -167,12 +168,7 @@ def task_answer(
 def _task_problem(offer: Offer) -> str:
     task = offer.task
     try:
-        _, encoding = content_encoding(task.data_types)
-        length = (
-            encoding.size
-            if task.aggregator_noise
-            else mechanism_get(task.mechanism, task.epsilon0).report_length(encoding.size)
-        )
+        length = report_shape_of(offer).length  # also: a Prio3 is defined for the task's reports
     except (ValueError, KeyError, TypeError) as error:
         return f"the task cannot be encoded: {error}"
     if length != offer.report_length:
@@ -207,17 +203,31 @@ def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> 
     return vector, batch_key
 
 
+def report_shape_of(offer: Offer) -> ReportShape:
+    """The Prio3 the aggregators verify this task's reports with, from the recipe alone (privacy.report_vdaf)."""
+    task = offer.task
+    _, encoding = content_encoding(task.data_types)
+    mechanism = None if task.aggregator_noise else task.mechanism
+    return report_shape(mechanism=mechanism, epsilon0=task.epsilon0, domain_size=encoding.size)
+
+
 def _send(
-    task_key: str, vector: np.ndarray, batch_key: str, issuer: IssuerPublicKey, keys: ServerKeys, service: Service
+    task_key: str,
+    vector: np.ndarray,
+    batch_key: str,
+    issuer: IssuerPublicKey,
+    keys: ServerKeys,
+    service: Service,
+    shape: ReportShape,
 ) -> str:
     issue: Callable[[int], int] = lambda blinded: service.token(task_key, blinded)  # noqa: E731
     try:
         token = token_obtain(collection_key=task_key, issuer=issuer, issue=issue)
         report = report_seal(
-            collection_key=task_key, batch_key=batch_key, vector=vector, keys=keys.aggregators, token=token
+            collection_key=task_key, batch_key=batch_key, vector=vector, keys=keys.aggregators, token=token, shape=shape
         )
         return service.upload(report)
     except ClientError as error:  # the server refused or could not be reached: the budget stays spent
         return f"failed: {error.code}"
-    except ValueError as error:  # the issuer's signature did not verify
+    except ValueError as error:  # the issuer's signature did not verify, or the report is over the weight bound
         return f"failed: {error}"
