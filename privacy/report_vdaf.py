@@ -59,8 +59,13 @@ class ReportShape:
         return report_vdaf(self.kind, self.length, self.weight_bound)
 
 
+@lru_cache(maxsize=256)
 def report_shape(*, mechanism: str | None, epsilon0: float | None, domain_size: int) -> ReportShape:
-    """The shape of a recipe's reports; ``mechanism`` None: aggregator noise (a one-hot vector)."""
+    """The shape of a recipe's reports; ``mechanism`` None: aggregator noise (a one-hot vector).
+
+    Cached: the weight bound's binomial tail costs tens of milliseconds, and a device process
+    answering for many devices asks for the same shape each time.
+    """
     if mechanism is None:
         return ReportShape(HISTOGRAM, domain_size, 1)
     oracle = mechanism_get(mechanism, float(epsilon0 or 0.0))
