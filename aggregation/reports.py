@@ -36,7 +36,7 @@ from aggregation.tokens import IssuerPublicKey, verify
 from aggregation.upload import CollectionClosed, Report, output_pair_store
 from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine
 from pfs_base import metrics
-from privacy.report_vdaf import input_share_sizes
+from privacy.report_vdaf import input_share_sizes, report_nonce
 
 # Why a report is rejected; each aggregator counts its own.
 UNKNOWN_COLLECTION = "unknown_collection"
@@ -102,7 +102,7 @@ def reports_check(
         chosen = [reports[i] for i in candidates]
         sides = {a.role: AggregatorVerification(a.role, config) for a in AGGREGATORS}
         verifier_shares = {
-            role: side.start([r.token.nonce for r in chosen], [r.public for r in chosen], opened[role])
+            role: side.start([report_nonce(r.token.nonce) for r in chosen], [r.public for r in chosen], opened[role])
             for role, side in sides.items()
         }
         # The helper's verifier shares go to the leader; the leader's messages come back.

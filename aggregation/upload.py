@@ -67,12 +67,14 @@ def output_pair_store(
     reports: int,
     arrivals: bytes = b"",
     check_open: bool = True,
+    min_cohort: int | None = None,
 ) -> None:
     """Store verified reports' output shares: each aggregator its own, summed and encoded in the VDAF's field.
 
     ``outputs`` maps each role to its encoded sum of the reports' output shares
     (aggregation.verification.output_sum). ``check_open``: raise CollectionClosed for a closed
     collection (the per-report path; the drain before a release stores into a closed one).
+    ``min_cohort``: the one the devices routed with, when larger than the rules'.
     """
     shape = ReportShape(rules.vdaf, rules.length, rules.weight_bound)
     field = FIELD128 if shape.vdaf().field is Field128 else FIELD64
@@ -91,6 +93,51 @@ def output_pair_store(
                 vector=outputs[role],
                 field=field,
                 reports=reports,
-                min_cohort=rules.min_cohort,
+                min_cohort=max(rules.min_cohort, min_cohort or 0),
                 arrivals=arrivals,
             )
+
+
+def verified_reports_upload(
+    *,
+    collection_key: str,
+    batch_key: str,
+    source: str,
+    nonces: list[bytes],
+    public_shares: list[bytes],
+    leader_shares: list[bytes],
+    helper_shares: list[bytes],
+    min_cohort: int,
+) -> int:
+    """Per-device Prio3 reports of a simulated shard (a fleet with ``prio3_reports``): both aggregators
+    verify every report as they verify a real device's (aggregation.verification, each side with its
+    own state), count the rejected ones (``proof_invalid``), and store the accepted ones' output shares
+    summed. No token or HPKE: the simulator's devices hand their shares over directly. Returns how many
+    were accepted.
+    """
+    # Imported here: aggregation.reports imports this module.
+    from aggregation.aggregators import rules_shape
+    from aggregation.reports import PROOF_INVALID, rejections_add
+    from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine, output_sum
+
+    rules = CollectionRules.objects.get(key=collection_key)
+    config = VerifyConfig.of(
+        collection_key=collection_key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key)
+    )
+    sides = {role: AggregatorVerification(role, config) for role in ("leader", "helper")}
+    verifier_shares = {
+        role: side.start(nonces, public_shares, shares)
+        for (role, side), shares in zip(sides.items(), (leader_shares, helper_shares), strict=True)
+    }
+    messages = leader_combine(config, verifier_shares["leader"], verifier_shares["helper"])
+    accepted = {role: side.finish(messages) for role, side in sides.items()}
+    kept = [k for k in range(len(nonces)) if accepted["leader"][k] and accepted["helper"][k]]
+    refused = {(role, PROOF_INVALID): accepted[role].count(False) for role in sides if not all(accepted[role])}
+    if refused:
+        rejections_add(collection_key=collection_key, counts=refused)
+    if kept:
+        outputs = {role: output_sum(config, [side.output_share(k) for k in kept]) for role, side in sides.items()}
+        output_pair_store(
+            rules=rules, batch_key=batch_key, source=source, outputs=outputs, reports=len(kept), min_cohort=min_cohort
+        )
+    return len(kept)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from privacy.report_vdaf import ReportShape, context, report_nonce
+from privacy.report_vdaf import ReportShape, context
 from privacy.vdaf import Prio3, batch
 from privacy.vdaf.field import Field128
 
@@ -55,11 +55,13 @@ class AggregatorVerification:
     accepted: list[bool] = field(default_factory=list)
 
     def start(
-        self, token_nonces: Sequence[bytes], public_shares: Sequence[bytes], input_shares: Sequence[bytes]
+        self, nonces: Sequence[bytes], public_shares: Sequence[bytes], input_shares: Sequence[bytes]
     ) -> list[bytes | None]:
-        """verify_init on this aggregator's input shares: its encoded verifier shares (None: refused here)."""
+        """verify_init on this aggregator's input shares: its encoded verifier shares (None: refused here).
+
+        ``nonces``: the VDAF nonces (16 bytes; an uploaded report's is report_nonce of its token's).
+        """
         config = self.config
-        nonces = [report_nonce(nonce) for nonce in token_nonces]
         self.state, verifier_shares = batch.verify_init_batch(
             config.vdaf, config.verify_key, config.ctx, AGG_IDS[self.role], nonces, public_shares, input_shares
         )

@@ -56,13 +56,23 @@ def report_shard(
     shape's form (an honest device's report always is, up to the weight bound's 1e-9 tail).
     """
     vdaf = shape.vdaf()
+    return vector_shard(
+        collection_key=collection_key,
+        vector=vector,
+        shape=shape,
+        nonce=report_nonce(token.nonce),
+        rand=os.urandom(vdaf.RAND_SIZE),
+    )
+
+
+def vector_shard(
+    *, collection_key: str, vector: np.ndarray, shape: ReportShape, nonce: bytes, rand: bytes
+) -> tuple[bytes, bytes, bytes]:
+    """Prio3's sharding of one report vector with the given nonce and randomness (a real device:
+    report_shard; a simulated device of a fleet with per-device reports: its shard's coins)."""
+    vdaf = shape.vdaf()
     try:
-        public, (leader, helper) = vdaf.shard(
-            context(collection_key),
-            measurement(shape.kind, vector),
-            report_nonce(token.nonce),
-            os.urandom(vdaf.RAND_SIZE),
-        )
+        public, (leader, helper) = vdaf.shard(context(collection_key), measurement(shape.kind, vector), nonce, rand)
     except VdafError as error:  # e.g. a multi-hot report over the weight bound
         raise ValueError(str(error)) from None
     return vdaf.encode_public_share(public), vdaf.encode_input_share(leader), vdaf.encode_input_share(helper)

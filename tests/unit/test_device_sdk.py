@@ -26,7 +26,7 @@ from devices.sdk.__main__ import main
 from devices.sdk.client import ClientError
 from devices.sdk.device import TASK_INVALID, Offer, ServerKeys, data_read, report_compute, task_answer
 from devices.sdk.ledger import Ledger
-from privacy.report_vdaf import report_shape
+from privacy.report_vdaf import report_nonce, report_shape
 from privacy.vdaf.field import Field128
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +109,8 @@ class Aggregators:
         config = VerifyConfig.of(collection_key=report.collection_key, shape=shape, verify_key=bytes(32))
         sides = [AggregatorVerification(role, config) for role in ("leader", "helper")]
         verifier_shares = [
-            side.start([report.token.nonce], [report.public], [share]) for side, share in zip(sides, shares)
+            side.start([report_nonce(report.token.nonce)], [report.public], [share])
+            for side, share in zip(sides, shares)
         ]
         messages = leader_combine(config, *verifier_shares)
         assert all(side.finish(messages) == [True] for side in sides)
