@@ -232,3 +232,21 @@ def test_the_same_reports_spread_over_time_pass_rate_validation() -> None:
         collection_key=KEY, estimator=ClientNoiseEstimator(mechanism="kary_rr", epsilon0=3.0, domain_size=DOMAIN)
     )
     assert not batch.suppressed and batch.reports == 14
+
+
+def test_a_binary_report_is_a_prio3_count_and_a_bit_of_two_is_rejected() -> None:
+    collection_rules_open(key="bits", length=1, min_cohort=1, weight_bound=1, vdaf="count")
+    assert report_submit(report("d1", [1], key="bits")).accepted
+    with pytest.raises(ValueError, match="0s and 1s"):  # the SDK will not shard a 2
+        report("d2", [2], key="bits")
+    assert report_submit(proven("d3", [2], key="bits")).reason == "proof_invalid"
+    leader, helper = LeaderShare.objects.get(), HelperShare.objects.get()
+    assert leader.field == helper.field == "field64"  # Prio3Count's field: the simulator's Field64
+    p = 2**64 - 2**32 + 1
+    assert (int(leader.load_vector()[0]) + int(helper.load_vector()[0])) % p == 1
+    assert rejections("bits") == {"helper": {"proof_invalid": 1}, "leader": {"proof_invalid": 1}}
+
+
+def test_an_unknown_report_kind_is_refused_when_the_collection_is_opened() -> None:
+    with pytest.raises(ValueError, match="unknown report kind"):
+        collection_rules_open(key="odd", length=8, min_cohort=1, weight_bound=1, vdaf="sum")
