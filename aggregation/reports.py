@@ -34,7 +34,7 @@ from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, ReportRejection, SpentToken
 from aggregation.tokens import IssuerPublicKey, verify
 from aggregation.upload import CollectionClosed, Report, output_pair_store
-from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine
+from aggregation.verification import VerifyConfig, verify_reports
 from pfs_base import metrics
 from privacy.report_vdaf import input_share_sizes, report_nonce
 
@@ -100,16 +100,10 @@ def reports_check(
     outputs: dict[int, dict[str, bytes]] = {}
     if candidates:
         chosen = [reports[i] for i in candidates]
-        sides = {a.role: AggregatorVerification(a.role, config) for a in AGGREGATORS}
-        verifier_shares = {
-            role: side.start([report_nonce(r.token.nonce) for r in chosen], [r.public for r in chosen], opened[role])
-            for role, side in sides.items()
-        }
-        # The helper's verifier shares go to the leader; the leader's messages come back.
-        messages = leader_combine(config, verifier_shares["leader"], verifier_shares["helper"])
-        accepted = {role: side.finish(messages) for role, side in sides.items()}
+        nonces = [report_nonce(r.token.nonce) for r in chosen]
+        sides = verify_reports(config, nonces, [r.public for r in chosen], opened)
         for k, i in enumerate(candidates):
-            refused = {role: PROOF_INVALID for role in sides if not accepted[role][k]}
+            refused = {role: PROOF_INVALID for role, side in sides.items() if not side.accepted[k]}
             if refused:
                 reasons[i] = refused
             else:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from aggregation.aggregators import rules_shape
 from aggregation.models import FIELD64, FIELD128, Collection, CollectionRules, HelperShare, LeaderShare
+from aggregation.verification import VerifyConfig, output_sum, verify_reports
 from aggregation.wire import Report, SealedShare
 from privacy.field import FieldVector
-from privacy.report_vdaf import ReportShape
 from privacy.vdaf.field import Field128
 
 __all__ = ["CollectionClosed", "Report", "SealedShare", "output_pair_store", "share_pair_upload"]
@@ -76,8 +77,7 @@ def output_pair_store(
     collection (the per-report path; the drain before a release stores into a closed one).
     ``min_cohort``: the one the devices routed with, when larger than the rules'.
     """
-    shape = ReportShape(rules.vdaf, rules.length, rules.weight_bound)
-    field = FIELD128 if shape.vdaf().field is Field128 else FIELD64
+    field = FIELD128 if rules_shape(rules).vdaf().field is Field128 else FIELD64
     with transaction.atomic(savepoint=False):
         if check_open and CollectionRules.objects.filter(pk=rules.pk, closed=True).exists():
             raise CollectionClosed(f"collection {rules.key} is closed")
@@ -115,24 +115,17 @@ def verified_reports_upload(
     summed. No token or HPKE: the simulator's devices hand their shares over directly. Returns how many
     were accepted.
     """
-    # Imported here: aggregation.reports imports this module.
-    from aggregation.aggregators import rules_shape
-    from aggregation.reports import PROOF_INVALID, rejections_add
-    from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine, output_sum
+    from aggregation.reports import PROOF_INVALID, rejections_add  # here: aggregation.reports imports this module
 
     rules = CollectionRules.objects.get(key=collection_key)
     config = VerifyConfig.of(
         collection_key=collection_key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key)
     )
-    sides = {role: AggregatorVerification(role, config) for role in ("leader", "helper")}
-    verifier_shares = {
-        role: side.start(nonces, public_shares, shares)
-        for (role, side), shares in zip(sides.items(), (leader_shares, helper_shares), strict=True)
+    sides = verify_reports(config, nonces, public_shares, {"leader": leader_shares, "helper": helper_shares})
+    kept = [k for k in range(len(nonces)) if all(side.accepted[k] for side in sides.values())]
+    refused = {
+        (role, PROOF_INVALID): side.accepted.count(False) for role, side in sides.items() if not all(side.accepted)
     }
-    messages = leader_combine(config, verifier_shares["leader"], verifier_shares["helper"])
-    accepted = {role: side.finish(messages) for role, side in sides.items()}
-    kept = [k for k in range(len(nonces)) if accepted["leader"][k] and accepted["helper"][k]]
-    refused = {(role, PROOF_INVALID): accepted[role].count(False) for role in sides if not all(accepted[role])}
     if refused:
         rejections_add(collection_key=collection_key, counts=refused)
     if kept:

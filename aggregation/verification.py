@@ -88,6 +88,26 @@ def leader_combine(
     return batch.verifier_shares_to_message_batch(config.vdaf, config.ctx, [leader_shares, helper_shares])
 
 
+def verify_reports(
+    config: VerifyConfig,
+    nonces: Sequence[bytes],
+    public_shares: Sequence[bytes],
+    input_shares: dict[str, Sequence[bytes]],
+) -> dict[str, AggregatorVerification]:
+    """One round of verification of reports both aggregators hold a share of: each side, finished.
+
+    ``input_shares[role]``: that aggregator's input shares, one per report. The helper's verifier
+    shares go to the leader, the leader's messages come back; each side's ``accepted`` says which
+    reports it accepts (a report counts only if both do).
+    """
+    sides = {role: AggregatorVerification(role, config) for role in AGG_IDS}
+    verifier_shares = {role: side.start(nonces, public_shares, input_shares[role]) for role, side in sides.items()}
+    messages = leader_combine(config, verifier_shares["leader"], verifier_shares["helper"])
+    for side in sides.values():
+        side.finish(messages)
+    return sides
+
+
 def output_sum(config: VerifyConfig, shares: Sequence[bytes]) -> bytes:
     """The encoded sum of encoded output shares (one aggregator's, of some accepted reports)."""
     vdaf = config.vdaf
