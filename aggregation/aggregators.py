@@ -22,19 +22,36 @@ from django.db import IntegrityError, transaction
 from aggregation import hpke
 from aggregation.batch_rules import rate_exceeded
 from aggregation.keys import DATABASE, ENVIRONMENT, key_source, source_keys
-from aggregation.models import AggregatorKey, Collection, CollectionRules, HelperShare, LeaderShare, StoredShare
+from aggregation.models import (
+    FIELD64,
+    FIELD128,
+    AggregatorKey,
+    Collection,
+    CollectionRules,
+    HelperShare,
+    LeaderShare,
+    StoredShare,
+)
 from privacy import field as prime_field
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, add, field_sum
+from privacy.report_vdaf import ReportShape, input_share_sizes
+from privacy.vdaf.field import Field128
 
 REPORT_SOURCE = "report:"  # source prefix of individually uploaded reports
 
 
 @dataclass(frozen=True)
 class AggregateShare:
-    vector: FieldVector
+    vector: FieldVector | list[int]  # uint64 residues (Field64), or Python integers (Field128)
     reports: int
     min_cohort: int
+    field: str = FIELD64
+
+
+def rules_shape(rules: CollectionRules) -> ReportShape:
+    """The Prio3 shape every uploaded report of the collection is verified against."""
+    return ReportShape(rules.vdaf, rules.length, rules.weight_bound)
 
 
 @dataclass(frozen=True)
@@ -110,36 +127,39 @@ class Aggregator:
         *,
         batch_key: str,
         token_digest: str,
+        public_share: bytes = b"",
         private_key: bytes | None = None,
-    ) -> FieldVector:
-        """This aggregator's share of one report: opened, and checked to be ``rules.length`` residues mod p.
+    ) -> bytes:
+        """This aggregator's Prio3 input share of one report, encoded: opened, and of its length.
 
-        Raises hpke.OpenFailed for a share not sealed to this aggregator for this collection, batch
-        and token (hpke.share_info), and ValueError for one of the wrong length or with a residue
-        >= p. ``private_key``: this aggregator's key when the caller has read it already.
+        Raises hpke.OpenFailed for a share not sealed to this aggregator for this collection, batch,
+        token (hpke.share_info) and public share (the aad), and ValueError for one of the wrong
+        length (its contents are checked by the proof's verification). ``private_key``: this
+        aggregator's key when the caller has read it already.
         """
         if private_key is None:
             private_key = self.private_key()
         info = hpke.share_info(rules.key, self.role, batch_key=batch_key, token_digest=token_digest)
         try:
-            plaintext = hpke.open_sealed(private_key, enc, ciphertext, info)
+            plaintext = hpke.open_sealed(private_key, enc, ciphertext, info, aad=public_share)
         except hpke.OpenFailed:
-            plaintext = self._open_retired(enc, ciphertext, info, opened=rules.created_at)
-        if len(plaintext) != 8 * rules.length:
-            raise ValueError(f"share of {len(plaintext)} bytes, expected {8 * rules.length}")
-        vector = np.frombuffer(plaintext, dtype="<u8").astype(np.uint64)
-        if vector.size and int(vector.max()) >= prime_field.MODULUS:
-            raise ValueError("share holds a residue >= p")
-        return vector
+            plaintext = self._open_retired(enc, ciphertext, info, public_share, opened=rules.created_at)
+        leader, helper, _ = input_share_sizes(rules_shape(rules).vdaf())
+        expected = leader if self.role == "leader" else helper
+        if len(plaintext) != expected:
+            raise ValueError(f"input share of {len(plaintext)} bytes, expected {expected}")
+        return plaintext
 
-    def _open_retired(self, enc: bytes, ciphertext: bytes, info: bytes, *, opened: datetime) -> bytes:
+    def _open_retired(
+        self, enc: bytes, ciphertext: bytes, info: bytes, public_share: bytes, *, opened: datetime
+    ) -> bytes:
         """A share sealed before a rotation, by a device that fetched its task then: only keys
         retired after the collection opened are tried, so a device served a long-retired key (to
         tell its report apart) is refused. Only reports with a valid unspent token get here, so a
         flood of bad shares cannot make this a hot path."""
         for key in self.retired_keys(for_collection_opened=opened):
             try:
-                return hpke.open_sealed(key, enc, ciphertext, info)
+                return hpke.open_sealed(key, enc, ciphertext, info, aad=public_share)
             except hpke.OpenFailed:
                 continue
         raise hpke.OpenFailed("the share opens under none of this aggregator's keys")
@@ -175,8 +195,9 @@ class Aggregator:
                     f"in a {rules.rate_window:g}-second window (rate validation)"
                 )
             else:
+                field, vector = self._noised_sum(shares, collection.length, rules)
                 results[collection.batch_key] = AggregateShare(
-                    vector=self._noised_sum(shares, collection.length, rules), reports=reports, min_cohort=min_cohort
+                    vector=vector, reports=reports, min_cohort=min_cohort, field=field
                 )
                 continue
             results[collection.batch_key] = BatchRefused(
@@ -191,12 +212,27 @@ class Aggregator:
         arrivals = [at for share in shares for at in share.load_arrivals()]
         return rate_exceeded(arrivals, expected_rate=rules.expected_rate, window=rules.rate_window)
 
-    def _noised_sum(self, shares: list[StoredShare], length: int, rules: CollectionRules | None) -> FieldVector:
-        vector = field_sum([share.load_vector() for share in shares], length)
+    def _noised_sum(
+        self, shares: list[StoredShare], length: int, rules: CollectionRules | None
+    ) -> tuple[str, FieldVector | list[int]]:
+        """(field, this aggregator's noised sum of the shares): Field64 (simulated shards, Prio3Count)
+        or Field128 (verified histograms and multi-hot vectors). A batch holds one field only."""
+        fields = {share.field for share in shares}
+        if len(fields) != 1:
+            raise ValueError(f"a batch holds shares of several fields: {sorted(fields)}")
+        noise = None
         if rules is not None and rules.noise_epsilon is not None:
-            noise = AggregatorGaussian(rules.noise_epsilon, rules.noise_delta)
-            vector = add(vector, prime_field.from_signed(noise.noise(length, noise_rng())))
-        return vector
+            noise = AggregatorGaussian(rules.noise_epsilon, rules.noise_delta).noise(length, noise_rng())
+        if fields == {FIELD64}:
+            vector = field_sum([share.load_vector() for share in shares], length)
+            return FIELD64, vector if noise is None else add(vector, prime_field.from_signed(noise))
+        p = Field128.MODULUS
+        total = [0] * length
+        for share in shares:
+            total = [a + b for a, b in zip(total, share.load_ints(), strict=True)]
+        if noise is not None:
+            total = [a + int(e) for a, e in zip(total, noise, strict=True)]
+        return FIELD128, [a % p for a in total]
 
 
 LEADER = Aggregator("leader", LeaderShare)
@@ -205,5 +241,16 @@ AGGREGATORS = (LEADER, HELPER)
 
 
 def combine_aggregates(leader: AggregateShare, helper: AggregateShare) -> FieldVector:
-    """The collector's step: the sum of the two aggregate shares is the sum of the reports."""
-    return add(leader.vector, helper.vector)
+    """The collector's step: the sum of the two aggregate shares is the sum of the reports.
+
+    Returned as Field64 residues, what the estimators read: a Field128 sum is lifted to the integers
+    (centred: a residue above p/2 is negative noise) and taken modulo the Field64 prime, exact for
+    every sum the estimators accept (they refuse one outside [-slack, reports + slack]).
+    """
+    if leader.field != helper.field:
+        raise ValueError("the aggregate shares are of different fields")
+    if leader.field == FIELD64:
+        return add(leader.vector, helper.vector)
+    p = Field128.MODULUS
+    sums = [(a + b) % p for a, b in zip(leader.vector, helper.vector, strict=True)]
+    return np.array([(v if v <= p // 2 else v - p) % prime_field.MODULUS for v in sums], dtype=np.uint64)

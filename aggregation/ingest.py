@@ -2,10 +2,11 @@
 
 The upload endpoint only stores what arrives (aggregation.intake → PendingReport). Here, a chunk
 at a time and in one transaction per chunk, each report gets exactly the checks of the per-report
-path (aggregation.reports.report_check: the token's signature, its spent record, each aggregator
-opening only its own share, the form, the weight bound); a token seen twice in a chunk is accepted
-once. The accepted shares of a chunk are summed per batch — the leader sums only leader shares,
-the helper only helper shares — and stored as one share each with the count of reports in it and
+path (aggregation.reports.reports_check: the token's signature, its spent record, each aggregator
+opening only its own share, then the Prio3 proof, verified for the whole chunk at once by the
+leader's and the helper's sides); a token seen twice in a chunk is accepted once. The accepted
+output shares of a chunk are summed per batch — the leader sums only its own, the helper only its
+own — and stored as one share each with the count of reports in it and
 their arrival times (rate validation reads them); the tokens are recorded spent, the rejections
 counted by reason, and the pending rows deleted. A failure anywhere rolls the chunk back whole:
 its rows wait for the next run, and nothing of it is stored.
@@ -24,19 +25,21 @@ import numpy as np
 from django.db import IntegrityError, connection, transaction
 
 from aggregation import wire
-from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE
+from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE, rules_shape
 from aggregation.issuer import issuer_public_key
-from aggregation.models import Collection, CollectionRules, HelperShare, LeaderShare, PendingReport, SpentToken
-from aggregation.reports import REPORT_MALFORMED, rejections_add, report_check
+from aggregation.models import CollectionRules, PendingReport, SpentToken
+from aggregation.reports import REPORT_MALFORMED, TOKEN_REUSED, rejections_add, reports_check
 from aggregation.tokens import IssuerPublicKey
+from aggregation.upload import output_pair_store
+from aggregation.verification import VerifyConfig, output_sum
 from pfs_base import metrics
-from privacy.field import FieldVector, field_sum
 
 # The verification task's stable name (aggregation.tasks): the upload path sends it by name.
 INGEST_TASK = "aggregation.tasks.ingest_reports"
 
-# Reports per transaction. Each costs about 1.5 ms of checks (two RSA verifications, two HPKE
-# opens), so a chunk holds its row locks for under a second and commits once for 500 reports.
+# Reports per transaction. Each costs about 1 ms of checks (an RSA verification, two HPKE opens,
+# both aggregators' Prio3 verification), so a chunk holds its row locks for about half a second and
+# commits once for 500 reports.
 CHUNK = 500
 # A chunk fails on a unique token when a concurrent chunk spent the same token first; the next
 # attempt reads that token as spent and rejects the report.
@@ -56,9 +59,9 @@ class IngestResult:
 
 @dataclass
 class _BatchSum:
-    """One batch's accepted shares in a chunk, per aggregator, and when they arrived."""
+    """One batch's accepted output shares (encoded) in a chunk, per aggregator, and when they arrived."""
 
-    shares: dict[str, list[FieldVector]] = field(default_factory=lambda: {a.role: [] for a in AGGREGATORS})
+    shares: dict[str, list[bytes]] = field(default_factory=lambda: {a.role: [] for a in AGGREGATORS})
     arrivals: list[float] = field(default_factory=list)
 
 
@@ -123,19 +126,40 @@ def _chunk_ingest(
         every_role = {aggregator.role for aggregator in AGGREGATORS}
         accepted: set[str] = set()
         batches: dict[str, _BatchSum] = {}
-        for row, report in reports:
-            digest = report.token.digest
-            spent_at = every_role if digest in accepted else spent.get(digest, set())
-            check = report_check(report, rules=rules, issuer=issuer, spent_at=spent_at, private_keys=private_keys)
-            if not check.accepted:
-                for role, reason in check.reasons.items():
-                    rejected[role, reason] += 1
-                continue
-            accepted.add(digest)
-            batch = batches.setdefault(report.batch_key, _BatchSum())
-            for role, share in check.shares.items():
-                batch.shares[role].append(share)
-            batch.arrivals.append(row.received_at.timestamp())
+        # One pass checks each token's first report in the chunk, all at once (Prio3's verification is
+        # vectorised across them); a report whose token an earlier one spent is reused, and one whose
+        # token's earlier report was rejected waits for the next pass (as if checked in order).
+        waiting = reports
+        while waiting:
+            this_pass, later, seen = [], [], set()
+            for row, report in waiting:
+                digest = report.token.digest
+                if digest in accepted:
+                    for role in every_role:
+                        rejected[role, TOKEN_REUSED] += 1
+                elif digest in seen:
+                    later.append((row, report))
+                else:
+                    seen.add(digest)
+                    this_pass.append((row, report))
+            checks = reports_check(
+                [report for _, report in this_pass],
+                rules=rules,
+                issuer=issuer,
+                spent_at=[spent.get(report.token.digest, set()) for _, report in this_pass],
+                private_keys=private_keys,
+            )
+            for (row, report), check in zip(this_pass, checks, strict=True):
+                if not check.accepted:
+                    for role, reason in check.reasons.items():
+                        rejected[role, reason] += 1
+                    continue
+                accepted.add(report.token.digest)
+                batch = batches.setdefault(report.batch_key, _BatchSum())
+                for role, output in check.outputs.items():
+                    batch.shares[role].append(output)
+                batch.arrivals.append(row.received_at.timestamp())
+            waiting = later
 
         source = f"{REPORT_SOURCE}chunk:{rows[0].pk}-{rows[-1].pk}"  # pending ids are never reused
         for batch_key, batch in sorted(batches.items()):
@@ -163,19 +187,14 @@ def _parse(body: bytes) -> wire.Report | None:
 
 
 def _batch_store(rules: CollectionRules, batch_key: str, batch: _BatchSum, *, source: str) -> None:
-    """Each aggregator stores the sum of its own shares of the batch's accepted reports."""
-    collection, _ = Collection.objects.get_or_create(
-        key=rules.key, batch_key=batch_key, defaults={"length": rules.length}
+    """Each aggregator stores the sum of its own output shares of the batch's accepted reports."""
+    config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))
+    output_pair_store(
+        rules=rules,
+        batch_key=batch_key,
+        source=source,
+        outputs={role: output_sum(config, shares) for role, shares in batch.shares.items()},
+        reports=len(batch.arrivals),
+        arrivals=np.asarray(batch.arrivals, dtype="<f8").tobytes(),
+        check_open=False,
     )
-    if collection.length != rules.length:
-        raise ValueError(f"collection {collection} holds vectors of {collection.length}, not {rules.length}")
-    arrivals = np.asarray(batch.arrivals, dtype="<f8").tobytes()
-    for model, role in ((LeaderShare, "leader"), (HelperShare, "helper")):
-        model.objects.create(
-            collection=collection,
-            source=source,
-            vector=field_sum(batch.shares[role], rules.length).astype("<u8").tobytes(),
-            reports=len(batch.arrivals),
-            min_cohort=rules.min_cohort,
-            arrivals=arrivals,
-        )

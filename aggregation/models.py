@@ -6,11 +6,20 @@ report. Shares are deleted as soon as their batch is aggregated (seed 000, Secti
 
 from __future__ import annotations
 
+import secrets
+
 import numpy as np
 from django.db import models
 
 from aggregation.batch_rules import arrival_coarse
 from privacy.field import FieldVector
+
+FIELD64, FIELD128 = "field64", "field128"
+
+
+def verify_key_new() -> bytes:
+    """A fresh Prio3 verification key (32 bytes): shared by the two aggregators, never by a device."""
+    return secrets.token_bytes(32)
 
 
 class Collection(models.Model):
@@ -33,7 +42,12 @@ class StoredShare(models.Model):
     collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
     # Who uploaded: a simulated shard uploads its devices' shares pre-summed as one pair.
     source = models.CharField(max_length=200)
-    vector = models.BinaryField(help_text="uint64 residues modulo the Field64 prime.")
+    vector = models.BinaryField(
+        help_text="Residues of ``field``, little-endian: 8 bytes each (Field64), 16 (Field128)."
+    )
+    # A simulated shard's shares are Field64 vectors (privacy.field); verified reports' output shares
+    # are in their Prio3's field (privacy.report_vdaf): Field128 for histograms and multi-hot vectors.
+    field = models.CharField(max_length=16, default=FIELD64, choices=[(FIELD64, "Field64"), (FIELD128, "Field128")])
     reports = models.PositiveIntegerField()
     min_cohort = models.PositiveIntegerField(help_text="The minimum cohort the devices routed with it.")
     # Reports verified in bulk (aggregation.ingest) are stored summed, one share per chunk and batch:
@@ -48,7 +62,16 @@ class StoredShare(models.Model):
         constraints = [models.UniqueConstraint(fields=["collection", "source"], name="unique_%(class)s_source")]
 
     def load_vector(self) -> FieldVector:
+        """A Field64 share as uint64 residues (a Field128 share: load_ints)."""
+        if self.field != FIELD64:
+            raise ValueError(f"a {self.field} share is not a vector of uint64 residues")
         return np.frombuffer(bytes(self.vector), dtype=np.uint64)
+
+    def load_ints(self) -> list[int]:
+        """The share's residues as Python integers, whatever its field."""
+        width = 16 if self.field == FIELD128 else 8
+        data = bytes(self.vector)
+        return [int.from_bytes(data[i : i + width], "little") for i in range(0, len(data), width)]
 
     def load_arrivals(self) -> list[float]:
         """When the reports summed here arrived (seconds since the epoch)."""
@@ -77,6 +100,11 @@ class CollectionRules(models.Model):
     length = models.PositiveIntegerField(help_text="Length of every report vector.")
     min_cohort = models.PositiveIntegerField(help_text="No batch with fewer reports is released.")
     weight_bound = models.PositiveIntegerField(help_text="Most ones an honest report carries (seed 001 6.1.1).")
+    # Which Prio3 every uploaded report is verified with (privacy.report_vdaf: count, histogram, multihot).
+    vdaf = models.CharField(max_length=16, default="multihot")
+    # The Prio3 verification key both aggregators derive their query randomness from; a device never
+    # sees it (with it, a device could craft an invalid report whose proof passes).
+    verify_key = models.BinaryField(default=verify_key_new, editable=False)
     noise_epsilon = models.FloatField(
         null=True, blank=True, help_text="Aggregator noise: (epsilon, delta) per release."
     )

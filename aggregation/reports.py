@@ -5,37 +5,38 @@ and its two shares, each sealed with HPKE to one aggregator. The leader receives
 passes the helper its sealed share; each aggregator then, on its own:
 
 1. checks the token: the issuer's signature over this collection, not used before here;
-2. opens its own share and checks its form (length, residues below p);
-3. computes its share of the report's weight (the sum of the vector, a linear function) and the
-   two exchange these weight shares: each learns the weight and nothing else. For an honest
-   report the weight depends only on the randomizer's coins, never on the value, so revealing
-   it reveals nothing about the device (seed 001, Section 6.1.1); a report over the weight bound
-   is rejected. (One-hot mechanisms always weigh 1; binary RR's one bit is never exchanged.)
+2. opens its own share (its Prio3 input share, bound to the collection, batch, token and public
+   share) and checks its length;
+3. verifies the report's Prio3 validity proof with the other aggregator (aggregation.verification,
+   privacy.report_vdaf): each computes a verifier share from its own input share, the leader
+   combines both and decides, and each keeps its output share only if the proof holds. The proof
+   establishes that the report is of the collection's form — a 0/1 vector with at most the weight
+   bound's ones (multi-hot), exactly one (one-hot), or a single bit — and neither aggregator learns
+   more about the report than that. It cannot establish that the device randomized honestly.
 
 A report is stored only if both accept, in one transaction with both spent tokens; a rejection
 changes nothing but the rejecting aggregators' counters (none for a collection that does not
-exist: an anonymous sender must not be able to create counters at will). What is not checked: that every entry is
-0 or 1. That needs a zero-knowledge validity proof (Prio3's FLP), which is not built; the weight
-bound limits what a malicious device can do through a report of small non-binary entries only
-partly, and the docs say so.
+exist: an anonymous sender must not be able to create counters at will), and never fails a round:
+a rejected report is simply not in any sum.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
 from aggregation import hpke, wire
-from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE
+from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE, rules_shape
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, ReportRejection, SpentToken
 from aggregation.tokens import IssuerPublicKey, verify
-from aggregation.upload import CollectionClosed, Report, share_pair_upload
+from aggregation.upload import CollectionClosed, Report, output_pair_store
+from aggregation.verification import VerifyConfig, verify_reports
 from pfs_base import metrics
-from privacy import field as prime_field
-from privacy.field import FieldVector
+from privacy.report_vdaf import input_share_sizes, report_nonce
 
 # Why a report is rejected; each aggregator counts its own.
 UNKNOWN_COLLECTION = "unknown_collection"
@@ -44,7 +45,10 @@ TOKEN_INVALID = "token_invalid"  # noqa: S105 (a reason, not a secret)
 TOKEN_REUSED = "token_reused"  # noqa: S105
 SHARE_UNOPENED = "share_unopened"
 SHARE_MALFORMED = "share_malformed"
-OVER_WEIGHT = "over_weight"
+# The Prio3 proof did not verify: not a valid report of the collection's form (an entry not 0/1, too
+# many ones, shares spliced from other reports), or the joint randomness did not match.
+PROOF_INVALID = "proof_invalid"
+OVER_WEIGHT = "over_weight"  # counted before Prio3 (the weight-share exchange); kept for old counters
 # Rejected by the leader before any aggregator's check: the upload is not a report (bad JSON or
 # base64, wrong sizes) or is larger than any honest report of the collection.
 REPORT_MALFORMED = "report_malformed"
@@ -59,9 +63,9 @@ class ReportOutcome:
 
 @dataclass(frozen=True)
 class ReportCheck:
-    """Both aggregators' verdicts on one report: each one's opened share, or why each rejected it."""
+    """Both aggregators' verdicts on one report: each one's output share (encoded), or why each rejected it."""
 
-    shares: dict[str, FieldVector]
+    outputs: dict[str, bytes]
     reasons: dict[str, str]  # role -> reason; empty when both accept
 
     @property
@@ -69,22 +73,58 @@ class ReportCheck:
         return not self.reasons
 
 
-def report_check(
-    report: Report,
+def reports_check(
+    reports: Sequence[Report],
     *,
     rules: CollectionRules,
     issuer: IssuerPublicKey,
-    spent_at: set[str],
+    spent_at: Sequence[set[str]],
     private_keys: dict[str, bytes] | None = None,
-) -> ReportCheck:
-    """Every check the aggregators run on one report, with nothing read or written (the one copy).
+) -> list[ReportCheck]:
+    """Every check the aggregators run on reports of one collection, with nothing read or written.
 
-    ``spent_at``: the roles that have accepted the report's token before; ``private_keys``: each
+    ``spent_at[i]``: the roles that have accepted report i's token before; ``private_keys``: each
     aggregator's HPKE key by role, when the caller has read them (else each open reads its own).
-    Used one report at a time by report_submit and in bulk by aggregation.ingest.
+    Each aggregator checks the token and opens its own share, report by report; then the reports
+    both opened go through Prio3's verification together (aggregation.verification), the leader's
+    side and the helper's side each with its own state.
+    """
+    config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))
+    opened: dict[str, list[bytes]] = {a.role: [] for a in AGGREGATORS}
+    candidates: list[int] = []
+    reasons: list[dict[str, str]] = []
+    for i, report in enumerate(reports):
+        reasons.append(_open_shares(report, rules, issuer, spent_at[i], private_keys, opened))
+        if not reasons[i]:
+            candidates.append(i)
+    outputs: dict[int, dict[str, bytes]] = {}
+    if candidates:
+        chosen = [reports[i] for i in candidates]
+        nonces = [report_nonce(r.token.nonce) for r in chosen]
+        sides = verify_reports(config, nonces, [r.public for r in chosen], opened)
+        for k, i in enumerate(candidates):
+            refused = {role: PROOF_INVALID for role, side in sides.items() if not side.accepted[k]}
+            if refused:
+                reasons[i] = refused
+            else:
+                outputs[i] = {role: side.output_share(k) for role, side in sides.items()}
+    return [ReportCheck(outputs=outputs.get(i, {}), reasons=reasons[i]) for i in range(len(reports))]
+
+
+def _open_shares(
+    report: Report,
+    rules: CollectionRules,
+    issuer: IssuerPublicKey,
+    spent_at: set[str],
+    private_keys: dict[str, bytes] | None,
+    opened: dict[str, list[bytes]],
+) -> dict[str, str]:
+    """Each aggregator's token check and the opening of its own share; why each refuses, if one does.
+
+    Appends each opened share to ``opened[role]`` only when both aggregators opened theirs.
     """
     signed = verify(issuer, report.collection_key, report.token)
-    shares: dict[str, FieldVector] = {}
+    shares: dict[str, bytes] = {}
     reasons: dict[str, str] = {}
     for aggregator in AGGREGATORS:
         if not signed:
@@ -101,23 +141,29 @@ def report_check(
                     sealed.ciphertext,
                     batch_key=report.batch_key,
                     token_digest=report.token.digest,
+                    public_share=report.public,
                     private_key=key,
                 )
             except hpke.OpenFailed:
                 reasons[aggregator.role] = SHARE_UNOPENED
             except ValueError:
                 reasons[aggregator.role] = SHARE_MALFORMED
-    if reasons:
-        return ReportCheck(shares={}, reasons=reasons)
+    if not reasons:
+        for role, share in shares.items():
+            opened[role].append(share)
+    return reasons
 
-    # The weight-share exchange: each aggregator sums its own share; the two sums add to the weight.
-    # Skipped when no 0/1 vector can exceed the bound (binary RR's single bit: its weight would be
-    # the report itself).
-    if rules.weight_bound < rules.length:
-        weight = sum(prime_field.total(shares[a.role]) for a in AGGREGATORS) % prime_field.MODULUS
-        if weight > rules.weight_bound:
-            return ReportCheck(shares={}, reasons={a.role: OVER_WEIGHT for a in AGGREGATORS})
-    return ReportCheck(shares=shares, reasons={})
+
+def report_check(
+    report: Report,
+    *,
+    rules: CollectionRules,
+    issuer: IssuerPublicKey,
+    spent_at: set[str],
+    private_keys: dict[str, bytes] | None = None,
+) -> ReportCheck:
+    """reports_check of one report."""
+    return reports_check([report], rules=rules, issuer=issuer, spent_at=[spent_at], private_keys=private_keys)[0]
 
 
 def report_submit(report: Report, *, rules: CollectionRules | None = None) -> ReportOutcome:
@@ -143,14 +189,12 @@ def report_submit(report: Report, *, rules: CollectionRules | None = None) -> Re
                 SpentToken(role=a.role, collection_key=report.collection_key, token_digest=report.token.digest)
                 for a in AGGREGATORS
             )
-            share_pair_upload(
-                collection_key=report.collection_key,
+            output_pair_store(
+                rules=rules,
                 batch_key=report.batch_key,
                 source=f"{REPORT_SOURCE}{report.token.digest}",
-                leader_share=check.shares["leader"],
-                helper_share=check.shares["helper"],
+                outputs=check.outputs,
                 reports=1,
-                min_cohort=rules.min_cohort,
             )
     except IntegrityError:  # the same token raced in concurrently: it was spent meanwhile
         return _rejected(report.collection_key, {a.role: TOKEN_REUSED for a in AGGREGATORS})
@@ -177,7 +221,7 @@ def collection_rules_get(*, collection_key: str) -> CollectionRules | None:
 
 def upload_body_limit(rules: CollectionRules) -> int:
     """The largest upload an honest device sends to the collection."""
-    return wire.body_limit(rules.length)
+    return wire.body_limit(*input_share_sizes(rules_shape(rules).vdaf()))
 
 
 def collection_close(*, collection_key: str) -> None:

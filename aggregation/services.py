@@ -14,6 +14,7 @@ from aggregation.models import Collection, CollectionRules, PendingReport
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, to_counts, to_signed
 from privacy.mechanisms import mechanism_get
+from privacy.report_vdaf import KINDS, MULTIHOT
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,15 @@ def collection_rules_open(
     noise: AggregatorGaussian | None = None,
     expected_rate: float | None = None,
     rate_window: float = 60.0,
+    vdaf: str = MULTIHOT,
 ) -> CollectionRules:
-    """Configure both aggregators for a collection (idempotent: a second call returns the first rules)."""
+    """Configure both aggregators for a collection (idempotent: a second call returns the first rules).
+
+    ``vdaf``: the Prio3 every uploaded report is verified with (privacy.report_vdaf.report_shape of
+    the recipe); each collection gets its own fresh verification key.
+    """
+    if vdaf not in KINDS:
+        raise ValueError(f"unknown report kind {vdaf!r}; known: {', '.join(KINDS)}")
     rules, _ = CollectionRules.objects.get_or_create(
         key=key,
         defaults={
@@ -97,6 +105,7 @@ def collection_rules_open(
             "noise_delta": noise.delta if noise else None,
             "expected_rate": expected_rate,
             "rate_window": rate_window,
+            "vdaf": vdaf,
         },
     )
     return rules

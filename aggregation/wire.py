@@ -3,13 +3,16 @@
 Both ends use this module: the device SDK writes a report with ``report_json`` and the leader's
 upload endpoint reads it with ``report_parse``. Binary fields are standard base64 with padding::
 
-    {"v": 1, "collection": "<key>", "batch": "locale=en_US",
+    {"v": 2, "collection": "<key>", "batch": "locale=en_US",
      "token": {"nonce": "<32 bytes>", "signature": "<issuer key size>"},
-     "leader": {"enc": "<32 bytes>", "ct": "<8 L + 16 bytes>"},
-     "helper": {"enc": "<32 bytes>", "ct": "<8 L + 16 bytes>"}}
+     "public": "<the Prio3 public share: 64 bytes, or empty for a Count>",
+     "leader": {"enc": "<32 bytes>", "ct": "<the leader's Prio3 input share + 16 bytes>"},
+     "helper": {"enc": "<32 bytes>", "ct": "<the helper's Prio3 input share + 16 bytes>"}}
 
-L is the collection's report length. Nothing else travels: no device id, no time, no address
-the aggregators keep.
+Each share is a Prio3 input share (privacy.report_vdaf names the VDAF): the leader's holds its
+measurement and proof shares, the helper's two 32-byte seeds. The public share holds the joint
+randomness parts and is authenticated as each share's HPKE aad. Nothing else travels: no device
+id, no time, no address the aggregators keep.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 from aggregation.tokens import NONCE_BYTES, Token
 
-VERSION = 1
+VERSION = 2  # 2: Prio3 input shares and a public share (1 carried bare Field64 vectors)
 ENC_BYTES = 32  # an X25519 encapsulated key (aggregation.hpke)
 AEAD_TAG_BYTES = 16  # ChaCha20-Poly1305
 MAX_KEY_LENGTH = 200  # CollectionRules.key and Collection.batch_key are 200-character columns
@@ -43,6 +46,7 @@ class Report:
     token: Token
     leader: SealedShare
     helper: SealedShare
+    public: bytes = b""  # the Prio3 public share
 
     def share_for(self, role: str) -> SealedShare:
         return self.leader if role == "leader" else self.helper
@@ -66,6 +70,7 @@ def report_json(report: Report) -> dict:
         "collection": report.collection_key,
         "batch": report.batch_key,
         "token": {"nonce": _b64(report.token.nonce), "signature": _b64(report.token.signature)},
+        "public": _b64(report.public),
         "leader": {"enc": _b64(report.leader.enc), "ct": _b64(report.leader.ciphertext)},
         "helper": {"enc": _b64(report.helper.enc), "ct": _b64(report.helper.ciphertext)},
     }
@@ -76,10 +81,10 @@ def report_bytes(report: Report) -> bytes:
     return json.dumps(report_json(report), separators=(",", ":")).encode("ascii")
 
 
-def body_limit(report_length: int) -> int:
-    """The largest upload body an honest device sends for reports of ``report_length`` entries."""
-    ciphertext = 8 * report_length + AEAD_TAG_BYTES
-    return 2 * 4 * math.ceil(ciphertext / 3) + ENVELOPE_BYTES + 2 * MAX_KEY_LENGTH
+def body_limit(leader_bytes: int, helper_bytes: int, public_bytes: int) -> int:
+    """The largest upload body an honest device sends with input shares and a public share of these sizes."""
+    encoded = sum(4 * math.ceil(size / 3) for size in (leader_bytes + AEAD_TAG_BYTES, helper_bytes + AEAD_TAG_BYTES))
+    return encoded + 4 * math.ceil(public_bytes / 3) + ENVELOPE_BYTES + 2 * MAX_KEY_LENGTH
 
 
 def collection_key_of(data: object) -> str | None:
@@ -102,7 +107,7 @@ def report_parse(data: object) -> Report:
 
     if data.get("v") != VERSION:
         add("v", f"Must be {VERSION} (the version of this wire format).")
-    unknown = sorted(set(data) - {"v", "collection", "batch", "token", "leader", "helper"})
+    unknown = sorted(set(data) - {"v", "collection", "batch", "token", "public", "leader", "helper"})
     for key in unknown:
         add(key, "Unknown field.")
     collection = _text(data, "collection", add, required=True)
@@ -128,6 +133,16 @@ def report_parse(data: object) -> Report:
     for parent in ("token", "leader", "helper"):
         if not isinstance(data.get(parent), dict):
             add(parent, "Must be an object.")
+    public = data.get("public", None)
+    if not isinstance(public, str):
+        add("public", "Must be a base64 string (empty for a report with no public share).")
+        public_bytes = b""
+    else:
+        try:
+            public_bytes = base64.b64decode(public.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError):
+            add("public", "Not valid base64.")
+            public_bytes = b""
     nonce = binary("token", "nonce", NONCE_BYTES)
     signature = binary("token", "signature")
     shares = {
@@ -142,6 +157,7 @@ def report_parse(data: object) -> Report:
         token=Token(nonce=nonce, signature=signature),
         leader=shares["leader"],
         helper=shares["helper"],
+        public=public_bytes,
     )
 
 

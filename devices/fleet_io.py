@@ -37,7 +37,9 @@ class FleetInvalid(Exception):
 # ---------------------------------------------------------------- synthetic fleets
 
 
-def fleet_create(*, name: str, size: int, seed: int, shard_size: int, now: float | None = None) -> Fleet:
+def fleet_create(
+    *, name: str, size: int, seed: int, shard_size: int, now: float | None = None, prio3_reports: bool = False
+) -> Fleet:
     """Create a seeded synthetic fleet of ``size`` devices, ``shard_size`` per shard.
 
     Shard i draws from ``default_rng([seed, i])``; device j of the fleet is ``d<j>``. Phrase times
@@ -59,14 +61,21 @@ def fleet_create(*, name: str, size: int, seed: int, shard_size: int, now: float
         columns = generate_shard(devices, np.random.default_rng([seed, index]), first_index=start, now=reference)
         shards.append((devices, pack(columns)))
     return _fleet_write(
-        name=name, size=size, seed=seed, vocabularies={"locale": list(LOCALES), "tokens": list(TOKENS)}, shards=shards
+        name=name,
+        size=size,
+        seed=seed,
+        vocabularies={"locale": list(LOCALES), "tokens": list(TOKENS)},
+        shards=shards,
+        prio3_reports=prio3_reports,
     )
 
 
 # ---------------------------------------------------------------- imported fleets
 
 
-def fleet_import(*, name: str, path: str | Path, shard_size: int, now: float | None = None) -> Fleet:
+def fleet_import(
+    *, name: str, path: str | Path, shard_size: int, now: float | None = None, prio3_reports: bool = False
+) -> Fleet:
     """Create a fleet from a JSONL file, one device per line (format: docs/fleets.md).
 
     Every line is validated before anything is written; any problem raises ``FleetInvalid`` with
@@ -102,7 +111,9 @@ def fleet_import(*, name: str, path: str | Path, shard_size: int, now: float | N
         (min(shard_size, size - start), pack(columns_slice(fleet_columns, start, min(start + shard_size, size))))
         for start in range(0, size, shard_size)
     ]
-    return _fleet_write(name=name, size=size, seed=None, vocabularies=vocabularies, shards=shards)
+    return _fleet_write(
+        name=name, size=size, seed=None, vocabularies=vocabularies, shards=shards, prio3_reports=prio3_reports
+    )
 
 
 # ---------------------------------------------------------------- both
@@ -127,12 +138,20 @@ def _is_integer(value: object) -> bool:
 
 
 def _fleet_write(
-    *, name: str, size: int, seed: int | None, vocabularies: dict[str, list[str]], shards: list[tuple[int, bytes]]
+    *,
+    name: str,
+    size: int,
+    seed: int | None,
+    vocabularies: dict[str, list[str]],
+    shards: list[tuple[int, bytes]],
+    prio3_reports: bool = False,
 ) -> Fleet:
     """The fleet row and all its shard rows, in one transaction."""
     try:
         with transaction.atomic():
-            fleet = Fleet.objects.create(name=name, size=size, seed=seed, vocabularies=vocabularies)
+            fleet = Fleet.objects.create(
+                name=name, size=size, seed=seed, vocabularies=vocabularies, prio3_reports=prio3_reports
+            )
             FleetShard.objects.bulk_create(
                 FleetShard(fleet=fleet, index=index, size=devices, columns=blob)
                 for index, (devices, blob) in enumerate(shards)

@@ -1,11 +1,14 @@
 """A real device's side of the upload protocol: its token, its report, its two sealed shares.
 
-Uses the same privacy/ code as the simulator: the mechanism's ``privatize`` for one device, and
-additive shares from privacy.field — with the OS CSPRNG for the mask, not a seeded generator.
+Uses the same privacy/ code as the simulator: the mechanism's ``privatize`` for one device. The
+report is then sharded with Prio3 (privacy.vdaf, the VDAF privacy.report_vdaf names for the recipe):
+two input shares that each reveal nothing alone, and a zero-knowledge proof that the report is of
+its form, which both aggregators check — with the OS CSPRNG, not a seeded generator.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass
 
@@ -14,8 +17,9 @@ import numpy as np
 from aggregation import hpke
 from aggregation.tokens import Token
 from aggregation.wire import Report, SealedShare
-from privacy import field as prime_field
 from privacy.mechanisms import FrequencyOracle
+from privacy.report_vdaf import ReportShape, context, measurement, report_nonce
+from privacy.vdaf import VdafError
 
 
 @dataclass(frozen=True)
@@ -41,21 +45,61 @@ def report_vector(
     return oracle.privatize(np.array([value]), domain_size, rng)[0].astype(np.int64)
 
 
-def report_seal(
-    *, collection_key: str, batch_key: str, vector: np.ndarray, keys: AggregatorKeys, token: Token
+def report_shard(
+    *, collection_key: str, vector: np.ndarray, shape: ReportShape, token: Token
+) -> tuple[bytes, bytes, bytes]:
+    """(public share, leader input share, helper input share) of ``vector``, encoded: Prio3's
+    sharding with its validity proof, bound to the collection (the VDAF context) and to the token
+    (the VDAF nonce is derived from the token's nonce, single use in the collection).
+
+    The sharding's randomness comes from the OS CSPRNG. ValueError for a vector that is not of the
+    shape's form (an honest device's report always is, up to the weight bound's 1e-9 tail).
+    """
+    vdaf = shape.vdaf()
+    return vector_shard(
+        collection_key=collection_key,
+        vector=vector,
+        shape=shape,
+        nonce=report_nonce(token.nonce),
+        rand=os.urandom(vdaf.RAND_SIZE),
+    )
+
+
+def vector_shard(
+    *, collection_key: str, vector: np.ndarray, shape: ReportShape, nonce: bytes, rand: bytes
+) -> tuple[bytes, bytes, bytes]:
+    """Prio3's sharding of one report vector with the given nonce and randomness (a real device:
+    report_shard; a simulated device of a fleet with per-device reports: its shard's coins)."""
+    vdaf = shape.vdaf()
+    try:
+        public, (leader, helper) = vdaf.shard(context(collection_key), measurement(shape.kind, vector), nonce, rand)
+    except VdafError as error:  # e.g. a multi-hot report over the weight bound
+        raise ValueError(str(error)) from None
+    return vdaf.encode_public_share(public), vdaf.encode_input_share(leader), vdaf.encode_input_share(helper)
+
+
+def shares_seal(
+    *,
+    collection_key: str,
+    batch_key: str,
+    token: Token,
+    keys: AggregatorKeys,
+    public: bytes,
+    leader: bytes,
+    helper: bytes,
 ) -> Report:
-    """Split ``vector`` into two shares and seal each to its aggregator, bound to this report's
-    collection, batch and token (hpke.share_info)."""
-    leader, helper = prime_field.split(prime_field.to_field(vector))
+    """Seal each input share to its aggregator, bound to this report's collection, batch and token
+    (hpke.share_info) and to the public share (the HPKE aad)."""
     sealed = {
         role: SealedShare(
             *hpke.seal(
-                public,
-                share.astype("<u8").tobytes(),
+                key,
+                share,
                 hpke.share_info(collection_key, role, batch_key=batch_key, token_digest=token.digest),
+                aad=public,
             )
         )
-        for role, public, share in (("leader", keys.leader, leader), ("helper", keys.helper, helper))
+        for role, key, share in (("leader", keys.leader, leader), ("helper", keys.helper, helper))
     }
     return Report(
         collection_key=collection_key,
@@ -63,4 +107,21 @@ def report_seal(
         token=token,
         leader=sealed["leader"],
         helper=sealed["helper"],
+        public=public,
+    )
+
+
+def report_seal(
+    *, collection_key: str, batch_key: str, vector: np.ndarray, keys: AggregatorKeys, token: Token, shape: ReportShape
+) -> Report:
+    """The report a device uploads: ``vector`` sharded with its proof (report_shard), each share sealed."""
+    public, leader, helper = report_shard(collection_key=collection_key, vector=vector, shape=shape, token=token)
+    return shares_seal(
+        collection_key=collection_key,
+        batch_key=batch_key,
+        token=token,
+        keys=keys,
+        public=public,
+        leader=leader,
+        helper=helper,
     )

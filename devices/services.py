@@ -19,17 +19,19 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
-from aggregation.upload import share_pair_upload
+from aggregation.upload import share_pair_upload, verified_reports_upload
 from devices.budget import Accountant, Decision, ledger_empty
 from devices.columns import pack
 from devices.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
 from devices.encode import encode_devices
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
+from devices.report_client import vector_shard
 from devices.streams import apply_retention
 from pfs_base import metrics
 from privacy import field as prime_field
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
+from privacy.report_vdaf import report_shape
 
 # ---------------------------------------------------------------- policy snapshots
 
@@ -190,6 +192,11 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
     batch_keys = cohort_keys(task.cohorts, columns, shard.fleet.vocabularies)
     for batch_key in sorted(set(batch_keys[answered].tolist())):
         members = answered & (batch_keys == batch_key)
+        if shard.fleet.prio3_reports:
+            _prio3_reports_upload(
+                shard, task, batch_key, values[members], oracle, encoding.size, privatize_rng, share_rng
+            )
+            continue
         if oracle is None:  # aggregator noise: the one-hot values themselves, noise comes later
             report_sum = np.bincount(values[members], minlength=encoding.size)
         else:
@@ -206,6 +213,49 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
             reports=int(members.sum()),
             min_cohort=task.min_cohort,
         )
+
+
+def _prio3_reports_upload(
+    shard: FleetShard,
+    task: DeviceTask,
+    batch_key: str,
+    values: np.ndarray,
+    oracle,
+    domain_size: int,
+    privatize_rng: np.random.Generator,
+    share_rng: np.random.Generator,
+) -> None:
+    """A fleet with ``prio3_reports``: each answering device privatizes and shards its own report with
+    its validity proof (devices.report_client, as a real device does), and both aggregators verify
+    every report (aggregation.upload.verified_reports_upload). The coins are the shard's, keyed."""
+    shape = report_shape(
+        mechanism=None if oracle is None else task.mechanism, epsilon0=task.epsilon0, domain_size=domain_size
+    )
+    if oracle is None:
+        vectors = np.eye(domain_size, dtype=np.int64)[values]
+    else:
+        vectors = oracle.privatize(values, domain_size, privatize_rng).astype(np.int64)
+    rand_size = shape.vdaf().RAND_SIZE
+    nonces, publics, leaders, helpers = [], [], [], []
+    for vector in vectors:  # sharding is per device: each proves its own report
+        nonce = share_rng.bytes(16)
+        public, leader, helper = vector_shard(
+            collection_key=task.task_key, vector=vector, shape=shape, nonce=nonce, rand=share_rng.bytes(rand_size)
+        )
+        nonces.append(nonce)
+        publics.append(public)
+        leaders.append(leader)
+        helpers.append(helper)
+    verified_reports_upload(
+        collection_key=task.task_key,
+        batch_key=batch_key,
+        source=f"shard:{shard.pk}",
+        nonces=nonces,
+        public_shares=publics,
+        leader_shares=leaders,
+        helper_shares=helpers,
+        min_cohort=task.min_cohort,
+    )
 
 
 def ledger_totals(*, fleet: Fleet, analysis_identifier: str) -> dict[str, float]:

@@ -46,10 +46,7 @@ from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
 from pfs_base.task_queue import enqueue
 from privacy.aggregator_noise import AggregatorGaussian
-from privacy.mechanisms import mechanism_get, report_weight_bound
-
-# Probability that an honest device's report is rejected for its weight (seed 001, 6.1.1).
-WEIGHT_FALSE_REJECTION = 1e-9
+from privacy.report_vdaf import report_shape
 
 
 class ShardsPending(RuntimeError):
@@ -99,13 +96,15 @@ def _collection_rules_open(round_: Round) -> None:
     """Configure both aggregators with the round's public batch rules."""
     size = recipe_encoding(round_.recipe).size
     privacy = round_.recipe.privacy
+    # The shape of a report (length, weight bound, the Prio3 it is verified with) comes from the
+    # recipe alone, by the code the devices run (privacy.report_vdaf).
     if privacy.aggregator_noise:
-        length, weight_bound = size, 1
+        shape = report_shape(mechanism=None, epsilon0=None, domain_size=size)
         noise = AggregatorGaussian(privacy.epsilon, privacy.delta)
     else:
-        oracle = mechanism_get(privacy.mechanism, privacy.epsilon0)
-        length, noise = oracle.report_length(size), None
-        weight_bound = report_weight_bound(oracle, size, WEIGHT_FALSE_REJECTION)
+        shape = report_shape(mechanism=privacy.mechanism, epsilon0=privacy.epsilon0, domain_size=size)
+        noise = None
+    length, weight_bound = shape.length, shape.weight_bound
     # Rate validation for uploads from real devices, on by default: the expected rate is the
     # fleet's devices times the sampling rate, spread over PFS_REPORT_SPREAD_SECONDS.
     rate, window = None, 60.0
@@ -122,6 +121,7 @@ def _collection_rules_open(round_: Round) -> None:
         noise=noise,
         expected_rate=rate,
         rate_window=window,
+        vdaf=shape.kind,
     )
 
 

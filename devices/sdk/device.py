@@ -35,6 +35,7 @@ from devices.sdk.pacing import Pacing
 from devices.streams import apply_retention
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
+from privacy.report_vdaf import ReportShape, report_shape
 
 # Not a Decision of the budget: the task is inconsistent (its report length is not the recipe's,
 # or it cannot be encoded), so the device refuses it before deciding anything.
@@ -171,7 +172,7 @@ def task_answer(
     ledger.save()
 
     vector, batch_key = report_compute(offer, data, rng)
-    upload = _send(task.task_key, vector, batch_key, offer, keys, service, pacing)
+    upload = _send(task.task_key, vector, batch_key, offer, keys, service, pacing, report_shape_of(offer))
     ledger.record(task.task_key, upload=upload)
     ledger.save()
     return Outcome(task.task_key, decision.label, upload)
@@ -180,12 +181,7 @@ def task_answer(
 def _task_problem(offer: Offer) -> str:
     task = offer.task
     try:
-        _, encoding = content_encoding(task.data_types)
-        length = (
-            encoding.size
-            if task.aggregator_noise
-            else mechanism_get(task.mechanism, task.epsilon0).report_length(encoding.size)
-        )
+        length = report_shape_of(offer).length  # also: a Prio3 is defined for the task's reports
     except (ValueError, KeyError, TypeError) as error:
         return f"the task cannot be encoded: {error}"
     if length != offer.report_length:
@@ -220,6 +216,14 @@ def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> 
     return vector, batch_key
 
 
+def report_shape_of(offer: Offer) -> ReportShape:
+    """The Prio3 the aggregators verify this task's reports with, from the recipe alone (privacy.report_vdaf)."""
+    task = offer.task
+    _, encoding = content_encoding(task.data_types)
+    mechanism = None if task.aggregator_noise else task.mechanism
+    return report_shape(mechanism=mechanism, epsilon0=task.epsilon0, domain_size=encoding.size)
+
+
 def _send(
     task_key: str,
     vector: np.ndarray,
@@ -228,6 +232,7 @@ def _send(
     keys: ServerKeys,
     service: Service,
     pacing: Pacing | None,
+    shape: ReportShape,
 ) -> str:
     issue: Callable[[int], int] = lambda blinded: service.token(task_key, blinded)  # noqa: E731
     if pacing is not None:
@@ -237,12 +242,12 @@ def _send(
     try:
         token = token_obtain(collection_key=task_key, issuer=offer.issuer, issue=issue)
         report = report_seal(
-            collection_key=task_key, batch_key=batch_key, vector=vector, keys=keys.aggregators, token=token
+            collection_key=task_key, batch_key=batch_key, vector=vector, keys=keys.aggregators, token=token, shape=shape
         )
         if pacing is not None:
             pacing.wait_until(start, plan.upload_delay)
         return service.upload(report)
     except ClientError as error:  # the server refused or could not be reached: the budget stays spent
         return f"failed: {error.code}"
-    except ValueError as error:  # the issuer's signature did not verify
+    except ValueError as error:  # the issuer's signature did not verify, or the report is over the weight bound
         return f"failed: {error}"

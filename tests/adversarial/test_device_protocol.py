@@ -36,6 +36,7 @@ from tests.unit.test_device_http import (
     CENTRAL,
     PHONES_SPEC,
     Device,
+    shape_of,
     start,
     upload,
     verify,
@@ -141,15 +142,16 @@ def test_a_sybil_flood_is_refused_whole_by_rate_validation(api, analyst, officer
     key = round_.task_key
     for real, bucket in zip(devices[:3], (2, 5, 6), strict=True):
         assert upload(real.report(key, bucket)).status_code == 202
-    for sybil in devices[3:]:  # all at once, all zeros
-        zeros = report_seal(
+    for sybil in devices[3:]:  # all at once, all the same bucket
+        same = report_seal(
             collection_key=key,
             batch_key="",
-            vector=np.zeros(BUCKETS, dtype=np.int64),
+            vector=np.eye(BUCKETS, dtype=np.int64)[0],
             keys=_keys(),
             token=sybil.token(key),
+            shape=shape_of(key),
         )
-        assert upload(zeros).status_code == 202
+        assert upload(same).status_code == 202
     with django_capture_on_commit_callbacks(execute=True):
         assert api.post(f"/api/rounds/{round_.pk}/close/", {}, format="json").status_code == 202
     round_.refresh_from_db()

@@ -1,6 +1,6 @@
 """The three distributions build, and the two meant for other machines install on their own
-(docs/packaging.md): the client with nothing but Python, the device SDK with numpy, scipy and
-cryptography only — no Django, no server.
+(docs/packaging.md): the client with nothing but Python, the device SDK with numpy, scipy,
+cryptography and pycryptodome only — no Django, no server.
 
 Wheels are built without downloading a build backend (setuptools is in the development lock), from a
 copy of each project with its links followed, as an sdist would hold it. Each install goes into a
@@ -101,7 +101,7 @@ def test_the_client_installs_alone_and_declares_its_pandas_extra(tmp_path: Path)
     assert "login" in run(bin_ / "pfs", "--help").stdout
 
 
-def test_the_device_sdk_installs_with_its_three_dependencies_and_no_server_code(tmp_path: Path) -> None:
+def test_the_device_sdk_installs_with_its_four_dependencies_and_no_server_code(tmp_path: Path) -> None:
     project = tmp_path / "device"
     shutil.copytree(
         ROOT / "clients" / "device", project, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
@@ -112,7 +112,7 @@ def test_the_device_sdk_installs_with_its_three_dependencies_and_no_server_code(
     )
     assert not {"devices/models.py", "devices/services.py", "aggregation/models.py"} & modules(wheel)
     requires = metadata(wheel).get_all("Requires-Dist")
-    assert sorted(r.split(">=")[0] for r in requires) == ["cryptography", "numpy", "scipy"]
+    assert sorted(r.split(">=")[0] for r in requires) == ["cryptography", "numpy", "pycryptodome", "scipy"]
 
     # The dependencies at the server's locked versions (what the suite tests), from the index.
     locked = [line.split(" ")[0] for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line]

@@ -24,11 +24,11 @@ from rest_framework.authtoken.models import Token as AuthToken
 from rest_framework.test import APIClient
 
 from aggregation import hpke, wire
-from aggregation.aggregators import HELPER, LEADER
+from aggregation.aggregators import HELPER, LEADER, rules_shape
 from aggregation.ingest import reports_ingest
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, HelperShare, LeaderShare, PendingReport
-from aggregation.reports import rejections
+from aggregation.reports import rejections, upload_body_limit
 from aggregation.tokens import Token, token_obtain
 from analyses.models import Round
 from analyses.reaper import rounds_reap
@@ -36,6 +36,7 @@ from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.models import CollectionWindow, DeviceCredential, Fleet
 from devices.report_client import AggregatorKeys, report_seal
+from privacy.report_vdaf import ReportShape
 from tests.conftest import RECIPE
 
 pytestmark = pytest.mark.django_db
@@ -94,8 +95,19 @@ class Device:
         vector = np.eye(BUCKETS, dtype=np.int64)[bucket]
         keys = AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
         return report_seal(
-            collection_key=key, batch_key=batch, vector=vector, keys=keys, token=token or self.token(key)
+            collection_key=key,
+            batch_key=batch,
+            vector=vector,
+            keys=keys,
+            token=token or self.token(key),
+            shape=shape_of(key),
         )
+
+
+def shape_of(key: str) -> ReportShape:
+    """The Prio3 shape the collection's aggregators verify (a one-hot histogram where none exists)."""
+    rules = CollectionRules.objects.filter(key=key).first()
+    return rules_shape(rules) if rules else ReportShape("histogram", BUCKETS, 1)
 
 
 def upload(body: bytes | wire.Report):
@@ -329,6 +341,7 @@ def test_a_report_for_another_round_is_counted_as_rejected_once_verified(api, ph
         device.token(central_round.task_key),
         sealed_elsewhere.leader,
         sealed_elsewhere.helper,
+        sealed_elsewhere.public,
     )
     assert upload(relabelled).status_code == 202
     assert rejections(central_round.task_key) == {}  # nothing is decided before verification
@@ -345,8 +358,10 @@ def test_a_malformed_share_is_counted_as_rejected_once_verified(phones, central_
     key = central_round.task_key
     good = device.report(key, 0)
     info = hpke.share_info(key, "helper", batch_key="", token_digest=good.token.digest)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (BUCKETS - 1), info)
-    assert upload(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short))).status_code == 202
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, info, aad=good.public)  # a helper share is 64 bytes
+    assert (
+        upload(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short), good.public)).status_code == 202
+    )
     verify(key)
     assert rejections(key) == {"helper": {"share_malformed": 1}}
     assert upload(good).status_code == 202
@@ -379,7 +394,7 @@ def test_an_oversize_body_is_refused_with_413_and_counted(phones, central_round)
     _, (device, *_) = phones
     key = central_round.task_key
     body = wire.report_json(device.report(key, 0))
-    limit = wire.body_limit(BUCKETS)
+    limit = upload_body_limit(CollectionRules.objects.get(key=key))
     body["leader"]["ct"] = base64.b64encode(b"\x00" * limit).decode()
     response = upload(json.dumps(body).encode())
     assert response.status_code == 413 and response.json()["code"] == "payload_too_large"

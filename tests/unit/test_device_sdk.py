@@ -18,6 +18,7 @@ import pytest
 
 from aggregation import hpke
 from aggregation.tokens import issuer_key_generate, sign_blinded, verify
+from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine
 from aggregation.wire import Report
 from devices.decision import DeviceTask, snapshot_digest
 from devices.report_client import AggregatorKeys
@@ -25,7 +26,8 @@ from devices.sdk.__main__ import main
 from devices.sdk.client import ClientError
 from devices.sdk.device import TASK_INVALID, Offer, ServerKeys, data_read, report_compute, task_answer
 from devices.sdk.ledger import Ledger
-from privacy import field as prime_field
+from privacy.report_vdaf import report_nonce, report_shape
+from privacy.vdaf.field import Field128
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = {
@@ -87,7 +89,7 @@ class Aggregators:
         if self.fail_upload:
             raise ClientError("connection refused", code="unreachable")
         assert verify(ISSUER.public, report.collection_key, report.token)
-        shares = []
+        shares: list[bytes] = []
         for (private, _), sealed, role in (
             (self.leader, report.leader, "leader"),
             (self.helper, report.helper, "helper"),
@@ -99,9 +101,22 @@ class Aggregators:
                 hpke.share_info(
                     report.collection_key, role, batch_key=report.batch_key, token_digest=report.token.digest
                 ),
+                aad=report.public,
             )
-            shares.append(np.frombuffer(plaintext, dtype="<u8").astype(np.uint64))
-        self.reports.append(prime_field.to_counts(prime_field.add(*shares), bound=1))
+            shares.append(plaintext)
+        # Both aggregators' Prio3 verification: the report is a one-hot vector of the 8 age buckets.
+        shape = report_shape(mechanism=None, epsilon0=None, domain_size=8)
+        config = VerifyConfig.of(collection_key=report.collection_key, shape=shape, verify_key=bytes(32))
+        sides = [AggregatorVerification(role, config) for role in ("leader", "helper")]
+        verifier_shares = [
+            side.start([report_nonce(report.token.nonce)], [report.public], [share])
+            for side, share in zip(sides, shares)
+        ]
+        messages = leader_combine(config, *verifier_shares)
+        assert all(side.finish(messages) == [True] for side in sides)
+        outputs = [Field128.decode_vec(side.output_share(0)) for side in sides]
+        vector = [(a + b) % Field128.MODULUS for a, b in zip(*outputs, strict=True)]
+        self.reports.append(np.array(vector, dtype=np.int64))
         self.batches.append(report.batch_key)
         return "accepted"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-import numpy as np
 import pytest
 from django.db import transaction
 from django.utils import timezone
@@ -22,9 +21,9 @@ from aggregation.reports import rejections, report_submit
 from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
 from aggregation.upload import SealedShare
 from devices.report_client import report_seal
-from privacy.field import field_sum
 from privacy.mechanisms import report_weight_bound
-from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, keys, one_hot, report, token
+from privacy.vdaf.field import Field128
+from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, keys, one_hot, proven, report, shape_for, token
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +45,14 @@ def receive(sealed: wire.Report) -> None:
 
 
 def batched(device: str, value: int, batch: str) -> wire.Report:
-    return report_seal(collection_key=KEY, batch_key=batch, vector=one_hot(value), keys=keys(), token=token(device))
+    return report_seal(
+        collection_key=KEY,
+        batch_key=batch,
+        vector=one_hot(value),
+        keys=keys(),
+        token=token(device),
+        shape=shape_for(KEY),
+    )
 
 
 def stored_sums() -> dict[str, tuple[list[int], list[int], int]]:
@@ -55,12 +61,16 @@ def stored_sums() -> dict[str, tuple[list[int], list[int], int]]:
     for batch in sorted(set(LeaderShare.objects.values_list("collection__batch_key", flat=True))):
         leader = list(LeaderShare.objects.filter(collection__batch_key=batch))
         helper = list(HelperShare.objects.filter(collection__batch_key=batch))
-        sums[batch] = (
-            field_sum([s.load_vector() for s in leader], DOMAIN).tolist(),
-            field_sum([s.load_vector() for s in helper], DOMAIN).tolist(),
-            sum(s.reports for s in leader),
-        )
+        sums[batch] = (_total(leader), _total(helper), sum(s.reports for s in leader))
     return sums
+
+
+def _total(shares) -> list[int]:
+    p = Field128.MODULUS
+    total = [0] * DOMAIN
+    for share in shares:
+        total = [(a + b) % p for a, b in zip(total, share.load_ints(), strict=True)]
+    return total
 
 
 class RolledBack(Exception):
@@ -91,15 +101,16 @@ def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rule
     good = report("d1", one_hot(2))
     bad = report("d2", one_hot(0))
     info = hpke.share_info(KEY, "helper", batch_key=bad.batch_key, token_digest=bad.token.digest)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (DOMAIN - 1), info)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, info, aad=bad.public)  # a helper share is 64 bytes
     receive(replace(bad, helper=SealedShare(*short)))
-    receive(report("d3", np.ones(DOMAIN, dtype=np.int64)))
+    weight_bits = shape_for(KEY).vdaf().flp.MEAS_LEN - DOMAIN
+    receive(proven("d3", [1] * DOMAIN + [0] * weight_bits))  # every bucket, its weight claimed 0
     receive(good)
     receive(replace(report("d4", one_hot(1)), token=good.token))  # the same token again, same chunk
     assert reports_ingest(collection_key=KEY).verified == 4
     assert rejections(KEY) == {
-        "helper": {"over_weight": 1, "share_malformed": 1, "token_reused": 1},
-        "leader": {"over_weight": 1, "token_reused": 1},
+        "helper": {"proof_invalid": 1, "share_malformed": 1, "token_reused": 1},
+        "leader": {"proof_invalid": 1, "token_reused": 1},
     }
     assert LeaderShare.objects.get().reports == 1
 

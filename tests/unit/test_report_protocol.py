@@ -1,10 +1,11 @@
-"""Individually uploaded reports: HPKE shares, anonymous single-use tokens, weight and rate rules.
+"""Individually uploaded reports: HPKE-sealed Prio3 shares, anonymous single-use tokens, validity proofs, rate rules.
 
 Real crypto throughout (HPKE and RSA blind signatures from `cryptography`); the devices are devices.report_client.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from datetime import timedelta
 
@@ -12,16 +13,18 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from aggregation import hpke
-from aggregation.aggregators import HELPER, LEADER
+from aggregation import hpke, wire
+from aggregation.aggregators import HELPER, LEADER, rules_shape
 from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
-from aggregation.models import HelperShare, LeaderShare, SpentToken
+from aggregation.models import CollectionRules, HelperShare, LeaderShare, SpentToken
 from aggregation.reports import rejections, report_submit
 from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
 from aggregation.tokens import Token, token_obtain
 from aggregation.upload import SealedShare
-from devices.report_client import AggregatorKeys, report_seal, report_vector
+from devices.report_client import AggregatorKeys, report_seal, report_vector, shares_seal
 from privacy.mechanisms import mechanism_get, report_weight_bound
+from privacy.report_vdaf import ReportShape, context, input_share_sizes, report_nonce
+from privacy.vdaf.field import Field128
 
 pytestmark = pytest.mark.django_db
 
@@ -49,10 +52,49 @@ def token(device: str, key: str = KEY) -> Token:
     )
 
 
+def shape_for(key: str) -> ReportShape:
+    """The Prio3 shape the collection's aggregators verify (multi-hot of weight DOMAIN where none exists)."""
+    rules = CollectionRules.objects.filter(key=key).first()
+    return rules_shape(rules) if rules else ReportShape("multihot", DOMAIN, DOMAIN)
+
+
 def report(device: str, vector, key: str = KEY, tok: Token | None = None):
     return report_seal(
-        collection_key=key, batch_key="", vector=np.asarray(vector), keys=keys(), token=tok or token(device, key)
+        collection_key=key,
+        batch_key="",
+        vector=np.asarray(vector),
+        keys=keys(),
+        token=tok or token(device, key),
+        shape=shape_for(key),
     )
+
+
+def proven(device: str, encoded: list[int], key: str = KEY) -> wire.Report:
+    """A malicious device's report: an encoded measurement it proves as it is (Prio3.shard_encoded,
+    which skips the encoding's checks), sealed with the SDK's own function."""
+    tok = token(device, key)
+    vdaf = shape_for(key).vdaf()
+    public, (leader, helper) = vdaf.shard_encoded(
+        context(key), encoded, report_nonce(tok.nonce), os.urandom(vdaf.RAND_SIZE)
+    )
+    return shares_seal(
+        collection_key=key,
+        batch_key="",
+        token=tok,
+        keys=keys(),
+        public=vdaf.encode_public_share(public),
+        leader=vdaf.encode_input_share(leader),
+        helper=vdaf.encode_input_share(helper),
+    )
+
+
+def stored_total(model) -> list[int]:
+    """The sum of the stored output shares of one aggregator (Field128 residues)."""
+    p = Field128.MODULUS
+    total = [0] * DOMAIN
+    for share in model.objects.all():
+        total = [(a + b) % p for a, b in zip(total, share.load_ints(), strict=True)]
+    return total
 
 
 def one_hot(value: int) -> np.ndarray:
@@ -62,20 +104,25 @@ def one_hot(value: int) -> np.ndarray:
 def test_a_report_is_accepted_and_each_aggregator_stores_only_its_own_share(rules) -> None:
     assert report_submit(report("d1", one_hot(2))).accepted
     leader, helper = LeaderShare.objects.get(), HelperShare.objects.get()
-    assert leader.reports == helper.reports == 1
-    # Neither share alone is the report; their sum is.
-    total = (leader.load_vector().astype(object) + helper.load_vector().astype(object)) % (2**64 - 2**32 + 1)
-    assert total.tolist() == one_hot(2).tolist()
-    assert leader.load_vector().tolist() != one_hot(2).tolist()
+    assert leader.reports == helper.reports == 1 and leader.field == helper.field == "field128"
+    # Neither output share alone is the report; their sum is.
+    total = [(a + b) % Field128.MODULUS for a, b in zip(leader.load_ints(), helper.load_ints(), strict=True)]
+    assert total == one_hot(2).tolist()
+    assert leader.load_ints() != one_hot(2).tolist()
 
 
 def test_each_aggregator_opens_only_the_share_sealed_to_it(rules) -> None:
     sealed = report("d1", one_hot(1))
     # The helper's share handed to the leader does not open: another key and another info.
-    envelope = {"batch_key": sealed.batch_key, "token_digest": sealed.token.digest}
+    envelope = {"batch_key": sealed.batch_key, "token_digest": sealed.token.digest, "public_share": sealed.public}
     with pytest.raises(hpke.OpenFailed):
         LEADER.open_share(rules, sealed.helper.enc, sealed.helper.ciphertext, **envelope)
-    assert LEADER.open_share(rules, sealed.leader.enc, sealed.leader.ciphertext, **envelope).size == DOMAIN
+    leader_size, helper_size, _ = input_share_sizes(shape_for(KEY).vdaf())
+    assert len(LEADER.open_share(rules, sealed.leader.enc, sealed.leader.ciphertext, **envelope)) == leader_size
+    assert len(HELPER.open_share(rules, sealed.helper.enc, sealed.helper.ciphertext, **envelope)) == helper_size
+    # The public share is authenticated too: another one does not open either share.
+    with pytest.raises(hpke.OpenFailed):
+        LEADER.open_share(rules, sealed.leader.enc, sealed.leader.ciphertext, **{**envelope, "public_share": b"x" * 64})
 
 
 def test_the_issuer_signs_one_token_per_device_per_collection() -> None:
@@ -114,7 +161,7 @@ def test_a_report_sealed_for_another_round_does_not_open(rules) -> None:
 def test_a_malformed_share_is_rejected_and_nothing_is_stored(rules) -> None:
     good = report("d1", one_hot(0))
     info = hpke.share_info(KEY, "helper", batch_key=good.batch_key, token_digest=good.token.digest)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 8 * (DOMAIN - 1), info)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, info, aad=good.public)  # a helper share is 64 bytes
     outcome = report_submit(replace(good, helper=SealedShare(*short)))
     assert outcome.reason == "share_malformed"
     assert rejections(KEY) == {"helper": {"share_malformed": 1}}
@@ -125,9 +172,15 @@ def test_a_malformed_share_is_rejected_and_nothing_is_stored(rules) -> None:
 
 def test_a_report_with_too_many_ones_is_rejected_by_the_weight_bound(rules) -> None:
     assert rules.weight_bound < DOMAIN
-    outcome = report_submit(report("d1", np.ones(DOMAIN, dtype=np.int64)))
-    assert outcome.reason == "over_weight"
-    assert rejections(KEY) == {"helper": {"over_weight": 1}, "leader": {"over_weight": 1}}
+    with pytest.raises(ValueError, match="max_weight"):  # the SDK will not shard it
+        report("d1", np.ones(DOMAIN, dtype=np.int64))
+    # Proved as it is (the claimed weight within the bound, the count bits all set), the proof fails.
+    vdaf = shape_for(KEY).vdaf()
+    weight_bits = vdaf.flp.MEAS_LEN - DOMAIN
+    outcome = report_submit(proven("d2", [1] * DOMAIN + [0] * weight_bits))
+    assert outcome.reason == "proof_invalid"
+    assert rejections(KEY) == {"helper": {"proof_invalid": 1}, "leader": {"proof_invalid": 1}}
+    assert not LeaderShare.objects.exists() and not SpentToken.objects.exists()
 
 
 def test_a_report_for_an_unknown_or_closed_collection_is_rejected(rules) -> None:
@@ -179,3 +232,21 @@ def test_the_same_reports_spread_over_time_pass_rate_validation() -> None:
         collection_key=KEY, estimator=ClientNoiseEstimator(mechanism="kary_rr", epsilon0=3.0, domain_size=DOMAIN)
     )
     assert not batch.suppressed and batch.reports == 14
+
+
+def test_a_binary_report_is_a_prio3_count_and_a_bit_of_two_is_rejected() -> None:
+    collection_rules_open(key="bits", length=1, min_cohort=1, weight_bound=1, vdaf="count")
+    assert report_submit(report("d1", [1], key="bits")).accepted
+    with pytest.raises(ValueError, match="0s and 1s"):  # the SDK will not shard a 2
+        report("d2", [2], key="bits")
+    assert report_submit(proven("d3", [2], key="bits")).reason == "proof_invalid"
+    leader, helper = LeaderShare.objects.get(), HelperShare.objects.get()
+    assert leader.field == helper.field == "field64"  # Prio3Count's field: the simulator's Field64
+    p = 2**64 - 2**32 + 1
+    assert (int(leader.load_vector()[0]) + int(helper.load_vector()[0])) % p == 1
+    assert rejections("bits") == {"helper": {"proof_invalid": 1}, "leader": {"proof_invalid": 1}}
+
+
+def test_an_unknown_report_kind_is_refused_when_the_collection_is_opened() -> None:
+    with pytest.raises(ValueError, match="unknown report kind"):
+        collection_rules_open(key="odd", length=8, min_cohort=1, weight_bound=1, vdaf="sum")

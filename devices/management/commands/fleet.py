@@ -44,6 +44,12 @@ class Command(BaseCommand):
             help="the current time as unix seconds or ISO 8601 with offset (default: now); "
             "phrase times are relative to it, so it makes a synthetic fleet reproducible",
         )
+        parser.add_argument(
+            "--prio3-reports",
+            action="store_true",
+            help="each simulated device sends its own Prio3 report, verified by both aggregators "
+            "(instead of a shard's pre-summed shares; slower)",
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         if options["action"] == "list":
@@ -54,12 +60,21 @@ class Command(BaseCommand):
             if options["action"] == "create":
                 seed = options["seed"] if options["seed"] is not None else secrets.randbelow(MAX_SEED + 1)
                 fleet = fleet_create(
-                    name=options["name"], size=options["size"], seed=seed, shard_size=options["shard_size"], now=now
+                    name=options["name"],
+                    size=options["size"],
+                    seed=seed,
+                    shard_size=options["shard_size"],
+                    now=now,
+                    prio3_reports=options["prio3_reports"],
                 )
                 source = f"seed {seed}"
             else:
                 fleet = fleet_import(
-                    name=options["name"], path=options["file"], shard_size=options["shard_size"], now=now
+                    name=options["name"],
+                    path=options["file"],
+                    shard_size=options["shard_size"],
+                    now=now,
+                    prio3_reports=options["prio3_reports"],
                 )
                 source = options["file"]
         except FleetInvalid as error:
