@@ -28,7 +28,7 @@ from aggregation.keys import KeysUnavailable, key_file_read
 from aggregation.models import AggregatorKey, IssuedToken, LeaderShare, PendingReport, TokenIssuerKey
 from aggregation.reports import collection_close, rejections
 from devices.report_client import AggregatorKeys, report_seal
-from tests.unit.test_device_http import CENTRAL, start, upload, verify
+from tests.unit.test_device_http import CENTRAL, shape_of, start, upload, verify
 
 ROOT_DIR = Path(__file__).resolve().parents[2]  # the checkout (manage.py)
 
@@ -257,6 +257,7 @@ def test_a_key_retired_before_a_collection_opened_does_not_open_its_shares(api, 
         vector=np.eye(8, dtype=np.int64)[1],
         keys=AggregatorKeys(leader=LEADER.public_key(), helper=stale),
         token=device.token(key),
+        shape=shape_of(key),
     )
     assert upload(tagged).status_code == 202
     verify(key)
