@@ -130,7 +130,7 @@ def test_a_good_spec_runs_and_the_run_page_shows_the_plan_and_the_kept_ngrams(
     assert len(chart["tree"]) == 2 and "hello world" not in chart["tree"][0]["ids"]
     rows = [n["id"] for n in response.context["tree_rows"]]
     assert rows.index("hello") < rows.index("hello world")
-    assert 'id="tree-chart"' in page and 'id="adaptive-chart-data"' in page and "vendor/plotly.min.js" in page
+    assert 'id="tree-chart"' in page and 'id="adaptive-chart-data"' in page and "vendor/plotly-full.min.js" in page
     # No more polling, nor steering, once finished.
     assert 'data-follow="false"' in page and 'value="pause"' not in page and 'value="continue"' not in page
     # The list shows the run.
