@@ -85,8 +85,15 @@ def release_compare(request: HttpRequest) -> HttpResponse:
     chosen = {key: request.GET.get(key, "").strip() for key in ("a", "b")}
     context = {"chosen": chosen, "errors": {}, "show_chooser": False}
     if not (chosen["a"] and chosen["b"]) and all(v == "" or v.isdecimal() for v in chosen.values()):
-        # Nothing chosen yet, or one round (a well-formed id): offer the choice, not an error.
+        # Nothing chosen yet, or one round (a well-formed id): offer the choice. A Compare button
+        # pressed (its form sends "compare") with a round missing says which, not a silent reload.
         context.update(show_chooser=True, choices=analysis_reads.released_rounds(user=request.user)[:CHOICES])
+        if "compare" in request.GET:
+            missing = [key.upper() for key in ("a", "b") if not chosen[key]]
+            context["errors"] = {
+                key.lower(): ["Not chosen: choose two released rounds, A and B, then Compare."] for key in missing
+            }
+            return render(request, "analyses/compare.html", context, status=400)
         return render(request, "analyses/compare.html", context)
     try:
         a, b = analysis_reads.compare_ids(request.GET)

@@ -30,6 +30,7 @@
   const section = document.getElementById("progress");
   if (!section || section.dataset.finished === "true") return;
   const bar = document.getElementById("round-progress");
+  const grouped = (n) => Number(n).toLocaleString("en-US"); // as the server writes counts: 100,000
   const show = (id, value) => {
     const element = document.getElementById(id);
     if (element.textContent !== String(value)) element.textContent = value;
@@ -50,7 +51,7 @@
         } else {
           const cell = document.createElement("td");
           cell.className = "num";
-          cell.textContent = count;
+          cell.textContent = grouped(count);
           row.append(cell);
         }
         return row;
@@ -82,9 +83,9 @@
     bar.value = progress.shards_done;
     bar.textContent = `${progress.shards_done} of ${progress.shards_total} shards`;
     show("round-status", progress.status_display);
-    show("shards-done", progress.shards_done);
-    show("shards-total", progress.shards_total);
-    show("devices-answered", progress.devices_answered);
+    show("shards-done", grouped(progress.shards_done));
+    show("shards-total", grouped(progress.shards_total));
+    show("devices-answered", grouped(progress.devices_answered));
     show("elapsed", progress.elapsed_text);
     show("eta", progress.eta_text);
     showRefusals(progress.devices_not_answering);

@@ -56,7 +56,7 @@ def run_round(page, base: str, epsilon: str) -> int:
     page.get_by_label("Local epsilon (ε₀)").fill("3")
     page.get_by_label("Aggregate epsilon (ε)").fill(epsilon)
     page.get_by_role("button", name="Run", exact=True).click()
-    expect(page.locator("#release-reports")).to_have_text(str(FLEET_SIZE), timeout=90_000)
+    expect(page.locator("#release-reports")).to_have_text(f"{FLEET_SIZE:,}", timeout=90_000)
     return int(re.search(r"/rounds/(\d+)/", page.url).group(1))
 
 

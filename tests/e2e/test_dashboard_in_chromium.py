@@ -39,15 +39,15 @@ def test_analyst_signs_in_runs_the_demo_recipe_and_sees_the_chart(demo, live_ser
     expect(preview).to_contain_text("Minimum cohort: 1,670")
     # A dry run asks every device, spends nothing, and keeps the form as it was.
     page.get_by_role("button", name="Dry run").click()
-    expect(page.locator("#dry-run")).to_contain_text("100000 of 100000 devices would answer")
+    expect(page.locator("#dry-run")).to_contain_text("100,000 of 100,000 devices would answer")
     expect(page.locator("#dry-run")).to_contain_text("enough for the minimum cohort of 1670")
     expect(page.get_by_label("Bucket boundaries")).to_have_value("20, 30, 40, 50, 60, 70, 80")
     shot(page, "analysis")
     page.get_by_role("button", name="Run", exact=True).click()
 
     expect(page.locator("#round-progress")).to_be_attached()
-    expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
-    expect(page.locator("#release-min-cohort")).to_have_text("1670")
+    expect(page.locator("#release-reports")).to_have_text("100,000", timeout=90_000)
+    expect(page.locator("#release-min-cohort")).to_have_text("1,670")
     expect(page.locator("#release-epsilon")).to_have_text("0.3")
     # plotly drew one bar per bucket: OOV + 7.
     expect(page.locator("#chart .bars .point")).to_have_count(8, timeout=15_000)

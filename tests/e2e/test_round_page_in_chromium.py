@@ -52,12 +52,12 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
 
     # The page follows the round (status.json) until it is released, then reloads with the release.
     expect(page.get_by_role("progressbar", name="Shards done")).to_be_attached()
-    expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
+    expect(page.locator("#release-reports")).to_have_text("100,000", timeout=90_000)
     bar = page.get_by_role("progressbar", name="Shards done")
     expect(bar).to_have_attribute("value", "10")
     expect(bar).to_have_attribute("max", "10")
     expect(page.locator("#progress-text")).to_contain_text("10 of 10 shards done")
-    expect(page.locator("#progress-text")).to_contain_text("100000 devices answered")
+    expect(page.locator("#progress-text")).to_contain_text("100,000 devices answered")
     expect(page.locator("#eta")).to_have_text("done")
     expect(page.locator("#elapsed")).to_have_text(re.compile(r"^\d+ (s|min \d\d s)$"))
     expect(page.locator("#refusals")).to_contain_text("None so far.")
@@ -88,7 +88,7 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
     shot(page, "drilldown")
 
     page.get_by_role("button", name="Run", exact=True).click()
-    expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
+    expect(page.locator("#release-reports")).to_have_text("100,000", timeout=90_000)
     expect(page.locator("#release-table tbody tr")).to_have_count(7)
     expect(page.locator("#release-table tbody tr").nth(1)).to_contain_text("[25, 30)")
     assert Round.objects.count() == 2
@@ -110,7 +110,7 @@ def test_a_half_run_round_shows_its_time_left_and_can_be_cancelled(demo, live_se
     expect(bar).to_have_attribute("value", "3")
     expect(page.locator("#round-status")).to_have_text("Running on devices")
     expect(page.locator("#progress-text")).to_contain_text("3 of 10 shards done")
-    expect(page.locator("#progress-text")).to_contain_text("30000 devices answered")
+    expect(page.locator("#progress-text")).to_contain_text("30,000 devices answered")
     # 3 shards in a minute: the 7 left take about 7/3 of that, 2 min 20 s and counting.
     expect(page.locator("#eta")).to_have_text(re.compile(r"^about 2 min [2-5]\d s$"))
     shot(page, "round_progress")
@@ -121,7 +121,7 @@ def test_a_half_run_round_shows_its_time_left_and_can_be_cancelled(demo, live_se
     expect(page.locator("#cancelled")).to_contain_text("Cancelled by analyst")
     expect(page.locator("#cancelled")).to_contain_text("Nothing was released")
     expect(page.locator("#cancelled")).to_contain_text(
-        "The 30000 devices that answered before the cancel keep their budget spent"
+        "The 30,000 devices that answered before the cancel keep their budget spent"
     )
     expect(page.get_by_role("button", name="Cancel round")).to_have_count(0)
     assert Round.objects.get(pk=round_.pk).status == Round.Status.CANCELLED

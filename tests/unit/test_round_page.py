@@ -106,7 +106,9 @@ def test_a_finished_round_keeps_its_elapsed_time_and_offers_no_cancel(
     assert progress["eta_seconds"] is None
     client.force_login(analyst)
     page = client.get(f"/rounds/{round_.pk}/").content.decode()
-    assert f'max="{SHARDS}" value="{SHARDS}"' in page and '<span id="eta">done</span>' in page
+    assert f'max="{SHARDS}" value="{SHARDS}"' in page and 'took <span id="elapsed">' in page
+    # A finished round has no time left to tell ("time left done"), and its refusals are not "so far".
+    assert 'id="eta"' not in page and "time left" not in page and "None so far." not in page
     assert "Cancel round" not in page
 
 
@@ -129,7 +131,7 @@ def test_posting_cancel_cancels_the_round_and_the_page_says_what_that_means(clie
     assert round_.status == Round.Status.CANCELLED
     page = client.get(response["Location"]).content.decode()
     assert "Cancelled by alice" in page and "Nothing was released" in page
-    assert f"The {answered} devices that answered before the cancel keep their budget spent" in page
+    assert f"The {answered:,} devices that answered before the cancel keep their budget spent" in page
     assert f"Round {round_.pk} cancelled" in page  # the message
     assert "Cancel round" not in page and 'id="release"' not in page
 
