@@ -202,7 +202,7 @@ def test_refining_a_numeric_bucket_splits_it_and_keeps_the_privacy_parameters(
     assert content["recipeIdentifier"] == "ages-refine-2"
     assert content["privacy"] == recipe["privacy"] and content["query"] == recipe["query"]
     assert content["cohorts"] == []
-    assert "values below 30 (and missing ones) fall into OOV" in refined["explanation"]
+    assert "values below 30 (and missing ones) fall into its first bucket, below 30 or missing" in refined["explanation"]
     assert recipe_validate(analysis=analysis, content=content).field == "age"
     # The identifier stays unique once the refinement has run.
     recipe_create(analysis=analysis, content=content, user=analyst)
@@ -238,7 +238,7 @@ def test_without_an_unused_cohort_field_such_a_bucket_cannot_be_refined_and_gets
     client.force_login(analyst)
     page = client.get(f"/rounds/{round_.pk}/").content.decode()
     rows = page.split("<tbody>")[-1].split("</tr>")
-    oov = next(r for r in rows if "<td>OOV</td>" in r and "locale=en_US" in r)
+    oov = next(r for r in rows if "<td>below 20 or missing</td>" in r and "locale=en_US" in r)
     thirties = next(r for r in rows if "<td>[30, 40)</td>" in r and "locale=en_US" in r)
     assert "Refine" not in oov and "no finer structure" in oov
     assert f"?refine={round_.pk}&amp;cohort=locale%3Den_US&amp;bucket=2" in thirties
