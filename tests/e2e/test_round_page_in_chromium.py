@@ -50,17 +50,24 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
     page.get_by_label("Aggregate epsilon (ε)").fill("1")
     page.get_by_role("button", name="Run", exact=True).click()
 
-    # The page follows the round (status.json) until it is released, then reloads with the release.
+    # The page follows the round (status.json) until it is released, then patches itself in place
+    # with the release (static/js/live.js): the document is never reloaded.
     expect(page.get_by_role("progressbar", name="Shards done")).to_be_attached()
+    expect(page.locator("#messages")).to_contain_text("started")  # the outcome of Run, at the top
+    page.evaluate("window.__notReloaded = true")
     expect(page.locator("#release-reports")).to_have_text("100,000", timeout=90_000)
     bar = page.get_by_role("progressbar", name="Shards done")
     expect(bar).to_have_attribute("value", "10")
     expect(bar).to_have_attribute("max", "10")
     expect(page.locator("#progress-text")).to_contain_text("10 of 10 shards done")
     expect(page.locator("#progress-text")).to_contain_text("100,000 devices answered")
-    expect(page.locator("#eta")).to_have_text("done")
+    assert page.evaluate("window.__notReloaded === true")
+    # Finished: how long it took, no "time left", and the refusals are not "so far".
+    expect(page.locator("#eta")).to_have_count(0)
+    expect(page.locator("#progress-text")).not_to_contain_text("time left")
     expect(page.locator("#elapsed")).to_have_text(re.compile(r"^\d+ (s|min \d\d s)$"))
-    expect(page.locator("#refusals")).to_contain_text("None so far.")
+    expect(page.locator("#refusals")).to_contain_text("None: every device asked answered.")
+    expect(page.locator("#chart.js-plotly-plot")).to_be_attached()  # plotly and chart.js loaded by the patch
 
     # Chart and table: OOV + 6 buckets, each with a Refine link for keyboard and screen-reader users.
     expect(page.locator("#chart .bars .point")).to_have_count(7, timeout=15_000)
