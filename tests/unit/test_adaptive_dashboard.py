@@ -289,6 +289,16 @@ def test_with_a_static_twin_the_spec_has_a_baseline_and_the_page_compares(
     rows = response.context["comparison_rows"]
     assert len(rows) == 5 and "hello world" in [r["ngram"] for r in rows]
     assert 'data-follow="false"' in page
+    # Both counts beside each other, and which one the intervals cover: the estimand (each device
+    # reports one of its n-grams), never above the devices that typed the n-gram.
+    assert "Devices that typed it (ground truth)" in page and 'id="comparison-estimand"' in page
+    assert "the 95% intervals are about the estimand" in page
+    found = [(row, cell) for row in rows for cell in row["methods"] if cell]
+    assert found
+    for row, cell in found:
+        assert cell["estimand"] <= row["devices"]
+        assert cell["covers"] == (cell["low"] <= cell["estimand"] <= cell["high"])
+        assert f"estimand {cell['estimand']:,.1f}" in page
 
     # While the comparison task has not stored its result, the page says so and keeps following.
     AdaptiveRun.objects.filter(pk=run.pk).update(comparison=None)
