@@ -202,7 +202,9 @@ def test_refining_a_numeric_bucket_splits_it_and_keeps_the_privacy_parameters(
     assert content["recipeIdentifier"] == "ages-refine-2"
     assert content["privacy"] == recipe["privacy"] and content["query"] == recipe["query"]
     assert content["cohorts"] == []
-    assert "values below 30 (and missing ones) fall into its first bucket, below 30 or missing" in refined["explanation"]
+    assert (
+        "values below 30 (and missing ones) fall into its first bucket, below 30 or missing" in refined["explanation"]
+    )
     assert recipe_validate(analysis=analysis, content=content).field == "age"
     # The identifier stays unique once the refinement has run.
     recipe_create(analysis=analysis, content=content, user=analyst)
