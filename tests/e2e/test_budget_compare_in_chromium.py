@@ -74,10 +74,16 @@ def test_analyst_compares_two_releases_and_reads_the_budget_and_audit(ages, live
     # From the analysis page's rounds table: A and B, then Compare.
     page.goto(f"{base}/analyses/e2e.ages/")
     page.wait_for_load_state("networkidle")  # the recipe editor's checks have redrawn the form above
+    # Compare with nothing chosen says so (no silent reload of the form).
+    page.get_by_role("button", name="Compare", exact=True).click()
+    expect(page.locator("#compare-errors")).to_contain_text("Nothing to compare yet:")
+    expect(page.locator("#compare-errors")).to_contain_text("Release A: Not chosen")
+    page.goto(f"{base}/analyses/e2e.ages/")
+    page.wait_for_load_state("networkidle")
     page.get_by_label(f"A: round {a}").check()
     page.get_by_label(f"B: round {b}").check()
     page.get_by_role("button", name="Compare", exact=True).click()
-    expect(page).to_have_url(re.compile(rf"/compare/\?(a={a}&b={b}|b={b}&a={a})$"))
+    expect(page).to_have_url(re.compile(rf"/compare/\?(a={a}&b={b}|b={b}&a={a})&compare=1$"))
     expect(page.get_by_role("heading", name=f"Release A: round #{a} (ε = 1.0)")).to_be_visible()
     expect(page.locator("#compare-params")).to_contain_text("asymmetric_ohe, ε₀ = 3")
     # plotly drew two bars per bucket (OOV + 7), each release a trace with its error bars.

@@ -107,6 +107,12 @@ def check_page(page, base: str, path: str) -> list[str]:
                 .slice(0, 5).map((e) => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className)"""
         )
         problems.append(f"page {width[0]} px wide in a {width[1]} px viewport: {wide}")
+    # plotly's toolbar buttons are for the pointer: none of them is a tab stop.
+    toolbar = page.evaluate(
+        "Array.from(document.querySelectorAll('.modebar-btn')).filter((b) => b.tabIndex >= 0).length"
+    )
+    if toolbar:
+        problems.append(f"{toolbar} plotly toolbar buttons in the tab order")
     if path in AXE_EXEMPT:
         return problems
     page.add_script_tag(path=str(AXE))
