@@ -94,8 +94,7 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
 
 # Front-end files are vendored here, at setup, each pinned by version and sha256: the app serves
 # them itself (WhiteNoise: compressed, cached for good under hashed names) and nothing is fetched
-# at run time, from no CDN. The npm tarballs are fetched with npm's own client, checked, and kept
-# in var/npm.
+# at run time, from no CDN. The npm tarballs are fetched once, checked, and kept in var/npm.
 # - plotly.min.js: plotly.js's cartesian partial bundle (bar, heatmap, scatter), every chart but
 #   the discovery tree: 1.5 MB (0.5 MB gzipped) instead of the full 4.8 MB (1.5 MB).
 # - plotly-full.min.js: the full bundle of the pinned plotly pip package (same plotly.js version),
@@ -104,11 +103,14 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
 #   CDN (a data: URI instead); the check fails if the pinned bundle no longer has that address.
 # - var/vendor/axe.min.js: axe-core, for the browser tests' accessibility checks; not served.
 
-# $(1) package, $(2) version, $(3) sha256 of its tarball
+# $(1) package, $(2) version, $(3) sha256 of its tarball: the registry's tarball, with curl (no npm
+# needed), kept only if its hash is the pinned one. NPM_REGISTRY may name a mirror.
+NPM_REGISTRY ?= https://registry.npmjs.org
 define npm_fetch
 	mkdir -p var/npm
-	cd var/npm && npm pack --silent "$(1)@$(2)" >/dev/null
-	echo "$(3)  var/npm/$(1)-$(2).tgz" | sha256sum --check --quiet
+	curl -fsSL --retry 2 -o "$@.part" "$(NPM_REGISTRY)/$(1)/-/$(1)-$(2).tgz"
+	echo "$(3)  $@.part" | sha256sum --check --quiet || { rm -f "$@.part"; echo "$(1) $(2): not the pinned tarball"; exit 1; }
+	mv "$@.part" "$@"
 endef
 
 var/npm/plotly.js-cartesian-dist-min-$(PLOTLY_JS_VERSION).tgz:
