@@ -73,5 +73,5 @@ def test_the_api_and_the_page_run_a_dry_run(api, analysis, recipe, analyst, clie
     client.force_login(analyst)
     page = client.post("/analyses/test.ages/", {**FORM, "action": "dry-run"})
     assert page.status_code == 200
-    assert f"{FLEET_SIZE} of {FLEET_SIZE} devices would answer" in page.content.decode()
+    assert f"{FLEET_SIZE:,} of {FLEET_SIZE:,} devices would answer" in page.content.decode()
     assert not analysis.recipes.exists() and not ShardRun.objects.exists()

@@ -293,7 +293,7 @@ def test_a_dry_run_from_the_json_side_spends_nothing(client, analysis, analyst, 
     client.force_login(analyst)
     post = {**FORM, "action": "dry-run", "source": "json", "recipe_json": json.dumps(copy.deepcopy(recipe))}
     page = client.post("/analyses/test.ages/", post).content.decode()
-    assert f"{FLEET_SIZE} of {FLEET_SIZE} devices would answer" in page
+    assert f"{FLEET_SIZE:,} of {FLEET_SIZE:,} devices would answer" in page
     assert not Recipe.objects.exists() and not ShardLedger.objects.exists()
 
 
