@@ -92,7 +92,7 @@ def test_analyst_compares_two_releases_and_reads_the_budget_and_audit(ages, live
     expect(chart.locator(".legendtext")).to_have_count(2)
     rows = page.locator("#compare-table-0 tbody tr")
     expect(rows).to_have_count(8)
-    expect(rows.first).to_contain_text("OOV")
+    expect(rows.first).to_contain_text("below 20 or missing")
     expect(rows.first.locator("td").last).to_have_text(re.compile(r"^(yes|no)$"))
     shot(page, "compare")
 

@@ -306,6 +306,8 @@ def test_compare_aligns_buckets_by_label_and_shows_a_missing_one_as_a_dash(
     table = client.get(f"/compare/?a={a.pk}&b={b.pk}").content.decode().split('id="compare-table-0"')[1]
     row = table.split("[30, 40)")[1].split("</tr>")[0]
     assert row.count("—") == 4  # B, the difference, its error, significance
+    # Both releases' first bucket is below 20 or missing: the page says so, the API keeps "OOV".
+    assert '<th scope="row">below 20 or missing</th>' in table and ">OOV<" not in table
 
 
 def test_compare_matches_cohorts_by_key(api, budget_analysis, analyst, django_capture_on_commit_callbacks) -> None:
