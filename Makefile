@@ -13,6 +13,13 @@ PIP_INSTALL := $(PY) -m pip install --quiet --require-hashes
 PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links $(LOCK_ARGS)
 
+# Pins of the vendored front-end files (see their rules below).
+PLOTLY_JS_VERSION := 4.1.1
+PLOTLY_CARTESIAN_SHA256 := c5f9a84666b97e571a04de689e09319869e60900e265c89eac2f71d0b5a0de88
+AXE_CORE_VERSION := 4.11.0
+AXE_CORE_SHA256 := 39bed7d72308f6d620789c169d699bfd7e8da80f65b545821a6b2215c3e83107
+VENDOR := static/vendor/plotly.min.js static/vendor/plotly-full.min.js static/vendor/redoc.standalone.js
+
 .PHONY: run setup install serve worker beat test lint lock bench bench-load clean
 
 # The processes of this checkout (web, worker, beat) write their metrics into one folder, so that
@@ -22,16 +29,16 @@ run serve worker beat: export PROMETHEUS_MULTIPROC_DIR ?= $(CURDIR)/var/promethe
 run: setup ## serve the dashboard with the demo at http://$(HOST):$(PORT)
 	$(PY) manage.py runserver $(HOST):$(PORT) --noreload
 
-setup: $(VENV)/.runtime static/vendor/plotly.min.js .env ## install, migrate and seed the demo (no serving)
+setup: $(VENV)/.runtime $(VENDOR) .env ## install, migrate and seed the demo (no serving)
 	mkdir -p var var/prometheus
 	$(PY) manage.py database_create
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py migrate --database issuer --noinput
 	$(PY) manage.py seed_demo
 
-install: $(VENV)/.runtime static/vendor/plotly.min.js ## production hosts: the virtualenv from the lock and the vendored plotly.js, nothing else (docs/deployment.md)
+install: $(VENV)/.runtime $(VENDOR) ## production hosts: the virtualenv from the lock and the vendored front-end files, nothing else (docs/deployment.md)
 
-serve: $(VENV)/.runtime static/vendor/plotly.min.js .env ## the production profile: gunicorn with DEBUG off, static files collected (docs/deployment.md)
+serve: $(VENV)/.runtime $(VENDOR) .env ## the production profile: gunicorn with DEBUG off, static files collected (docs/deployment.md)
 	mkdir -p var var/prometheus
 	DEBUG=0 $(PY) manage.py migrate --noinput
 	DEBUG=0 $(PY) manage.py migrate --database issuer --noinput
@@ -47,7 +54,7 @@ beat: $(VENV)/.runtime .env ## Celery beat, its own process: schedules the stuck
 	mkdir -p var var/prometheus
 	exec $(VENV)/bin/celery -A pfs_web beat --loglevel=INFO
 
-test: $(VENV)/.dev static/vendor/plotly.min.js ## the whole suite: unit, stats, integration (Redis + worker), browser
+test: $(VENV)/.dev $(VENDOR) var/vendor/axe.min.js ## the whole suite: unit, stats, integration (Redis + worker), browser
 	scripts/with-test-services.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.dev
@@ -61,7 +68,7 @@ lock: $(VENV)/.dev ## pin requirements*.in, with every package they pull in and 
 	$(PIP_COMPILE) --output-file requirements.txt requirements.in
 	$(PIP_COMPILE) --output-file requirements-dev.txt requirements-dev.in
 
-bench: $(VENV)/.dev static/vendor/plotly.min.js
+bench: $(VENV)/.dev $(VENDOR)
 	$(PY) bench/fleet_round.py
 	$(PY) bench/ngram_discovery.py
 
@@ -87,10 +94,53 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
 	umask 077 && { echo '# Written by `make setup` for local use, never overwritten. Every setting: .env.example.'; \
 	  echo 'DEBUG=1'; echo "SECRET_KEY=$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))')"; } > $@
 
-# plotly.js is vendored from the pinned plotly package: no CDN, no network at run time.
-static/vendor/plotly.min.js: $(VENV)/.runtime
+# Front-end files are vendored here, at setup, each pinned by version and sha256: the app serves
+# them itself (WhiteNoise: compressed, cached for good under hashed names) and nothing is fetched
+# at run time, from no CDN. The npm tarballs are fetched once, checked, and kept in var/npm.
+# - plotly.min.js: plotly.js's cartesian partial bundle (bar, heatmap, scatter), every chart but
+#   the discovery tree: 1.5 MB (0.5 MB gzipped) instead of the full 4.8 MB (1.5 MB).
+# - plotly-full.min.js: the full bundle of the pinned plotly pip package (same plotly.js version),
+#   for the sunburst of an n-gram discovery's run page only.
+# - redoc.standalone.js: drf-spectacular-sidecar's ReDoc without the Redocly logo it loads from a
+#   CDN (a data: URI instead); the check fails if the pinned bundle no longer has that address.
+# - var/vendor/axe.min.js: axe-core, for the browser tests' accessibility checks; not served.
+
+# $(1) package, $(2) version, $(3) sha256 of its tarball: the registry's tarball, with curl (no npm
+# needed), kept only if its hash is the pinned one. NPM_REGISTRY may name a mirror.
+NPM_REGISTRY ?= https://registry.npmjs.org
+define npm_fetch
+	mkdir -p var/npm
+	curl -fsSL --retry 2 -o "$@.part" "$(NPM_REGISTRY)/$(1)/-/$(1)-$(2).tgz"
+	echo "$(3)  $@.part" | sha256sum --check --quiet || { rm -f "$@.part"; echo "$(1) $(2): not the pinned tarball"; exit 1; }
+	mv "$@.part" "$@"
+endef
+
+var/npm/plotly.js-cartesian-dist-min-$(PLOTLY_JS_VERSION).tgz:
+	$(call npm_fetch,plotly.js-cartesian-dist-min,$(PLOTLY_JS_VERSION),$(PLOTLY_CARTESIAN_SHA256))
+
+var/npm/axe-core-$(AXE_CORE_VERSION).tgz:
+	$(call npm_fetch,axe-core,$(AXE_CORE_VERSION),$(AXE_CORE_SHA256))
+
+static/vendor/plotly.min.js: var/npm/plotly.js-cartesian-dist-min-$(PLOTLY_JS_VERSION).tgz
+	mkdir -p static/vendor
+	tar -xzOf $< package/plotly-cartesian.min.js > $@.part && mv $@.part $@
+
+static/vendor/plotly-full.min.js: $(VENV)/.runtime
 	mkdir -p static/vendor
 	cp "$$($(PY) -c 'import plotly, pathlib; print(pathlib.Path(plotly.__file__).parent / "package_data" / "plotly.min.js")')" $@
+	head -c 200 $@ | grep -q "plotly.js v$(PLOTLY_JS_VERSION)" || { echo "plotly pip package is not plotly.js $(PLOTLY_JS_VERSION)"; rm $@; exit 1; }
+
+static/vendor/redoc.standalone.js: $(VENV)/.runtime
+	mkdir -p static/vendor
+	src="$$($(PY) -c 'import drf_spectacular_sidecar, pathlib; print(pathlib.Path(drf_spectacular_sidecar.__file__).parent / "static/drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js")')"; \
+	  grep -q 'https://cdn.redoc.ly/redoc/logo-mini.svg' "$$src" || { echo "the ReDoc bundle changed: check its external addresses"; exit 1; }; \
+	  sed 's|https://cdn.redoc.ly/redoc/logo-mini.svg|data:image/gif;base64,R0lGODlhAQABAAAAACH5BAEKAAEALAAAAAABAAEAAAICTAEAOw==|' "$$src" > $@.part
+	! grep -Eo 'src:"https?://[^"]*"' $@.part
+	mv $@.part $@
+
+var/vendor/axe.min.js: var/npm/axe-core-$(AXE_CORE_VERSION).tgz
+	mkdir -p var/vendor
+	tar -xzOf $< package/axe.min.js > $@.part && mv $@.part $@
 
 clean:
 	rm -rf $(VENV) var static/vendor

@@ -407,7 +407,16 @@ def _compare_notes(round_a: Round, round_b: Round, batches: dict) -> list[str]:
             f"Sampling rates differ ({a.sampling_rate:g} and {b.sampling_rate:g}): estimates count "
             "reporting devices, so they scale with the rate."
         )
-    if set(batches["a"]) != set(batches["b"]):
+    # A release whose every batch was suppressed (or that has none) released no count at all: that,
+    # not its cohorts, is why nothing can be compared.
+    empty = [key.upper() for key in ("a", "b") if all(batch["suppressed"] for batch in batches[key].values())]
+    if empty:
+        which = " and ".join(f"Release {key}" for key in empty)
+        notes.append(
+            f"{which} released no count: every cohort was below its minimum cohort, so there is "
+            f"nothing to compare{' with it' if len(empty) == 1 else ''}."
+        )
+    elif set(batches["a"]) != set(batches["b"]):
         notes.append("The releases are split into different cohorts: a cohort found in one only has no difference.")
     notes.append(
         "Significance is per bucket at 95% (|B − A| > 1.96 standard errors of the difference): "

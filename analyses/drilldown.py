@@ -21,6 +21,7 @@ the clicked cohort's batch shows the refinement.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -106,6 +107,31 @@ def refinable_buckets(round_: Round) -> list[bool]:
     data_types = round_.recipe.content["dataTypeContent"]
     parsed = content_encoding(data_types)
     return [_structure_step(data_types, i, parsed, build=False).schema is not None for i in range(len(labels))]
+
+
+def plain_labels(round_: Round) -> list[str]:
+    """The round's bucket labels as the pages show them: "OOV" said as what it holds (below the
+    first boundary or missing; no n-gram under the tree). Downloads and the API keep the labels."""
+    try:
+        _, encoding = content_encoding(round_.recipe.content["dataTypeContent"])
+    except (KeyError, TypeError, ValueError):
+        return []
+    return _plain(encoding)
+
+
+def _plain(encoding: Encoding) -> list[str]:
+    if isinstance(encoding, CombinationType):
+        return [" × ".join(combo) for combo in itertools.product(*(_plain(part) for _, part in encoding.parts))]
+    labels = list(encoding.labels)
+    if isinstance(encoding, BucketedType) and labels and labels[0] == OOV_LABEL:
+        labels[0] = f"below {_number(encoding.boundaries[0])} or missing"
+    elif isinstance(encoding, PrefixTreeType):
+        labels = [OOV_WORDS if label == OOV_LABEL else label for label in labels]
+    return labels
+
+
+# What the OOV bucket of an n-gram tree holds, in words.
+OOV_WORDS = "other (no n-gram under the tree)"
 
 
 def refinement_cost(*, round_: Round, recipe: dict) -> dict[str, Any]:
@@ -286,7 +312,11 @@ def _field_step(field: str, encoding: Encoding, index: int, build: bool) -> _Ste
 def _numeric_step(field: str, encoding: BucketedType, index: int, build: bool) -> _Step:
     boundaries = encoding.boundaries
     if index == 0:
-        return _Step(None, f"{field} bucket OOV holds values below {_number(boundaries[0])} and missing ones.")
+        return _Step(
+            None,
+            f"{field}'s first bucket (below {_number(boundaries[0])} or missing) holds values below "
+            f"{_number(boundaries[0])} and missing ones: it has no lower bound to split within.",
+        )
     label = encoding.labels[index]
     if index == len(boundaries):
         return _Step(None, f"{field} bucket {label} has no upper bound to split within.")
@@ -296,7 +326,8 @@ def _numeric_step(field: str, encoding: BucketedType, index: int, build: bool) -
     split = split_bucket(lo, hi)
     says = (
         f"Splits {field} bucket {label} into {len(split) - 1} buckets; values below {_number(lo)} (and missing "
-        f"ones) fall into OOV and values from {_number(hi)} on into [{_number(hi)}, ∞)."
+        f"ones) fall into its first bucket, below {_number(lo)} or missing, and values from {_number(hi)} on "
+        f"into [{_number(hi)}, ∞)."
     )
     return _Step({"dataType": "BucketedType", "boundaries": [_json_number(b) for b in split]}, says)
 
@@ -304,7 +335,7 @@ def _numeric_step(field: str, encoding: BucketedType, index: int, build: bool) -
 def _prefix_step(field: str, tree: PrefixTreeType, index: int, build: bool) -> _Step:
     ngram = tree.bucket_ngram(index)
     if ngram is None:
-        return _Step(None, f"{field} bucket OOV holds devices with no n-gram under the tree.")
+        return _Step(None, f"{field} bucket “{OOV_WORDS}” holds devices with no n-gram under the tree.")
     prefix, extension = ngram
     label = ngram_text(tree.unit, (*prefix, extension))
     if extension == END_LABEL:

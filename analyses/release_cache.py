@@ -90,10 +90,21 @@ PAGE_BUCKETS = 2_000
 def _section_html(round_: Round, release: Release, view: releases.ReleaseView) -> str:
     shown = releases.release_page(release_json(release, view), limit=PAGE_BUCKETS)
     refinable = drilldown.refinable_buckets(round_)
+    # The page says "OOV" as what it holds; the downloads keep the release's own labels.
+    words = drilldown.plain_labels(round_)
+    if len(words) == len(refinable):
+        shown["batches"] = [
+            {**batch, "buckets": [{**b, "label": words[i]} for i, b in enumerate(batch["buckets"])]}
+            if "buckets" in batch
+            else batch
+            for batch in shown["batches"]
+        ]
     table = []
     for index, row in enumerate(releases.release_table(release, view)):
         # release_table lists every bucket of each released batch in order.
         row["bucket_index"] = index % len(refinable)
+        if len(words) == len(refinable):
+            row["bucket"] = words[row["bucket_index"]]
         if row["bucket_index"] < PAGE_BUCKETS:
             row["refinable"] = refinable[row["bucket_index"]]
             table.append(row)

@@ -96,6 +96,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "pfs_base.method_not_allowed.MethodNotAllowedPageMiddleware",  # a 405 page in words, not a blank one
+    "pfs_base.not_found_page.NotFoundPageMiddleware",  # templates/404.html, not Django's debug page
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",

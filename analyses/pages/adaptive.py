@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -273,13 +274,22 @@ def _comparison_rows(comparison: dict[str, Any] | None) -> list[dict[str, Any]]:
         {
             "ngram": row["ngram"],
             "devices": row["devices"],
-            "methods": [
-                _interval(found["estimate"], found["standard_error"]) if found else None
-                for found in (row.get("interactive"), row.get("static"))
-            ],
+            "methods": [_found_cell(found) for found in (row.get("interactive"), row.get("static"))],
         }
         for row in comparison["rows"]
     ]
+
+
+def _found_cell(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A method's estimate, its 95% interval, and the estimand the interval is about (the expected
+    reports naming the n-gram, from the ground truth): whether the interval covers it."""
+    if not found:
+        return None
+    cell = _interval(found["estimate"], found["standard_error"])
+    estimand = found.get("estimand")
+    cell["estimand"] = estimand
+    cell["covers"] = estimand is not None and cell["low"] <= estimand <= cell["high"]
+    return cell
 
 
 def _comparison_pending(run: AdaptiveRun) -> bool:
@@ -335,6 +345,7 @@ def _adaptive_context(run: AdaptiveRun, *, next_form: AdaptiveJsonForm | None, r
             "spent_rounds": len(spent),
         },
         "levels": _level_views(run, output),
+        "stop_text": _stop_text(run),
         "tree_rows": _tree_rows(nodes),
         "current": _current_round(run),
         "comparison_pending": _comparison_pending(run),
@@ -346,6 +357,26 @@ def _adaptive_context(run: AdaptiveRun, *, next_form: AdaptiveJsonForm | None, r
         "chart": chart,
         "spec_json": _pretty_json(run.spec) if isinstance(run.spec, dict) else json.dumps(run.spec),
     }
+
+
+def _stop_text(run: AdaptiveRun) -> str:
+    """Why the run ended (or its interactive part did), in words: a run that did all its planned
+    rounds finished; it did not stop."""
+    reason = run.stop_reason
+    if not reason:
+        return ""
+    planned = len(run.plan)
+    normal = reason.startswith("Reached the planned") and len(run.levels) >= planned
+    if run.status == AdaptiveRun.Status.FAILED:
+        return f"Failed: {reason}"
+    if run.is_finished:
+        if normal:
+            extra = ", then the static baseline" if run.baseline else ""
+            return f"Finished: all {planned} planned rounds ran{extra}."
+        return f"Finished early: {reason}"
+    if normal:
+        return f"All {planned} planned rounds ran; the static baseline runs now."
+    return f"The interactive part ended early: {reason}"
 
 
 def _next_recipe_form(data: Any, initial: str | None = None) -> AdaptiveJsonForm:
@@ -481,6 +512,15 @@ def adaptive_list(request: HttpRequest, identifier: str) -> HttpResponse:
     return render(request, "analyses/adaptive_list.html", context, status=400 if form.errors else 200)
 
 
+# What each action of the run page did, at the top of the page it lands on.
+_ACTION_OUTCOMES = {
+    "pause": "Paused: the current round finishes; the next one then waits, editable, until you continue.",
+    "continue": "Continued: the run goes on with the next round.",
+    "edit": "The next round's recipe is saved; it waits until you continue.",
+    "edit-continue": "The next round's recipe is saved and the run goes on.",
+}
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def adaptive_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -511,6 +551,7 @@ def adaptive_detail(request: HttpRequest, pk: int) -> HttpResponse:
         except NotAllowed as refused:
             refusal, status = str(refused), 409
         if status == 200:
+            messages.success(request, _ACTION_OUTCOMES[action])
             return redirect("adaptive-detail", pk=run.pk)
         run = selectors.adaptive_run_get(user=request.user, pk=pk)
     context = _adaptive_context(run, next_form=next_form, refusal=refusal)

@@ -55,6 +55,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         try:
             if action == "dry-run":
                 dry_run = round_dry_run(analysis=analysis, content=form.recipe())
+                messages.info(request, _dry_run_outcome(dry_run))
             elif action == "run" and request.POST.get("ask_before_spending"):
                 # The page's form asks before an irreversible spend (its script asks in a dialog
                 # and posts "run-confirmed"): what the round spends and what remains.
@@ -66,11 +67,18 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
                     user=request.user,
                     confirm_small_cohorts=form.cleaned_data.get("confirm_small_cohorts", False),
                 )
+                messages.success(
+                    request,
+                    f"Round {round_.pk} started: devices answer as they are asked. Its progress is below, "
+                    "and its release once enough devices have answered.",
+                )
                 return redirect("round-detail", pk=round_.pk)
         except ValidationFailed as invalid:
             form.add_recipe_errors(invalid.errors)
         except NotAllowed as refusal:
             form.add_error(None, str(refusal))
+    if request.method == "POST" and form.errors:
+        messages.error(request, _refusal_outcome(form))
     rounds = Round.objects.filter(recipe__analysis=analysis).select_related("recipe")[:20]
     spent = analysis_spent(analysis)
     enforced = analysis.enforced  # the approved policy; an unapproved edit is shown apart, as pending
@@ -114,6 +122,29 @@ def _affordable(analysis, recipe) -> dict[str, Any]:
         "at_least": count == _AFFORDABLE_LIMIT,
         "accountant": analysis.enforced.get_accountant_display().lower(),
     }
+
+
+def _dry_run_outcome(dry_run: dict[str, Any]) -> str:
+    """The dry run in one sentence, for the top of the page (its tables stay by the buttons)."""
+    answer = f"Dry run, nothing spent: {dry_run['would_answer']:,} of {dry_run['devices']:,} devices would answer"
+    if dry_run["meets_min_cohort"]:
+        return f"{answer}, enough for the minimum cohort of {dry_run['min_cohort']:,}. The details are below the Run button."
+    return (
+        f"{answer}: below the minimum cohort of {dry_run['min_cohort']:,} in at least one cohort, so that part "
+        "would not be released. The details are below the Run button."
+    )
+
+
+def _refusal_outcome(form: RecipeForm) -> str:
+    """Why nothing ran, at the top of the page; each problem itself is shown under its field."""
+    refusals = form.non_field_errors()
+    if refusals:  # a refusal of the whole recipe (the budget, the rights): said here in full
+        return "Nothing was run or spent: " + " ".join(refusals)
+    fields = [str(form.fields[name].label or name) for name in form.errors if name in form.fields]
+    problems = sum(len(errors) for errors in form.errors.values())
+    where = f" ({', '.join(fields)})" if fields else ""
+    noun = "problem" if problems == 1 else "problems"
+    return f"Nothing was run or spent: the recipe has {problems} {noun}{where}, each shown under its field below."
 
 
 def _release_view(request: HttpRequest) -> ReleaseView:

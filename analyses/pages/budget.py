@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -15,7 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from analyses import analysis_reads, selectors
+from analyses import analysis_reads, drilldown, selectors
+from analyses.models import Round
 from pfs_base.errors import ValidationFailed
 
 AUDIT_PAGE_SIZE = 50
@@ -85,14 +87,40 @@ def release_compare(request: HttpRequest) -> HttpResponse:
     chosen = {key: request.GET.get(key, "").strip() for key in ("a", "b")}
     context = {"chosen": chosen, "errors": {}, "show_chooser": False}
     if not (chosen["a"] and chosen["b"]) and all(v == "" or v.isdecimal() for v in chosen.values()):
-        # Nothing chosen yet, or one round (a well-formed id): offer the choice, not an error.
+        # Nothing chosen yet, or one round (a well-formed id): offer the choice. A Compare button
+        # pressed (its form sends "compare") with a round missing says which, not a silent reload.
         context.update(show_chooser=True, choices=analysis_reads.released_rounds(user=request.user)[:CHOICES])
+        if "compare" in request.GET:
+            missing = [key.upper() for key in ("a", "b") if not chosen[key]]
+            context["errors"] = {
+                key.lower(): ["Not chosen: choose two released rounds, A and B, then Compare."] for key in missing
+            }
+            return render(request, "analyses/compare.html", context, status=400)
         return render(request, "analyses/compare.html", context)
     try:
         a, b = analysis_reads.compare_ids(request.GET)
-        context["comparison"] = analysis_reads.release_compare(user=request.user, a=a, b=b)
+        context["comparison"] = _in_words(
+            analysis_reads.release_compare(user=request.user, a=a, b=b),
+            [selectors.round_get(user=request.user, pk=pk) for pk in (a, b)],
+        )
     except ValidationFailed as invalid:
         context["errors"] = invalid.errors
         context.update(show_chooser=True, choices=analysis_reads.released_rounds(user=request.user)[:CHOICES])
         return render(request, "analyses/compare.html", context, status=400)
     return render(request, "analyses/compare.html", context)
+
+
+def _in_words(comparison: dict[str, Any], rounds: list[Round]) -> dict[str, Any]:
+    """The page's bucket labels say "OOV" as what it holds (drilldown.plain_labels), when the two
+    releases agree on what that is; the API's comparison keeps the labels."""
+    words: dict[str, str] = {}
+    for round_ in rounds:
+        labels = round_.release.content.get("buckets", [])
+        plain = drilldown.plain_labels(round_)
+        for label, said in zip(labels, plain, strict=False) if len(plain) == len(labels) else ():
+            if words.setdefault(label, said) != said:
+                words[label] = label  # the releases disagree (other boundaries): keep the label
+    for cohort in comparison["cohorts"]:
+        for row in cohort["buckets"]:
+            row["label"] = words.get(row["label"], row["label"])
+    return comparison

@@ -1,12 +1,13 @@
 // The run page of an adaptive analysis: draws the discovered prefix tree (a sunburst that grows
 // level by level) or each refinement round's histogram, and follows a run that is not finished by
-// polling its status.json, reloading the page when a level is recorded or the status changes.
+// polling its status.json and patching the page in place (live.js) when a level is recorded or the
+// status changes.
 // Without JavaScript the page still reads: every chart has a table with the same numbers.
 (function () {
   "use strict";
 
   const dataElement = document.getElementById("adaptive-chart-data");
-  const data = dataElement ? JSON.parse(dataElement.textContent) : null;
+  let data = dataElement ? JSON.parse(dataElement.textContent) : null;
   const config = { responsive: true, displaylogo: false };
   const fmt = (x) => (x === null || x === undefined ? "—" : Number(x).toFixed(1));
 
@@ -84,11 +85,6 @@
   }
 
   function follow() {
-    const section = document.getElementById("adaptive-progress");
-    if (!section || section.dataset.follow !== "true") return;
-    const levels = Number(section.dataset.levels);
-    const status = section.dataset.status;
-    const compared = section.dataset.comparison === "true";
     let polls = 0;
     const show = (id, value) => {
       const element = document.getElementById(id);
@@ -96,6 +92,9 @@
     };
 
     async function poll() {
+      // The section as the server last drew it: a patch replaces it, with its data-* state.
+      const section = document.getElementById("adaptive-progress");
+      if (!section || section.dataset.follow !== "true" || window.PfsLive.submitting) return;
       let run;
       try {
         const response = await fetch(section.dataset.url, {
@@ -107,18 +106,31 @@
       } catch (error) {
         return setTimeout(poll, 3000); // the server may be restarting: try again, more slowly
       }
+      if (window.PfsLive.submitting) return; // Pause or Continue is on its way: its page follows
       const current = run.current_round;
-      // A level recorded, the status changed, or another round sent (the static baseline's next
-      // one): draw the page again.
-      if (run.levels.length !== levels || run.status !== status) return window.location.reload();
-      if (String(current ? current.id : "") !== section.dataset.current) return window.location.reload();
-      if (Boolean(run.comparison) !== compared) return window.location.reload();
+      // A level recorded, the status changed, another round sent (the static baseline's next
+      // one) or the comparison arrived: the page is patched in place (never reloaded, which
+      // would abort a Pause being sent), then followed from its new state.
+      const changed =
+        run.levels.length !== Number(section.dataset.levels) ||
+        run.status !== section.dataset.status ||
+        String(current ? current.id : "") !== section.dataset.current ||
+        Boolean(run.comparison) !== (section.dataset.comparison === "true");
+      if (changed) {
+        let patched = false;
+        try {
+          patched = await window.PfsLive.patch();
+        } catch (error) {
+          patched = false;
+        }
+        return setTimeout(poll, patched ? 500 : 1500);
+      }
       if (current) {
         show("current-label", current.label);
         show("round-status", current.progress.status);
-        show("shards-done", current.progress.shards_done);
-        show("shards-total", current.progress.shards_total);
-        show("devices-answered", current.progress.devices_answered);
+        show("shards-done", current.progress.shards_done.toLocaleString("en-US"));
+        show("shards-total", current.progress.shards_total.toLocaleString("en-US"));
+        show("devices-answered", current.progress.devices_answered.toLocaleString("en-US"));
         const bar = document.getElementById("round-progress");
         bar.max = Math.max(current.progress.shards_total, 1);
         bar.value = current.progress.shards_done;
@@ -134,6 +146,13 @@
     }
     setTimeout(poll, 1500);
   }
+
+  // A patch brings new tables, chart boxes and chart data: draw them.
+  document.addEventListener("live:patched", () => {
+    const fresh = document.getElementById("adaptive-chart-data");
+    data = fresh ? JSON.parse(fresh.textContent) : null;
+    drawCharts();
+  });
 
   drawCharts();
   follow();

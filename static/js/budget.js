@@ -40,11 +40,17 @@
         });
       }
     });
+    // Reports are whole numbers: integer ticks, at most about eight of them.
+    const yaxis = { title: { text: title }, rangemode: "tozero" };
+    if (key === "reports") {
+      const top = Math.max(1, ...traces.flatMap((t) => t.y));
+      Object.assign(yaxis, { tick0: 0, dtick: Math.max(1, Math.ceil(top / 8)), tickformat: ",d" });
+    }
     Plotly.newPlot(elementId, traces, {
       margin: { t: 40 },
       title: { text: title },
       xaxis: { title: { text: "round started" }, type: "date" },
-      yaxis: { title: { text: title }, rangemode: "tozero" },
+      yaxis,
     }, config);
   }
 

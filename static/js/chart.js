@@ -13,6 +13,21 @@
   const refinable = (bucket) => Boolean(drilldown && drilldown.refinable[bucket]);
   const hint = (bucket) => (refinable(bucket) ? "<br>click to refine" : "");
 
+  // With cohorts, each panel is titled by its cohort, above it (not only in its axis title).
+  function panelTitles(traces) {
+    if (traces.length < 2) return [];
+    return traces.map((trace, k) => ({
+      text: "<b>Cohort " + trace.name + "</b>",
+      xref: "x" + (k ? k + 1 : "") + " domain",
+      yref: "y" + (k ? k + 1 : "") + " domain",
+      x: 0,
+      y: 1.04,
+      xanchor: "left",
+      yanchor: "bottom",
+      showarrow: false,
+    }));
+  }
+
   function followClicks(bucketOf) {
     if (!drilldown) return;
     const chart = document.getElementById("chart");
@@ -42,7 +57,7 @@
       xaxis: "x" + (k ? k + 1 : ""),
       yaxis: "y" + (k ? k + 1 : ""),
       showscale: k === 0,
-      hovertemplate: "%{y} × %{x}: %{z:.0f}%{text}<extra>" + cohortName(batch) + "</extra>",
+      hovertemplate: "%{y} × %{x}: %{z:,.0f}%{text}<extra>" + cohortName(batch) + "</extra>",
     }));
     const layout = {
       grid: { rows: traces.length, columns: 1, pattern: "independent" },
@@ -54,6 +69,7 @@
       layout["xaxis" + suffix] = { type: "category", title: { text: release.joint.fields[1] + " · " + trace.name } };
       layout["yaxis" + suffix] = { type: "category", title: { text: release.joint.fields[0] } };
     });
+    layout.annotations = panelTitles(traces);
     Plotly.newPlot("chart", traces, layout, config).then(() =>
       // A heatmap's point index is [row, column].
       followClicks((point) => bucketAt(point.pointIndex[0], point.pointIndex[1]))
@@ -79,7 +95,7 @@
       array: batch.buckets.map((b) => b.ci95[1] - b.estimate),
       arrayminus: batch.buckets.map((b) => b.estimate - b.ci95[0]),
     },
-    hovertemplate: "%{x}: %{y:.0f}%{text}<extra>%{fullData.name}</extra>",
+    hovertemplate: "%{x}: %{y:,.0f}%{text}<extra>%{fullData.name}</extra>",
   }));
   const layout = {
     grid: { rows: Math.max(traces.length, 1), columns: 1, pattern: "independent" },
@@ -91,7 +107,8 @@
     const suffix = k ? k + 1 : "";
     const cohort = traces.length > 1 ? " · " + trace.name : "";
     layout["xaxis" + suffix] = { title: { text: release.field + " bucket" + cohort }, type: "category" };
-    layout["yaxis" + suffix] = { title: { text: "estimated devices (95% CI)" } };
+    layout["yaxis" + suffix] = { title: { text: "estimated devices (95% CI)" }, tickformat: ",d" };
   });
+  layout.annotations = panelTitles(traces);
   Plotly.newPlot("chart", traces, layout, config).then(() => followClicks((point) => point.pointIndex));
 })();

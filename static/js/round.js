@@ -1,6 +1,8 @@
 // Follows a running round: polls its status.json every half second, shows shards done, devices
-// answered and not answering by reason, elapsed time and time left, and reloads once the round
-// ends (released, failed or cancelled) to show what it came to. The cancel button asks first.
+// answered and not answering by reason, elapsed time and time left, and once the round ends
+// (released, failed or cancelled) patches the page in place to show what it came to (live.js: a
+// reload would abort a Cancel being sent). A round on real devices is patched every 5 s. The
+// cancel button asks first.
 (function () {
   "use strict";
   const cancel = document.getElementById("cancel-form");
@@ -13,9 +15,22 @@
     });
   }
 
+  const collection = document.getElementById("collection");
+  if (collection && collection.dataset.finished !== "true") {
+    const again = () => {
+      if (window.PfsLive.submitting) return;
+      window.PfsLive.patch().finally(() => {
+        const now = document.getElementById("collection");
+        if (now && now.dataset.finished !== "true") setTimeout(again, 5000);
+      });
+    };
+    setTimeout(again, 5000);
+    return;
+  }
   const section = document.getElementById("progress");
   if (!section || section.dataset.finished === "true") return;
   const bar = document.getElementById("round-progress");
+  const grouped = (n) => Number(n).toLocaleString("en-US"); // as the server writes counts: 100,000
   const show = (id, value) => {
     const element = document.getElementById(id);
     if (element.textContent !== String(value)) element.textContent = value;
@@ -36,7 +51,7 @@
         } else {
           const cell = document.createElement("td");
           cell.className = "num";
-          cell.textContent = count;
+          cell.textContent = grouped(count);
           row.append(cell);
         }
         return row;
@@ -56,14 +71,21 @@
     } catch (error) {
       return setTimeout(poll, 2000); // a restart of the server, say: try again a little later
     }
-    if (progress.finished) return window.location.reload();
+    if (window.PfsLive.submitting) return; // the analyst's action is on its way: it shows the outcome
+    if (progress.finished) {
+      // Patched in place; should the fetch fail, the next poll tries again.
+      return window.PfsLive.patch().then(
+        (patched) => patched || window.PfsLive.submitting || setTimeout(poll, 2000),
+        () => setTimeout(poll, 2000)
+      );
+    }
     bar.max = Math.max(progress.shards_total, 1);
     bar.value = progress.shards_done;
     bar.textContent = `${progress.shards_done} of ${progress.shards_total} shards`;
     show("round-status", progress.status_display);
-    show("shards-done", progress.shards_done);
-    show("shards-total", progress.shards_total);
-    show("devices-answered", progress.devices_answered);
+    show("shards-done", grouped(progress.shards_done));
+    show("shards-total", grouped(progress.shards_total));
+    show("devices-answered", grouped(progress.devices_answered));
     show("elapsed", progress.elapsed_text);
     show("eta", progress.eta_text);
     showRefusals(progress.devices_not_answering);

@@ -49,7 +49,9 @@ def test_analyst_starts_a_discovery_and_reads_the_discovered_tree(demo, live_ser
     expect(page.locator("#adaptive-progress")).to_be_visible()
     expect(page.locator("#plan-table tbody tr")).to_have_count(3)
     expect(page.locator("#run-status")).to_have_text("Finished", timeout=180_000)
-    expect(page.locator("#stop-reason")).to_contain_text("Reached the planned 3 rounds.")
+    expect(page.locator("#stop-reason")).to_contain_text(
+        "Finished: all 3 planned rounds ran, then the static baseline."
+    )
     expect(page.locator("#levels-done")).to_have_text("3")
     run = AdaptiveRun.objects.get()
     assert run.status == AdaptiveRun.Status.FINISHED and len(run.levels) == 3

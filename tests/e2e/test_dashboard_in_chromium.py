@@ -41,21 +41,24 @@ def test_analyst_signs_in_runs_the_demo_recipe_and_sees_the_chart(demo, live_ser
     page.get_by_role("button", name="Dry run").click()
     expect(page.locator("#dry-run")).to_contain_text("100,000 of 100,000 devices would answer")
     expect(page.locator("#dry-run")).to_contain_text("enough for the minimum cohort of 1,670")
+    # The outcome is also at the top of the page, where the focus moved.
+    expect(page.locator("#messages")).to_contain_text("Dry run, nothing spent: 100,000 of 100,000 devices would answer")
+    expect(page.locator("#messages")).to_be_focused()
     expect(page.get_by_label("Bucket boundaries")).to_have_value("20, 30, 40, 50, 60, 70, 80")
     shot(page, "analysis")
     page.get_by_role("button", name="Run", exact=True).click()
     page.get_by_role("button", name="Run and spend").click()  # Run asks before it spends
 
     expect(page.locator("#round-progress")).to_be_attached()
-    expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
-    expect(page.locator("#release-min-cohort")).to_have_text("1670")
+    expect(page.locator("#release-reports")).to_have_text("100,000", timeout=90_000)
+    expect(page.locator("#release-min-cohort")).to_have_text("1,670")
     expect(page.locator("#release-epsilon")).to_have_text("0.3")
     # plotly drew one bar per bucket: OOV + 7.
     expect(page.locator("#chart .bars .point")).to_have_count(8, timeout=15_000)
     expect(page.locator("#chart .xtick")).to_have_count(8)
     rows = page.locator("#release-table tbody tr")
     expect(rows).to_have_count(8)
-    expect(rows.first).to_contain_text("OOV")
+    expect(rows.first).to_contain_text("below 20 or missing")
     shot(page, "release")
 
     # Simultaneous intervals are wider than per-bucket ones; the page states which it shows.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -45,8 +46,11 @@ def test_a_joint_release_is_drawn_as_a_heatmap_per_locale(demo, live_server, pag
     page.get_by_label("Username").fill("analyst")
     page.get_by_label("Password").fill("analyst-demo-password")
     page.get_by_role("button", name="Sign in").click()
-    chart = page.get_by_role("img", name="Heatmap of debiased counts of age × ngrams")
+    chart = page.locator("#chart")
+    expect(chart).to_have_attribute("aria-label", re.compile(r"^Heatmap of debiased counts of age × ngrams"))
     expect(chart).to_be_visible()
     # Locales that clear the minimum cohort of 1,670 have a heatmap each.
     expect(chart.locator(".heatmaplayer").first).to_be_attached()
+    # Each cohort's panel is titled by its cohort, above it.
+    expect(chart.locator(".annotation-text", has_text=re.compile(r"^Cohort .*en_US"))).to_have_count(1)
     expect(page.get_by_text("[30, 40) × hello world </s>").first).to_be_attached()

@@ -51,17 +51,24 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
     page.get_by_role("button", name="Run", exact=True).click()
     page.get_by_role("button", name="Run and spend").click()  # Run asks before it spends
 
-    # The page follows the round (status.json) until it is released, then reloads with the release.
+    # The page follows the round (status.json) until it is released, then patches itself in place
+    # with the release (static/js/live.js): the document is never reloaded.
     expect(page.get_by_role("progressbar", name="Shards done")).to_be_attached()
-    expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
+    expect(page.locator("#messages")).to_contain_text("started")  # the outcome of Run, at the top
+    page.evaluate("window.__notReloaded = true")
+    expect(page.locator("#release-reports")).to_have_text("100,000", timeout=90_000)
     bar = page.get_by_role("progressbar", name="Shards done")
     expect(bar).to_have_attribute("value", "10")
     expect(bar).to_have_attribute("max", "10")
     expect(page.locator("#progress-text")).to_contain_text("10 of 10 shards done")
-    expect(page.locator("#progress-text")).to_contain_text("100000 devices answered")
-    expect(page.locator("#eta")).to_have_text("done")
+    expect(page.locator("#progress-text")).to_contain_text("100,000 devices answered")
+    assert page.evaluate("window.__notReloaded === true")
+    # Finished: how long it took, no "time left", and the refusals are not "so far".
+    expect(page.locator("#eta")).to_have_count(0)
+    expect(page.locator("#progress-text")).not_to_contain_text("time left")
     expect(page.locator("#elapsed")).to_have_text(re.compile(r"^\d+ (s|min \d\d s)$"))
-    expect(page.locator("#refusals")).to_contain_text("None so far.")
+    expect(page.locator("#refusals")).to_contain_text("None: every device asked answered.")
+    expect(page.locator("#chart.js-plotly-plot")).to_be_attached()  # plotly and chart.js loaded by the patch
 
     # Chart and table: OOV + 6 buckets, each with a Refine link for keyboard and screen-reader users.
     expect(page.locator("#chart .bars .point")).to_have_count(7, timeout=15_000)
@@ -90,7 +97,7 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
 
     page.get_by_role("button", name="Run", exact=True).click()
     page.get_by_role("button", name="Run and spend").click()  # Run asks before it spends
-    expect(page.locator("#release-reports")).to_have_text("100000", timeout=90_000)
+    expect(page.locator("#release-reports")).to_have_text("100,000", timeout=90_000)
     expect(page.locator("#release-table tbody tr")).to_have_count(7)
     expect(page.locator("#release-table tbody tr").nth(1)).to_contain_text("[25, 30)")
     assert Round.objects.count() == 2
@@ -112,7 +119,7 @@ def test_a_half_run_round_shows_its_time_left_and_can_be_cancelled(demo, live_se
     expect(bar).to_have_attribute("value", "3")
     expect(page.locator("#round-status")).to_have_text("Running on devices")
     expect(page.locator("#progress-text")).to_contain_text("3 of 10 shards done")
-    expect(page.locator("#progress-text")).to_contain_text("30000 devices answered")
+    expect(page.locator("#progress-text")).to_contain_text("30,000 devices answered")
     # 3 shards in a minute: the 7 left take about 7/3 of that, 2 min 20 s and counting.
     expect(page.locator("#eta")).to_have_text(re.compile(r"^about 2 min [2-5]\d s$"))
     shot(page, "round_progress")
@@ -123,7 +130,7 @@ def test_a_half_run_round_shows_its_time_left_and_can_be_cancelled(demo, live_se
     expect(page.locator("#cancelled")).to_contain_text("Cancelled by analyst")
     expect(page.locator("#cancelled")).to_contain_text("Nothing was released")
     expect(page.locator("#cancelled")).to_contain_text(
-        "The 30000 devices that answered before the cancel keep their budget spent"
+        "The 30,000 devices that answered before the cancel keep their budget spent"
     )
     expect(page.get_by_role("button", name="Cancel round")).to_have_count(0)
     assert Round.objects.get(pk=round_.pk).status == Round.Status.CANCELLED

@@ -100,14 +100,14 @@ def test_a_good_spec_runs_and_the_run_page_shows_the_plan_and_the_kept_ngrams(
     response = alice.get(response["Location"])
     assert response.status_code == 200
     page = response.content.decode()
-    assert 'id="run-status">Finished<' in page and "Reached the planned 2 rounds." in page
+    assert 'id="run-status">Finished<' in page and "Finished: all 2 planned rounds ran." in page
     # The plan: two rounds of epsilon 1, both spent, and their total.
     plan = response.context["plan"]
     assert [(p["round"], p["epsilon0"], p["epsilon"], p["delta"], p["spent"]) for p in plan] == [
         (1, 4.0, 1.0, 1e-6, True),
         (2, 4.0, 1.0, 1e-6, True),
     ]
-    assert plan[0]["min_cohort"] == 2203 and ">2203<" in page
+    assert plan[0]["min_cohort"] == 2203 and ">2,203<" in page
     assert response.context["plan_total"]["epsilon"] == 2.0
     assert 'id="plan-table"' in page and "2 of 2 (ε 2)" in page
     # Each level's kept n-grams with estimate, standard error and 95% interval.
@@ -115,7 +115,7 @@ def test_a_good_spec_runs_and_the_run_page_shows_the_plan_and_the_kept_ngrams(
     level2 = response.context["levels"][1]["rows"]
     hello_world = next(r for r in level2 if r["ngram"] == "hello world")
     assert hello_world["low"] == pytest.approx(hello_world["estimate"] - 1.96 * hello_world["standard_error"])
-    assert f"[{hello_world['low']:.1f}, {hello_world['high']:.1f}]" in page
+    assert f"[{hello_world['low']:,.1f}, {hello_world['high']:,.1f}]" in page
     # The tree: "hello world" under "hello", in the sunburst's data and in its table.
     chart = response.context["chart"]
     tree = chart["tree"][-1]
@@ -130,7 +130,7 @@ def test_a_good_spec_runs_and_the_run_page_shows_the_plan_and_the_kept_ngrams(
     assert len(chart["tree"]) == 2 and "hello world" not in chart["tree"][0]["ids"]
     rows = [n["id"] for n in response.context["tree_rows"]]
     assert rows.index("hello") < rows.index("hello world")
-    assert 'id="tree-chart"' in page and 'id="adaptive-chart-data"' in page and "vendor/plotly.min.js" in page
+    assert 'id="tree-chart"' in page and 'id="adaptive-chart-data"' in page and "vendor/plotly-full.min.js" in page
     # No more polling, nor steering, once finished.
     assert 'data-follow="false"' in page and 'value="pause"' not in page and 'value="continue"' not in page
     # The list shows the run.
@@ -289,6 +289,16 @@ def test_with_a_static_twin_the_spec_has_a_baseline_and_the_page_compares(
     rows = response.context["comparison_rows"]
     assert len(rows) == 5 and "hello world" in [r["ngram"] for r in rows]
     assert 'data-follow="false"' in page
+    # Both counts beside each other, and which one the intervals cover: the estimand (each device
+    # reports one of its n-grams), never above the devices that typed the n-gram.
+    assert "Devices that typed it (ground truth)" in page and 'id="comparison-estimand"' in page
+    assert "the 95% intervals are about the estimand" in page
+    found = [(row, cell) for row in rows for cell in row["methods"] if cell]
+    assert found
+    for row, cell in found:
+        assert cell["estimand"] <= row["devices"]
+        assert cell["covers"] == (cell["low"] <= cell["estimand"] <= cell["high"])
+        assert f"estimand {cell['estimand']:,.1f}" in page
 
     # While the comparison task has not stored its result, the page says so and keeps following.
     AdaptiveRun.objects.filter(pk=run.pk).update(comparison=None)

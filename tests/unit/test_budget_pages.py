@@ -306,6 +306,8 @@ def test_compare_aligns_buckets_by_label_and_shows_a_missing_one_as_a_dash(
     table = client.get(f"/compare/?a={a.pk}&b={b.pk}").content.decode().split('id="compare-table-0"')[1]
     row = table.split("[30, 40)")[1].split("</tr>")[0]
     assert row.count("—") == 4  # B, the difference, its error, significance
+    # Both releases' first bucket is below 20 or missing: the page says so, the API keeps "OOV".
+    assert '<th scope="row">below 20 or missing</th>' in table and ">OOV<" not in table
 
 
 def test_compare_matches_cohorts_by_key(api, budget_analysis, analyst, django_capture_on_commit_callbacks) -> None:
@@ -420,3 +422,37 @@ def test_pages_need_sign_in_and_the_api_a_user(client, budget_analysis) -> None:
     for url in ("/analyses/test.budget/budget/", "/analyses/test.budget/audit/", "/compare/?a=1&b=2"):
         assert client.get(url).status_code == 302
     assert APIClient().get("/api/analyses/test.budget/budget/").status_code in (401, 403)
+
+
+def test_compare_pressed_with_nothing_chosen_says_so_instead_of_reloading(
+    client, analyst, budget_analysis, three_rounds
+) -> None:
+    a, _, _ = three_rounds
+    client.force_login(analyst)
+    # The analysis page's Compare button sends "compare" and the radios chosen: here none.
+    response = client.get("/compare/?compare=1")
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "Nothing to compare yet:" in page and "Release A: Not chosen" in page and "Release B: Not chosen" in page
+    # One chosen: the other is named.
+    page = client.get(f"/compare/?compare=1&a={a.pk}").content.decode()
+    assert "Release B: Not chosen" in page and "Release A: Not chosen" not in page
+    # A link to the page (no button pressed) offers the choice without an error.
+    assert client.get("/compare/").status_code == 200
+
+
+def test_comparing_with_a_release_that_released_nothing_says_that(
+    budget_analysis, analyst, django_capture_on_commit_callbacks
+) -> None:
+    # A release with no count (no batch, or every batch suppressed: a round normally ends withheld
+    # then, but a release read back may hold it) is not "split into different cohorts".
+    from analyses.analysis_reads import _compare_notes
+
+    a = run(budget_analysis, recipe_for("whole", 1.0), analyst, django_capture_on_commit_callbacks)
+    batches_a = {batch["cohort"]: batch for batch in release_as_json(a.release)["batches"]}
+    for empty in ({}, {"de_DE": {"cohort": "de_DE", "suppressed": True}}):
+        notes = _compare_notes(a, a, {"a": batches_a, "b": empty})
+        assert any(note.startswith("Release B released no count") for note in notes), notes
+        assert not any("different cohorts" in note for note in notes)
+    notes = _compare_notes(a, a, {"a": {}, "b": {}})
+    assert any(note.startswith("Release A and Release B released no count") for note in notes)

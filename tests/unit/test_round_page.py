@@ -106,7 +106,9 @@ def test_a_finished_round_keeps_its_elapsed_time_and_offers_no_cancel(
     assert progress["eta_seconds"] is None
     client.force_login(analyst)
     page = client.get(f"/rounds/{round_.pk}/").content.decode()
-    assert f'max="{SHARDS}" value="{SHARDS}"' in page and '<span id="eta">done</span>' in page
+    assert f'max="{SHARDS}" value="{SHARDS}"' in page and 'took <span id="elapsed">' in page
+    # A finished round has no time left to tell ("time left done"), and its refusals are not "so far".
+    assert 'id="eta"' not in page and "time left" not in page and "None so far." not in page
     assert "Cancel round" not in page
 
 
@@ -129,7 +131,7 @@ def test_posting_cancel_cancels_the_round_and_the_page_says_what_that_means(clie
     assert round_.status == Round.Status.CANCELLED
     page = client.get(response["Location"]).content.decode()
     assert "Cancelled by alice" in page and "Nothing was released" in page
-    assert f"The {answered} devices that answered before the cancel keep their budget spent" in page
+    assert f"The {answered:,} devices that answered before the cancel keep their budget spent" in page
     assert f"Round {round_.pk} cancelled" in page  # the message
     assert "Cancel round" not in page and 'id="release"' not in page
 
@@ -200,7 +202,9 @@ def test_refining_a_numeric_bucket_splits_it_and_keeps_the_privacy_parameters(
     assert content["recipeIdentifier"] == "ages-refine-2"
     assert content["privacy"] == recipe["privacy"] and content["query"] == recipe["query"]
     assert content["cohorts"] == []
-    assert "values below 30 (and missing ones) fall into OOV" in refined["explanation"]
+    assert (
+        "values below 30 (and missing ones) fall into its first bucket, below 30 or missing" in refined["explanation"]
+    )
     assert recipe_validate(analysis=analysis, content=content).field == "age"
     # The identifier stays unique once the refinement has run.
     recipe_create(analysis=analysis, content=content, user=analyst)
@@ -236,7 +240,7 @@ def test_without_an_unused_cohort_field_such_a_bucket_cannot_be_refined_and_gets
     client.force_login(analyst)
     page = client.get(f"/rounds/{round_.pk}/").content.decode()
     rows = page.split("<tbody>")[-1].split("</tr>")
-    oov = next(r for r in rows if "<td>OOV</td>" in r and "locale=en_US" in r)
+    oov = next(r for r in rows if "<td>below 20 or missing</td>" in r and "locale=en_US" in r)
     thirties = next(r for r in rows if "<td>[30, 40)</td>" in r and "locale=en_US" in r)
     assert "Refine" not in oov and "no finer structure" in oov
     assert f"?refine={round_.pk}&amp;cohort=locale%3Den_US&amp;bucket=2" in thirties

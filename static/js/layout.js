@@ -1,0 +1,76 @@
+// What every page needs once it has drawn, on any screen:
+// - a wide table scrolls inside its own box instead of widening the page (a phone is 390 px); the
+//   box joins the tab order only while it does scroll, so the keyboard can scroll it too;
+// - plotly's toolbar (zoom, pan, download) stays for the pointer but leaves the tab order: its ten
+//   buttons were invisible tab stops on every chart, and each chart's table has its numbers.
+(function () {
+  "use strict";
+
+  function label(table) {
+    const caption = table.querySelector("caption");
+    if (caption && caption.textContent.trim()) return caption.textContent.trim();
+    const section = table.closest("section, details");
+    const heading = section && section.querySelector("h2, h3, summary");
+    return heading ? heading.textContent.trim() : "Table";
+  }
+
+  function scrollable(box) {
+    const scrolls = box.scrollWidth > box.clientWidth + 1;
+    if (scrolls) {
+      box.tabIndex = 0;
+      box.setAttribute("role", "region");
+      if (!box.hasAttribute("aria-label") && !box.hasAttribute("aria-labelledby")) {
+        box.setAttribute("aria-label", label(box.querySelector("table")) + " (scrolls sideways)");
+      }
+    } else if (box.dataset.wrapped === "true") {
+      box.removeAttribute("tabindex");
+      box.removeAttribute("role");
+      box.removeAttribute("aria-label");
+    }
+  }
+
+  function wrapTables(root) {
+    root.querySelectorAll("table.data").forEach((table) => {
+      if (table.parentElement.classList.contains("scroll-x")) return;
+      const box = document.createElement("div");
+      box.className = "scroll-x";
+      box.dataset.wrapped = "true";
+      table.before(box);
+      box.append(table);
+    });
+    root.querySelectorAll(".scroll-x").forEach(scrollable);
+  }
+
+  function quietToolbars(root) {
+    root.querySelectorAll(".chart .modebar-btn, .chart .modebar a").forEach((button) => {
+      if (button.tabIndex !== -1) button.tabIndex = -1;
+    });
+    root.querySelectorAll(".chart.js-plotly-plot").forEach((chart) => {
+      // A chart box with plotly's toolbar in it holds controls: a figure, not a flat image.
+      if (chart.getAttribute("role") === "img") chart.setAttribute("role", "figure");
+      // Drawn while hidden or at another width, a chart is wider than its box: fit it.
+      const svg = chart.querySelector("svg.main-svg");
+      if (svg && window.Plotly && svg.getBoundingClientRect().width > chart.clientWidth + 1) {
+        window.Plotly.Plots.resize(chart);
+      }
+    });
+  }
+
+  function tidy() {
+    wrapTables(document);
+    quietToolbars(document);
+  }
+
+  tidy();
+  // Charts draw (and pages patch themselves, live.js) after this runs: tidy what they add.
+  let queued = false;
+  new MutationObserver(() => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => {
+      queued = false;
+      tidy();
+    });
+  }).observe(document.querySelector("main") || document.body, { childList: true, subtree: true });
+  window.addEventListener("resize", () => document.querySelectorAll(".scroll-x").forEach(scrollable));
+})();
