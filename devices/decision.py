@@ -9,9 +9,11 @@ digest, and each device's batch key.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 
 import numpy as np
 import numpy.typing as npt
@@ -75,7 +77,11 @@ class DeviceTask:
         return cls(**task, **privacy.as_json())  # type: ignore[arg-type]
 
     def as_json(self) -> dict:
-        return asdict(self)
+        # Not dataclasses.asdict: its field-by-field recursion costs 5 ms per shard for a recipe of
+        # 1,023 boundaries. The only mutable field is data_types, so one deep copy of it is the same.
+        data = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
+        data["data_types"] = copy.deepcopy(self.data_types)
+        return data
 
     def audit_json(self) -> dict:
         """What a device logs of the task, and what a real device is sent: everything but the seed."""
