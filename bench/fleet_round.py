@@ -68,7 +68,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
 
     call_command("migrate", verbosity=0)
     officer = get_user_model().objects.create_user("officer", is_staff=True)
-    fleet = fleet_create(name="bench", size=devices, seed=1, shard_size=int(os.environ.get("PFS_SHARD_SIZE", 10_000)))
+    fleet = fleet_create(name="bench", size=devices, seed=1, shard_size=shard_size())
     spec = {
         "identifier": "bench",
         "fleet": "bench",
@@ -247,8 +247,12 @@ def run_workload(path: str, devices: int, buckets: int, args: argparse.Namespace
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def shard_size() -> int:
+    return int(os.environ.get("PFS_SHARD_SIZE", 10_000))
+
+
 def sampler(devices: int, buckets: int) -> str:
-    per_shard = min(devices, int(os.environ.get("PFS_SHARD_SIZE", 10_000))) * buckets
+    per_shard = min(devices, shard_size()) * buckets
     return "exact sum" if per_shard > EXACT_SUM_ABOVE else "per-device coins"
 
 
@@ -263,6 +267,7 @@ def load_text() -> str:
 
 
 def render(rows: list[dict], paths: list[str], context: dict) -> str:
+    in_process = [p for p in paths if p != "worker"]  # the worker's CPU is not this process's
     lines = [
         "# Fleet round: API call to release",
         "",
@@ -280,7 +285,8 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
         context["command"],
         "```",
         "",
-        "Asymmetric OHE at epsilon0 = 4, one batch (no cohorts), 10,000 devices per shard. The clock runs from "
+        f"Asymmetric OHE at epsilon0 = 4, one batch (no cohorts), {shard_size():,} devices per shard "
+        "(`PFS_SHARD_SIZE`). The clock runs from "
         "`POST /api/recipes/<id>/rounds/` until the release exists; building the fleet and starting the worker "
         "are not timed. Sampler: per-device coins, or, where one shard's devices × buckets exceed 2^26, the sum "
         "of the shard's reports drawn from its exact distribution (what the product does, "
@@ -296,33 +302,41 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
         "Two rounds of the same recipe run one after the other: *first* on the fresh fleet (before the "
         "query, each shard deletes the keyboard phrases past their 30-day retention, half of what the "
         "synthetic fleet holds, and is rewritten), *next* on the same fleet (nothing left to expire, as in "
-        "every round after a fleet's first).",
+        "every round after a fleet's first). CPU: the seconds of CPU the in-process paths' process spent "
+        "on each round (first / next): on a shared machine, the wall-clock time minus the waits for a core "
+        "and for the disk.",
         "",
         "| devices | buckets | shards | sampler | "
         + " | ".join(f"{p} first (s) | {p} next (s)" for p in paths)
         + " | "
+        + " | ".join(f"{p} CPU (s)" for p in in_process)
+        + (" | " if in_process else "")
         + " | ".join(f"{p} peak RSS (MiB)" for p in paths)
         + " |",
-        "|---:|---:|---:|---|" + "---:|" * (3 * len(paths)),
+        "|---:|---:|---:|---|" + "---:|" * (3 * len(paths) + len(in_process)),
     ]
     by_key = {(r["path"], r["devices"], r["buckets"]): r for r in rows}
     failures = []
     for devices, buckets in context["grid"]:
         cells = [by_key.get((p, devices, buckets)) for p in paths]
-        shards = next((c["shards"] for c in cells if c and "shards" in c), -(-devices // 10_000))
-        secs, rss = [], []
+        shards = next((c["shards"] for c in cells if c and "shards" in c), -(-devices // shard_size()))
+        secs, cpus, rss = [], [], []
         for p, c in zip(paths, cells, strict=True):
             if c is None or "failed" in c:
                 secs += ["—", "—"]
+                cpus += ["—"] if p in in_process else []
                 rss.append("—")
                 if c is not None:
                     failures.append(f"{p}, {devices:,} × {buckets:,}: {c['failed']}")
                 continue
             secs += [f"{c['seconds']:.2f}", f"{c['seconds_next']:.2f}"]
+            cpus += [f"{c['cpu_seconds']:.2f} / {c['cpu_seconds_next']:.2f}"] if p in in_process else []
             peak = c["worker_peak_rss_mib"] if c.get("worker_peak_rss_mib") is not None else c["peak_rss_mib"]
             rss.append(f"{peak:.0f}")
         lines.append(
-            f"| {devices:,} | {buckets:,} | {shards} | {sampler(devices, buckets)} | " + " | ".join(secs + rss) + " |"
+            f"| {devices:,} | {buckets:,} | {shards} | {sampler(devices, buckets)} | "
+            + " | ".join(secs + cpus + rss)
+            + " |"
         )
     if failures:
         lines += ["", "Not measured:", ""] + [f"- {f}" for f in failures]
@@ -369,7 +383,10 @@ def main() -> None:
         "load_before": load_before,
         "load_after": load_text(),
         "busy": max(float(x) for x in load_before.split()[:2]) > 0.5,
-        "command": f".venv/bin/python bench/fleet_round.py {' '.join(sys.argv[1:])}".strip(),
+        "command": (
+            ("" if "PFS_SHARD_SIZE" not in os.environ else f"PFS_SHARD_SIZE={shard_size()} ")
+            + f".venv/bin/python bench/fleet_round.py {' '.join(sys.argv[1:])}".strip()
+        ),
         "grid": grid,
     }
     text = render(rows, args.paths, context)
