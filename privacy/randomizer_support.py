@@ -92,6 +92,7 @@ def exact_report_sum(
 # A block of the sparse unary sampler draws about this many gaps (int64, 512 KiB): small enough for
 # its arrays to stay in cache, large enough that numpy's per-call overhead is small against it.
 GAPS_PER_BLOCK = 1 << 16
+_UINT32_MAX = np.iinfo(np.uint32).max
 
 
 def unary_ones(
@@ -123,10 +124,16 @@ def unary_ones(
     n, others = values.size, domain_size - 1
     trials = n * others
     positions = _bernoulli_process(trials, p_other, rng) if trials else np.zeros(0, dtype=np.int64)
-    rows, slot = np.divmod(positions, others) if others else (positions, positions)
+    if trials <= _UINT32_MAX:  # a block's positions nearly always fit: 32-bit division is 6x faster
+        rows, slot = np.divmod(positions.astype(np.uint32), np.uint32(max(others, 1)))
+    else:
+        rows, slot = np.divmod(positions, others)
     buckets = slot + (slot >= values[rows])
     own = np.flatnonzero(rng.random(n) < p_own)
-    return np.concatenate([rows, own]), np.concatenate([buckets, values[own]])
+    return (
+        np.concatenate([rows.astype(np.int64), own]),
+        np.concatenate([buckets.astype(np.int64), values[own]]),
+    )
 
 
 def _bernoulli_process(trials: int, p: float, rng: np.random.Generator) -> npt.NDArray[np.int64]:

@@ -265,3 +265,12 @@ def test_a_batch_of_gaps_that_falls_short_is_continued_where_it_stopped(cls: typ
         return mechanism.privatize(values, k, rng)  # type: ignore[arg-type]
 
     np.testing.assert_array_equal(reports(3), reports(1 << 30))
+
+
+def test_blocks_too_long_for_32_bit_positions_draw_the_same_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block whose positions pass 2^32 (large k at large epsilon0) divides in 64 bits instead."""
+    mechanism = AsymmetricOHE(epsilon0=3.0)
+    values = np.random.default_rng(18).integers(0, 100, size=30_000)
+    narrow = mechanism.privatize(values, 100, np.random.default_rng(19))
+    monkeypatch.setattr(randomizer_support, "_UINT32_MAX", -1)
+    np.testing.assert_array_equal(mechanism.privatize(values, 100, np.random.default_rng(19)), narrow)
