@@ -1,14 +1,17 @@
 """Fleets from outside the dashboard: seeded synthetic fleets and fleets imported from JSONL.
 
 Both validate everything before they write, then create the fleet and all its shards in one
-transaction: a bad request or a bad file leaves nothing behind. The format and the columns are
-described in docs/fleets.md.
+transaction: a bad request or a bad file leaves nothing behind. Shards are generated (or sliced)
+and written a few at a time, so a synthetic fleet of any size takes the memory of a few shards.
+The format and the columns are described in docs/fleets.md.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -53,14 +56,21 @@ def fleet_create(*, name: str, size: int, seed: int, shard_size: int, now: float
     if errors:
         raise FleetInvalid(errors)
     reference = time.time() if now is None else now
-    shards = []
+    return _fleet_write(
+        name=name,
+        size=size,
+        seed=seed,
+        vocabularies={"locale": list(LOCALES), "tokens": list(TOKENS)},
+        shards=_synthetic_shards(size=size, seed=seed, shard_size=shard_size, now=reference),
+    )
+
+
+def _synthetic_shards(*, size: int, seed: int, shard_size: int, now: float) -> Iterator[tuple[int, bytes]]:
+    """(devices, packed columns) of each shard in order, generated only when asked for."""
     for index, start in enumerate(range(0, size, shard_size)):
         devices = min(shard_size, size - start)
-        columns = generate_shard(devices, np.random.default_rng([seed, index]), first_index=start, now=reference)
-        shards.append((devices, pack(columns)))
-    return _fleet_write(
-        name=name, size=size, seed=seed, vocabularies={"locale": list(LOCALES), "tokens": list(TOKENS)}, shards=shards
-    )
+        columns = generate_shard(devices, np.random.default_rng([seed, index]), first_index=start, now=now)
+        yield devices, pack(columns)
 
 
 # ---------------------------------------------------------------- imported fleets
@@ -98,10 +108,10 @@ def fleet_import(*, name: str, path: str | Path, shard_size: int, now: float | N
 
     fleet_columns, vocabularies = parsed_columns(parsed)
     size = len(parsed.ids)
-    shards = [
+    shards = (
         (min(shard_size, size - start), pack(columns_slice(fleet_columns, start, min(start + shard_size, size))))
         for start in range(0, size, shard_size)
-    ]
+    )
     return _fleet_write(name=name, size=size, seed=None, vocabularies=vocabularies, shards=shards)
 
 
@@ -126,17 +136,33 @@ def _is_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# Shard rows inserted per statement. A shard of the default 10,000 synthetic devices packs to about
+# 1.5 MiB, so a batch holds about 12 MiB: what fleet creation keeps in memory, whatever the fleet
+# size, and few enough statements that each one's round trip is small beside the shards' bytes.
+SHARDS_PER_INSERT = 8
+
+
 def _fleet_write(
-    *, name: str, size: int, seed: int | None, vocabularies: dict[str, list[str]], shards: list[tuple[int, bytes]]
+    *,
+    name: str,
+    size: int,
+    seed: int | None,
+    vocabularies: dict[str, list[str]],
+    shards: Iterable[tuple[int, bytes]],
 ) -> Fleet:
-    """The fleet row and all its shard rows, in one transaction."""
+    """The fleet row and all its shard rows, in one transaction, drawing ``shards`` a batch at a time.
+
+    ``shards`` is consumed lazily (bulk_create would make a list of all of them): only
+    ``SHARDS_PER_INSERT`` packed shards are held at once.
+    """
     try:
         with transaction.atomic():
             fleet = Fleet.objects.create(name=name, size=size, seed=seed, vocabularies=vocabularies)
-            FleetShard.objects.bulk_create(
-                FleetShard(fleet=fleet, index=index, size=devices, columns=blob)
-                for index, (devices, blob) in enumerate(shards)
-            )
+            numbered = enumerate(shards)
+            while batch := list(itertools.islice(numbered, SHARDS_PER_INSERT)):
+                FleetShard.objects.bulk_create(
+                    FleetShard(fleet=fleet, index=index, size=devices, columns=blob) for index, (devices, blob) in batch
+                )
     except IntegrityError as error:
         # Another process created the name between the check and the insert.
         raise FleetInvalid([f"name: a fleet named {name!r} already exists"]) from error
