@@ -8,7 +8,6 @@ The format and the columns are described in docs/fleets.md.
 
 from __future__ import annotations
 
-import itertools
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -118,6 +117,21 @@ def fleet_import(*, name: str, path: str | Path, shard_size: int, now: float | N
 # ---------------------------------------------------------------- both
 
 
+def _batches_of_bytes(
+    numbered: Iterable[tuple[int, tuple[int, bytes]]],
+) -> Iterator[list[tuple[int, tuple[int, bytes]]]]:
+    """Consecutive (index, (devices, blob)) shards, each batch ending once it holds BYTES_PER_INSERT."""
+    batch, held = [], 0
+    for item in numbered:
+        batch.append(item)
+        held += len(item[1][1])
+        if held >= BYTES_PER_INSERT:
+            yield batch
+            batch, held = [], 0
+    if batch:
+        yield batch
+
+
 def _name_errors(name: object) -> list[str]:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         return ["name: must be 1 to 64 letters, digits, hyphens or underscores"]
@@ -136,10 +150,12 @@ def _is_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-# Shard rows inserted per statement. A shard of the default 10,000 synthetic devices packs to about
-# 1.5 MiB, so a batch holds about 12 MiB: what fleet creation keeps in memory, whatever the fleet
-# size, and few enough statements that each one's round trip is small beside the shards' bytes.
-SHARDS_PER_INSERT = 8
+# Packed shard bytes inserted per statement (at least one shard). A shard of the default 10,000
+# synthetic devices packs to about 1.5 MiB, so a statement carries about 10 shards: what fleet
+# creation holds in memory, with the database driver's copies of the statement's parameters,
+# whatever the fleet's size or shard size, and few statements enough that each one's round trip is
+# small beside its bytes.
+BYTES_PER_INSERT = 16 << 20
 
 
 def _fleet_write(
@@ -152,14 +168,13 @@ def _fleet_write(
 ) -> Fleet:
     """The fleet row and all its shard rows, in one transaction, drawing ``shards`` a batch at a time.
 
-    ``shards`` is consumed lazily (bulk_create would make a list of all of them): only
-    ``SHARDS_PER_INSERT`` packed shards are held at once.
+    ``shards`` is consumed lazily (bulk_create would make a list of all of them): only about
+    ``BYTES_PER_INSERT`` of packed shards are held at once.
     """
     try:
         with transaction.atomic():
             fleet = Fleet.objects.create(name=name, size=size, seed=seed, vocabularies=vocabularies)
-            numbered = enumerate(shards)
-            while batch := list(itertools.islice(numbered, SHARDS_PER_INSERT)):
+            for batch in _batches_of_bytes(enumerate(shards)):
                 FleetShard.objects.bulk_create(
                     FleetShard(fleet=fleet, index=index, size=devices, columns=blob) for index, (devices, blob) in batch
                 )
