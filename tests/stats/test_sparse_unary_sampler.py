@@ -274,3 +274,24 @@ def test_blocks_too_long_for_32_bit_positions_draw_the_same_reports(monkeypatch:
     narrow = mechanism.privatize(values, 100, np.random.default_rng(19))
     monkeypatch.setattr(randomizer_support, "_UINT32_MAX", -1)
     np.testing.assert_array_equal(mechanism.privatize(values, 100, np.random.default_rng(19)), narrow)
+
+
+@pytest.mark.parametrize("cls", MECHANISMS)
+def test_the_exact_sum_path_draws_no_per_device_variate(cls: type[Mechanism], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above EXACT_SUM_ABOVE the sum comes from binomials alone: no gap and no own-bit uniform is drawn
+    (tests/stats/test_sum_sampling.py forbids ``privatize``, which the per-device sum no longer calls)."""
+
+    class BinomialsOnly:
+        def __init__(self) -> None:
+            self.rng = np.random.default_rng(20)
+
+        def binomial(self, n: npt.NDArray[np.int64], p: float) -> npt.NDArray[np.int64]:
+            return self.rng.binomial(n, p)
+
+    values = np.random.default_rng(21).integers(0, 64, size=5_000)
+    monkeypatch.setattr(randomizer_support, "EXACT_SUM_ABOVE", 0)
+    report_sum = cls(epsilon0=2.0).privatize_sum(values, 64, BinomialsOnly())  # type: ignore[arg-type]
+    assert report_sum.shape == (64,)
+    monkeypatch.setattr(randomizer_support, "EXACT_SUM_ABOVE", values.size * 64)
+    with pytest.raises(AttributeError):  # at the threshold, per-device: the gaps need geometric()
+        cls(epsilon0=2.0).privatize_sum(values, 64, BinomialsOnly())  # type: ignore[arg-type]
