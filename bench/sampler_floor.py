@@ -96,7 +96,7 @@ def main() -> None:
     lines = [
         "# The unary sampler beside its randomness floor",
         "",
-        f"Machine: {describe(tasks='one process')}. Date: {time.strftime('%Y-%m-%d')}.",
+        f"Machine: {describe(tasks='one process', database='no database')}. Date: {time.strftime('%Y-%m-%d')}.",
         f"Load average (1, 5, 15 min) before the run: {load_before}; after: {load_after}."
         + (" **Measured while other work shared the two cores.**" if float(load_before.split()[0]) > 0.5 else ""),
         "",
