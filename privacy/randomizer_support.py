@@ -110,8 +110,9 @@ def unary_ones(
     devices, laid end to end, are n (k - 1) independent Bernoulli(p_other) trials; the gaps between
     consecutive ones of a Bernoulli(p) process are independent Geometric(p) (support 1, 2, ...), so
     the ones sit at the partial sums of Geometric(p_other) draws, minus 1, below n (k - 1)
-    (Devroye, "Non-Uniform Random Variate Generation", 1986, Section X.1: the skip method for
-    Bernoulli sequences; Bringmann and Friedrich 2013 for its use in sampling sparse sets). This is
+    (the geometric law as the waiting time between Bernoulli successes, Devroye, "Non-Uniform Random
+    Variate Generation", 1986; Batagelj and Brandes, Phys. Rev. E 71, 036113, 2005, skip over the
+    absent edges of a G(n, p) random graph the same way). This is
     the same joint distribution as drawing every bit: each device's report has its own coins (a
     stretch of the process that no other device shares), only the ones are drawn, about
     n (1 + (k - 1) p_other) variates instead of n k. numpy's geometric inverts an exponential
