@@ -25,6 +25,7 @@ dropped and made anew for each run) and Redis (``--redis-url``, a database of th
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import resource
@@ -67,7 +68,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
 
     call_command("migrate", verbosity=0)
     officer = get_user_model().objects.create_user("officer", is_staff=True)
-    fleet = fleet_create(name="bench", size=devices, seed=1, shard_size=int(os.environ.get("PFS_SHARD_SIZE", 10_000)))
+    fleet = fleet_create(name="bench", size=devices, seed=1, shard_size=shard_size())
     spec = {
         "identifier": "bench",
         "fleet": "bench",
@@ -90,16 +91,12 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
     try:
         if worker is not None:
             worker.wait_ready()
-        start = time.perf_counter()
-        answer = client.post(f"/api/recipes/{recipe_obj.pk}/rounds/")
-        assert answer.status_code == 202, answer.content
-        round_id = answer.json()["id"]
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while not Release.objects.filter(round_id=round_id).exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no release after {RUN_TIMEOUT:.0f} s")
-            time.sleep(0.02)
-        elapsed = time.perf_counter() - start
+        # Two rounds of the same recipe: the first on the fresh fleet, whose shards each lose the
+        # keyboard phrases past retention before the query runs (devices.streams: the synthetic
+        # fleet holds 60 days, retention keeps 30), so it rewrites every shard; the next finds
+        # nothing to expire, as every round after a fleet's first does.
+        elapsed, cpu, round_id = timed_round(client, recipe_obj.pk, "first")
+        elapsed_next, cpu_next, _ = timed_round(client, recipe_obj.pk, "next")
         worker_rss = worker.peak_rss_mib() if worker is not None else None
     finally:
         if worker is not None:
@@ -111,10 +108,40 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
         "buckets": buckets,
         "shards": fleet.shards.count(),
         "seconds": elapsed,
+        "seconds_next": elapsed_next,
+        "cpu_seconds": cpu,
+        "cpu_seconds_next": cpu_next,
         "reports": release.content["reports"],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "worker_peak_rss_mib": worker_rss,
     }
+
+
+def timed_round(client: object, recipe_id: int, label: str) -> tuple[float, float, int]:
+    """Seconds from the API call that starts a round of the recipe until its release exists, the CPU
+    seconds this process spent meanwhile (all of an in-process round's work), and the round's id.
+
+    With ``PFS_BENCH_PROFILE=<path>`` the round runs under cProfile, saved to ``<path>.<label>``.
+    """
+    from analyses.models import Release
+
+    profile = cProfile.Profile() if os.environ.get("PFS_BENCH_PROFILE") else None
+    if profile is not None:
+        profile.enable()
+    start, cpu_start = time.perf_counter(), time.process_time()
+    answer = client.post(f"/api/recipes/{recipe_id}/rounds/")  # type: ignore[attr-defined]
+    assert answer.status_code == 202, answer.content
+    round_id = answer.json()["id"]
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not Release.objects.filter(round_id=round_id).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no release after {RUN_TIMEOUT:.0f} s")
+        time.sleep(0.02)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(f"{os.environ['PFS_BENCH_PROFILE']}.{label}")
+    return elapsed, cpu, round_id
 
 
 class CeleryWorker:
@@ -220,8 +247,12 @@ def run_workload(path: str, devices: int, buckets: int, args: argparse.Namespace
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def shard_size() -> int:
+    return int(os.environ.get("PFS_SHARD_SIZE", 10_000))
+
+
 def sampler(devices: int, buckets: int) -> str:
-    per_shard = min(devices, int(os.environ.get("PFS_SHARD_SIZE", 10_000))) * buckets
+    per_shard = min(devices, shard_size()) * buckets
     return "exact sum" if per_shard > EXACT_SUM_ABOVE else "per-device coins"
 
 
@@ -236,6 +267,7 @@ def load_text() -> str:
 
 
 def render(rows: list[dict], paths: list[str], context: dict) -> str:
+    in_process = [p for p in paths if p != "worker"]  # the worker's CPU is not this process's
     lines = [
         "# Fleet round: API call to release",
         "",
@@ -253,7 +285,8 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
         context["command"],
         "```",
         "",
-        "Asymmetric OHE at epsilon0 = 4, one batch (no cohorts), 10,000 devices per shard. The clock runs from "
+        f"Asymmetric OHE at epsilon0 = 4, one batch (no cohorts), {shard_size():,} devices per shard "
+        "(`PFS_SHARD_SIZE`). The clock runs from "
         "`POST /api/recipes/<id>/rounds/` until the release exists; building the fleet and starting the worker "
         "are not timed. Sampler: per-device coins, or, where one shard's devices × buckets exceed 2^26, the sum "
         "of the shard's reports drawn from its exact distribution (what the product does, "
@@ -266,31 +299,44 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
         "Peak RSS: the in-process paths' whole process (building the fleet included); for the worker, the "
         "largest of its processes (each pool process holds one shard at a time).",
         "",
+        "Two rounds of the same recipe run one after the other: *first* on the fresh fleet (before the "
+        "query, each shard deletes the keyboard phrases past their 30-day retention, half of what the "
+        "synthetic fleet holds, and is rewritten), *next* on the same fleet (nothing left to expire, as in "
+        "every round after a fleet's first). CPU: the seconds of CPU the in-process paths' process spent "
+        "on each round (first / next): on a shared machine, the wall-clock time minus the waits for a core "
+        "and for the disk.",
+        "",
         "| devices | buckets | shards | sampler | "
-        + " | ".join(f"{p} (s)" for p in paths)
+        + " | ".join(f"{p} first (s) | {p} next (s)" for p in paths)
         + " | "
+        + " | ".join(f"{p} CPU (s)" for p in in_process)
+        + (" | " if in_process else "")
         + " | ".join(f"{p} peak RSS (MiB)" for p in paths)
         + " |",
-        "|---:|---:|---:|---|" + "---:|" * (2 * len(paths)),
+        "|---:|---:|---:|---|" + "---:|" * (3 * len(paths) + len(in_process)),
     ]
     by_key = {(r["path"], r["devices"], r["buckets"]): r for r in rows}
     failures = []
     for devices, buckets in context["grid"]:
         cells = [by_key.get((p, devices, buckets)) for p in paths]
-        shards = next((c["shards"] for c in cells if c and "shards" in c), -(-devices // 10_000))
-        secs, rss = [], []
+        shards = next((c["shards"] for c in cells if c and "shards" in c), -(-devices // shard_size()))
+        secs, cpus, rss = [], [], []
         for p, c in zip(paths, cells, strict=True):
             if c is None or "failed" in c:
-                secs.append("—")
+                secs += ["—", "—"]
+                cpus += ["—"] if p in in_process else []
                 rss.append("—")
                 if c is not None:
                     failures.append(f"{p}, {devices:,} × {buckets:,}: {c['failed']}")
                 continue
-            secs.append(f"{c['seconds']:.2f}")
+            secs += [f"{c['seconds']:.2f}", f"{c['seconds_next']:.2f}"]
+            cpus += [f"{c['cpu_seconds']:.2f} / {c['cpu_seconds_next']:.2f}"] if p in in_process else []
             peak = c["worker_peak_rss_mib"] if c.get("worker_peak_rss_mib") is not None else c["peak_rss_mib"]
             rss.append(f"{peak:.0f}")
         lines.append(
-            f"| {devices:,} | {buckets:,} | {shards} | {sampler(devices, buckets)} | " + " | ".join(secs + rss) + " |"
+            f"| {devices:,} | {buckets:,} | {shards} | {sampler(devices, buckets)} | "
+            + " | ".join(secs + cpus + rss)
+            + " |"
         )
     if failures:
         lines += ["", "Not measured:", ""] + [f"- {f}" for f in failures]
@@ -328,6 +374,7 @@ def main() -> None:
                 continue
             print(
                 f"{path:>9} {devices:>9,} devices × {buckets:>6,} buckets: {row['seconds']:7.2f} s, "
+                f"next round {row['seconds_next']:7.2f} s (CPU {row['cpu_seconds']:.2f}, {row['cpu_seconds_next']:.2f} s), "
                 f"peak {row['worker_peak_rss_mib'] or row['peak_rss_mib']:.0f} MiB",
                 flush=True,
             )
@@ -336,7 +383,10 @@ def main() -> None:
         "load_before": load_before,
         "load_after": load_text(),
         "busy": max(float(x) for x in load_before.split()[:2]) > 0.5,
-        "command": f".venv/bin/python bench/fleet_round.py {' '.join(sys.argv[1:])}".strip(),
+        "command": (
+            ("" if "PFS_SHARD_SIZE" not in os.environ else f"PFS_SHARD_SIZE={shard_size()} ")
+            + f".venv/bin/python bench/fleet_round.py {' '.join(sys.argv[1:])}".strip()
+        ),
         "grid": grid,
     }
     text = render(rows, args.paths, context)

@@ -341,8 +341,10 @@ def render(mach: dict, params: dict, trows: list[dict], mrows: list[dict], conte
         "for all three). multi-freq-ldpy also has SUE, OLH/BLH, SS and ADP; pure-ldp has OLH, Hadamard "
         "and RAPPOR variants: not compared here, as we have no twin of them in this form.",
         "",
-        "How they run: ours draws the coins of a block of devices at once from a `numpy.random.Generator` "
-        "(vectorised numpy) and sums them. pure-ldp privatizes and aggregates **one device per Python call** "
+        "How they run: ours privatizes a block of devices at once from a `numpy.random.Generator` "
+        "(vectorised numpy) and sums the reports; for OUE it draws only each device's ones (Geometric gaps "
+        "between them, about 1 + (k − 1) q variates a device, the same distribution as a coin per bit: "
+        "`privacy.randomizer_support.unary_ones`). pure-ldp privatizes and aggregates **one device per Python call** "
         "(`np.random.choice` over k coordinates, or `random.random()`/`random.randint`). multi-freq-ldpy's "
         "clients are numba-compiled but still called **once per device from a Python loop**; its OUE client "
         "returns a dense float64 vector of k entries per device. Its `UE_Aggregator_MI` takes the list of all "

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 
 import numpy as np
 import numpy.typing as npt
@@ -75,7 +76,12 @@ class DeviceTask:
         return cls(**task, **privacy.as_json())  # type: ignore[arg-type]
 
     def as_json(self) -> dict:
-        return asdict(self)
+        # Not dataclasses.asdict: its element-by-element deep copy costs 5 ms per shard for a recipe
+        # of 1,023 boundaries. The only mutable field is data_types, plain JSON: new dicts and lists
+        # around the same immutable numbers and strings are a deep copy (0.05 ms).
+        data = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
+        data["data_types"] = _json_copy(self.data_types)
+        return data
 
     def audit_json(self) -> dict:
         """What a device logs of the task, and what a real device is sent: everything but the seed."""
@@ -89,6 +95,15 @@ class DeviceTask:
     def from_wire(cls, data: dict) -> DeviceTask:
         """The task a real device received (audit_json): it has no seed, the device has its own coins."""
         return cls.from_json({**data, "seed": 0})
+
+
+def _json_copy(value: object) -> object:
+    """A deep copy of a JSON value: containers rebuilt, numbers, strings and None shared (immutable)."""
+    if isinstance(value, dict):
+        return {key: _json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(item) if isinstance(item, (dict, list)) else item for item in value]
+    return value
 
 
 def budget_request(task: DeviceTask) -> BudgetRequest:

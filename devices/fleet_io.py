@@ -1,14 +1,16 @@
 """Fleets from outside the dashboard: seeded synthetic fleets and fleets imported from JSONL.
 
 Both validate everything before they write, then create the fleet and all its shards in one
-transaction: a bad request or a bad file leaves nothing behind. The format and the columns are
-described in docs/fleets.md.
+transaction: a bad request or a bad file leaves nothing behind. Shards are generated (or sliced)
+and written a few at a time, so a synthetic fleet of any size takes the memory of a few shards.
+The format and the columns are described in docs/fleets.md.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -55,19 +57,21 @@ def fleet_create(
     if errors:
         raise FleetInvalid(errors)
     reference = time.time() if now is None else now
-    shards = []
-    for index, start in enumerate(range(0, size, shard_size)):
-        devices = min(shard_size, size - start)
-        columns = generate_shard(devices, np.random.default_rng([seed, index]), first_index=start, now=reference)
-        shards.append((devices, pack(columns)))
     return _fleet_write(
         name=name,
         size=size,
         seed=seed,
         vocabularies={"locale": list(LOCALES), "tokens": list(TOKENS)},
-        shards=shards,
-        prio3_reports=prio3_reports,
+        shards=_synthetic_shards(size=size, seed=seed, shard_size=shard_size, now=reference),
     )
+
+
+def _synthetic_shards(*, size: int, seed: int, shard_size: int, now: float) -> Iterator[tuple[int, bytes]]:
+    """(devices, packed columns) of each shard in order, generated only when asked for."""
+    for index, start in enumerate(range(0, size, shard_size)):
+        devices = min(shard_size, size - start)
+        columns = generate_shard(devices, np.random.default_rng([seed, index]), first_index=start, now=now)
+        yield devices, pack(columns)
 
 
 # ---------------------------------------------------------------- imported fleets
@@ -107,16 +111,31 @@ def fleet_import(
 
     fleet_columns, vocabularies = parsed_columns(parsed)
     size = len(parsed.ids)
-    shards = [
+    shards = (
         (min(shard_size, size - start), pack(columns_slice(fleet_columns, start, min(start + shard_size, size))))
         for start in range(0, size, shard_size)
-    ]
+    )
     return _fleet_write(
         name=name, size=size, seed=None, vocabularies=vocabularies, shards=shards, prio3_reports=prio3_reports
     )
 
 
 # ---------------------------------------------------------------- both
+
+
+def _batches_of_bytes(
+    numbered: Iterable[tuple[int, tuple[int, bytes]]],
+) -> Iterator[list[tuple[int, tuple[int, bytes]]]]:
+    """Consecutive (index, (devices, blob)) shards, each batch ending once it holds BYTES_PER_INSERT."""
+    batch, held = [], 0
+    for item in numbered:
+        batch.append(item)
+        held += len(item[1][1])
+        if held >= BYTES_PER_INSERT:
+            yield batch
+            batch, held = [], 0
+    if batch:
+        yield batch
 
 
 def _name_errors(name: object) -> list[str]:
@@ -137,25 +156,37 @@ def _is_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# Packed shard bytes inserted per statement (at least one shard). A shard of the default 10,000
+# synthetic devices packs to about 1.5 MiB, so a statement carries about 10 shards: what fleet
+# creation holds in memory, with the database driver's copies of the statement's parameters,
+# whatever the fleet's size or shard size, and few statements enough that each one's round trip is
+# small beside its bytes.
+BYTES_PER_INSERT = 16 << 20
+
+
 def _fleet_write(
     *,
     name: str,
     size: int,
     seed: int | None,
     vocabularies: dict[str, list[str]],
-    shards: list[tuple[int, bytes]],
+    shards: Iterable[tuple[int, bytes]],
     prio3_reports: bool = False,
 ) -> Fleet:
-    """The fleet row and all its shard rows, in one transaction."""
+    """The fleet row and all its shard rows, in one transaction, drawing ``shards`` a batch at a time.
+
+    ``shards`` is consumed lazily (bulk_create would make a list of all of them): only about
+    ``BYTES_PER_INSERT`` of packed shards are held at once.
+    """
     try:
         with transaction.atomic():
             fleet = Fleet.objects.create(
                 name=name, size=size, seed=seed, vocabularies=vocabularies, prio3_reports=prio3_reports
             )
-            FleetShard.objects.bulk_create(
-                FleetShard(fleet=fleet, index=index, size=devices, columns=blob)
-                for index, (devices, blob) in enumerate(shards)
-            )
+            for batch in _batches_of_bytes(enumerate(shards)):
+                FleetShard.objects.bulk_create(
+                    FleetShard(fleet=fleet, index=index, size=devices, columns=blob) for index, (devices, blob) in batch
+                )
     except IntegrityError as error:
         # Another process created the name between the check and the insert.
         raise FleetInvalid([f"name: a fleet named {name!r} already exists"]) from error

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from devices.columns import Columns, unpack
+from devices.columns import Columns, PackedColumns, unpack
 
 
 class Fleet(models.Model):
@@ -54,8 +54,9 @@ class FleetShard(models.Model):
     def __str__(self) -> str:
         return f"{self.fleet.name}#{self.index}"
 
-    def load_columns(self) -> Columns:
-        return unpack(self.columns)
+    def load_columns(self) -> PackedColumns:
+        """The shard's columns, each read when first used (a round reads few of them)."""
+        return PackedColumns(self.columns)
 
 
 class PolicySnapshot(models.Model):

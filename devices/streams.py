@@ -12,9 +12,10 @@ accumulated, so there is no history to expire: their retention is ``None`` (kept
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping
 
-from devices.columns import Columns
+import numpy as np
+import numpy.typing as npt
 
 STREAMS: dict[str, dict[str, str]] = {
     # Figure 4 of seed 000 reads age next to the n-grams: the stream joins the profile in.
@@ -40,11 +41,12 @@ def field_kind(stream: str, field: str) -> str | None:
     return STREAMS.get(stream, {}).get(field)
 
 
-def apply_retention(columns: Columns, *, now: float) -> tuple[Columns, int]:
+def apply_retention(columns: Mapping[str, npt.NDArray], *, now: float) -> tuple[Mapping[str, npt.NDArray], int]:
     """A shard's columns without the keyboard phrases older than the KeyboardNGrams retention.
 
     A phrase typed at ``t`` is kept when ``t >= now - RETENTION_DAYS["KeyboardNGrams"] days``.
-    Returns the new columns (the input is not modified; untouched columns are shared) and the
+    Returns the new columns (the input is not modified; untouched columns are shared; with nothing
+    expired, the input itself, so that columns not yet read from a shard stay unread) and the
     number of phrases dropped. The CSR offsets are rebuilt from cumulative sums of the kept
     phrases, vectorised over the shard.
     """
@@ -56,7 +58,7 @@ def apply_retention(columns: Columns, *, now: float) -> tuple[Columns, int]:
     keep = phrase_time >= now - days * SECONDS_PER_DAY
     dropped = int(keep.size - np.count_nonzero(keep))
     if dropped == 0:
-        return dict(columns), 0
+        return columns, 0
 
     kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
     token_start = columns["token_start"]

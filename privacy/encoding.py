@@ -31,9 +31,11 @@ class BucketedType:
     def __post_init__(self) -> None:
         if not self.boundaries:
             raise ValueError("boundaries must hold at least one number")
-        if not all(math.isfinite(b) for b in self.boundaries):
+        # Vectorised: every shard of a round parses the recipe again, with up to MAX_BOUNDARIES numbers.
+        edges = np.asarray(self.boundaries, dtype=np.float64)
+        if not np.isfinite(edges).all():
             raise ValueError("boundaries must be finite numbers")
-        if any(b >= c for b, c in pairwise(self.boundaries)):
+        if (np.diff(edges) <= 0).any():
             raise ValueError("boundaries must be strictly increasing")
 
     @property
@@ -58,6 +60,15 @@ class BucketedType:
 
 # What a recipe's dataTypeContent entry can name: each has ``size`` and ``labels``.
 Encoding = BucketedType | PrefixTreeType | HashedNgramType
+
+
+def _within_magnitude(boundaries: list[int | float]) -> bool:
+    """Every boundary within ±MAX_BOUNDARY_MAGNITUDE (NaN is not); an int too large for a float is not."""
+    try:
+        edges = np.asarray(boundaries, dtype=np.float64)
+    except OverflowError:
+        return False
+    return bool((np.abs(edges) <= limits.MAX_BOUNDARY_MAGNITUDE).all())
 
 
 def _number(value: float) -> str:
@@ -88,9 +99,13 @@ def encoding_from_json(schema: dict) -> Encoding:
             raise SchemaError("boundaries", "must be a non-empty list of numbers")
         if len(boundaries) > limits.MAX_BOUNDARIES:
             raise SchemaError("boundaries", f"at most {limits.MAX_BOUNDARIES:,} boundaries")
-        if any(isinstance(b, bool) or not isinstance(b, (int, float)) for b in boundaries):
+        # JSON gives exact ints and floats: one set of types checks them all at once; anything else
+        # (a subclass, a bool, a string) takes the element-wise check.
+        if not set(map(type, boundaries)) <= {int, float} and any(
+            isinstance(b, bool) or not isinstance(b, (int, float)) for b in boundaries
+        ):
             raise SchemaError("boundaries", "every boundary must be a number")
-        if any(not abs(b) <= limits.MAX_BOUNDARY_MAGNITUDE for b in boundaries):
+        if not _within_magnitude(boundaries):
             raise SchemaError("boundaries", f"every boundary must lie within ±{limits.MAX_BOUNDARY_MAGNITUDE:g}")
         try:
             return BucketedType(tuple(float(b) for b in boundaries))

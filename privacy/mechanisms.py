@@ -25,6 +25,7 @@ from privacy.randomizer_support import (
     check_epsilon0,
     check_values,
     one_hot_report_sum,
+    unary_reports,
 )
 
 
@@ -99,23 +100,25 @@ class AsymmetricOHE:
     def privatize(
         self, values: npt.NDArray[np.int64], domain_size: int, rng: np.random.Generator
     ) -> npt.NDArray[np.uint8]:
-        """One report per device: an (n, domain_size) array of bits."""
+        """One report per device: an (n, domain_size) array of bits.
+
+        Only the ones are drawn (``unary_ones``: about 1 + (k - 1) p0 variates a device, not k).
+        """
         values = check_values(values, domain_size)
-        bits = rng.random((values.size, domain_size)) < self.p_other
-        bits[np.arange(values.size), values] = rng.random(values.size) < self.p_own
-        return bits.astype(np.uint8)
+        return unary_reports(values, domain_size, p_own=self.p_own, p_other=self.p_other, rng=rng)
 
     def privatize_sum(
         self, values: npt.NDArray[np.int64], domain_size: int, rng: np.random.Generator
     ) -> npt.NDArray[np.int64]:
         """The sum of one report per device, in bounded memory.
 
-        Up to ``EXACT_SUM_ABOVE`` coins (n x domain_size), each device draws its own coins. Above it
+        Up to ``EXACT_SUM_ABOVE`` coins (n x domain_size), each device draws its own coins (only its
+        ones, as ``privatize``, and the same draws: the sum of ``privatize``'s rows). Above it
         the sum is drawn from its exact distribution, S_d = Binomial(c_d, 1/2) + Binomial(n - c_d, p0)
         independently across d (c_d devices in bucket d): every coordinate has its own coin, so this
         is the same distribution as the sum of n ``privatize`` reports, at O(n + k) cost.
         """
-        return one_hot_report_sum(self.privatize, values, domain_size, rng, p_own=self.p_own, p_other=self.p_other)
+        return one_hot_report_sum(values, domain_size, rng, p_own=self.p_own, p_other=self.p_other)
 
     def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """Unbiased counts f~(d) from the per-bucket sums of n reports."""

@@ -20,6 +20,7 @@ from privacy.randomizer_support import (
     check_values,
     one_hot_report_sum,
     sum_in_blocks,
+    unary_reports,
 )
 
 
@@ -68,12 +69,14 @@ class SymmetricRappor:
     def privatize(
         self, values: npt.NDArray[np.int64], domain_size: int, rng: np.random.Generator
     ) -> npt.NDArray[np.uint8]:
-        """One report per device: an (n, domain_size) array of bits."""
+        """One report per device: an (n, domain_size) array of bits.
+
+        Only the ones are drawn (``unary_ones``): the own bit is 1 unless flipped (1 - p), every
+        other bit is 1 if flipped (p).
+        """
         values = check_values(values, domain_size)
-        bits = rng.random((values.size, domain_size)) < self.p_flip
-        rows = np.arange(values.size)
-        bits[rows, values] = ~bits[rows, values]
-        return bits.astype(np.uint8)
+        p = self.p_flip
+        return unary_reports(values, domain_size, p_own=1.0 - p, p_other=p, rng=rng)
 
     def privatize_sum(
         self, values: npt.NDArray[np.int64], domain_size: int, rng: np.random.Generator
@@ -87,7 +90,7 @@ class SymmetricRappor:
         O(n + k) cost.
         """
         p = self.p_flip
-        return one_hot_report_sum(self.privatize, values, domain_size, rng, p_own=1.0 - p, p_other=p)
+        return one_hot_report_sum(values, domain_size, rng, p_own=1.0 - p, p_other=p)
 
     def debias(self, report_sum: npt.NDArray[np.int64], n: int, domain_size: int) -> npt.NDArray[np.float64]:
         """f~(d) = (S_d - n p)/(1 - 2p)."""

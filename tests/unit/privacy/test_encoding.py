@@ -3,7 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privacy.encoding import BucketedType
+from privacy.encoding import BucketedType, encoding_from_json
+from privacy.ngrams import SchemaError
 
 
 def test_seven_boundaries_give_oov_plus_seven_buckets_in_order() -> None:
@@ -22,3 +23,27 @@ def test_values_fall_into_half_open_buckets_and_missing_or_small_values_into_oov
 def test_rejects_empty_non_increasing_or_infinite_boundaries(boundaries: tuple) -> None:
     with pytest.raises(ValueError, match="boundaries"):
         BucketedType(boundaries)
+
+
+@pytest.mark.parametrize(
+    ("boundaries", "message"),
+    [
+        ([1, True, 3], "every boundary must be a number"),
+        ([1, "2", 3], "every boundary must be a number"),
+        ([1, None], "every boundary must be a number"),
+        ([1.0, float("nan")], "within"),
+        ([1, 10**400], "within"),  # an int too large for a float
+        ([-(10**13), 1], "within"),
+        ([1.0, 2.0, 2.0], "strictly increasing"),
+        ([3, 2], "strictly increasing"),
+    ],
+)
+def test_a_bucketed_schema_refuses_each_bad_boundary_with_its_reason(boundaries: list, message: str) -> None:
+    with pytest.raises(SchemaError, match=message) as refused:
+        encoding_from_json({"dataType": "BucketedType", "boundaries": boundaries})
+    assert refused.value.key == "boundaries"
+
+
+def test_a_bucketed_schema_takes_ints_floats_and_float_subclasses() -> None:
+    encoding = encoding_from_json({"dataType": "BucketedType", "boundaries": [1, 2.5, np.float64(4.0)]})
+    assert encoding == BucketedType((1.0, 2.5, 4.0))
