@@ -102,7 +102,8 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
 # - plotly-full.min.js: the full bundle of the pinned plotly pip package (same plotly.js version),
 #   for the sunburst of an n-gram discovery's run page only.
 # - redoc.standalone.js: drf-spectacular-sidecar's ReDoc without the Redocly logo it loads from a
-#   CDN (a data: URI instead); the check fails if the pinned bundle no longer has that address.
+#   CDN (a data: URI instead); the check fails if the pinned bundle no longer has that address. Its
+#   source-map comment goes too: the map is not shipped, and collectstatic refuses a missing reference.
 # - var/vendor/axe.min.js: axe-core, for the browser tests' accessibility checks; not served.
 
 # $(1) package, $(2) version, $(3) sha256 of its tarball: the registry's tarball, with curl (no npm
@@ -134,7 +135,8 @@ static/vendor/redoc.standalone.js: $(VENV)/.runtime
 	mkdir -p static/vendor
 	src="$$($(PY) -c 'import drf_spectacular_sidecar, pathlib; print(pathlib.Path(drf_spectacular_sidecar.__file__).parent / "static/drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js")')"; \
 	  grep -q 'https://cdn.redoc.ly/redoc/logo-mini.svg' "$$src" || { echo "the ReDoc bundle changed: check its external addresses"; exit 1; }; \
-	  sed 's|https://cdn.redoc.ly/redoc/logo-mini.svg|data:image/gif;base64,R0lGODlhAQABAAAAACH5BAEKAAEALAAAAAABAAEAAAICTAEAOw==|' "$$src" > $@.part
+	  sed -e 's|https://cdn.redoc.ly/redoc/logo-mini.svg|data:image/gif;base64,R0lGODlhAQABAAAAACH5BAEKAAEALAAAAAABAAEAAAICTAEAOw==|' \
+	    -e '/^\/\/# sourceMappingURL=redoc\.standalone\.js\.map$$/d' "$$src" > $@.part
 	! grep -Eo 'src:"https?://[^"]*"' $@.part
 	mv $@.part $@
 

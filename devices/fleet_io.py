@@ -63,6 +63,7 @@ def fleet_create(
         seed=seed,
         vocabularies={"locale": list(LOCALES), "tokens": list(TOKENS)},
         shards=_synthetic_shards(size=size, seed=seed, shard_size=shard_size, now=reference),
+        prio3_reports=prio3_reports,
     )
 
 
