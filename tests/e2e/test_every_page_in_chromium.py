@@ -149,3 +149,55 @@ def test_every_page_stays_on_the_machine_fits_the_viewport_and_passes_axe(site, 
     finally:
         context.close()
     assert not found, "\n".join(f"{path}: {problem}" for path, problems in found.items() for problem in problems)
+
+
+def admin_pages(site, analysis) -> list[str]:
+    """The Django admin pages a privacy officer works in: the analyses (list, the change page with
+    its field policies, a new one, the Approve page with an edit waiting), the fleets and a
+    simulated device's audit log, the snapshots devices enforce and the rounds they ran."""
+    fleet = analysis.fleet_id
+    return [
+        "/admin/",
+        "/admin/analyses/",
+        "/admin/analyses/analysis/",
+        f"/admin/analyses/analysis/{analysis.pk}/change/",
+        "/admin/analyses/analysis/add/",
+        f"/admin/analyses/analysis/{analysis.pk}/approve/",
+        "/admin/devices/fleet/",
+        f"/admin/devices/fleet/{fleet}/change/",
+        f"/admin/devices/fleet/{fleet}/audit/",
+        f"/admin/devices/fleet/{fleet}/audit/?device=d1",
+        "/admin/devices/policysnapshot/",
+        "/admin/devices/shardrun/",
+        "/admin/analyses/round/",
+        "/admin/analyses/release/",
+    ]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_admin_page_of_the_officer_stays_on_the_machine_fits_and_passes_axe(
+    site, analysis, live_server, browser, width
+) -> None:
+    # An edit waiting for approval: the Approve page shows its diff and its button.
+    analysis.epsilon_allowed = analysis.epsilon_allowed + 1
+    analysis.save(update_fields=["epsilon_allowed"])
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    found: dict[str, list[str]] = {}
+    try:
+        page = context.new_page()
+        login = check_page(page, live_server.url, "/admin/login/")
+        if login:
+            found["/admin/login/"] = login
+        page.get_by_label("Username").fill("olivia")
+        page.get_by_label("Password").fill("olivia-password")
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(live_server.url + "/admin/")
+        for path in admin_pages(site, analysis):
+            fresh = context.new_page()
+            problems = check_page(fresh, live_server.url, path)
+            fresh.close()
+            if problems:
+                found[path] = problems
+    finally:
+        context.close()
+    assert not found, "\n".join(f"{path}: {problem}" for path, problems in found.items() for problem in problems)
