@@ -139,3 +139,4 @@ def test_the_allowed_line_steps_where_the_officer_approved_a_new_budget(
     )
     assert allowed == [[before, before + 1, before + 1]]
     expect(page.locator("#allowance-caption")).to_contain_text("step where a privacy officer approved a new budget")
+    shot(page, "budget_steps")
