@@ -75,8 +75,7 @@ class AnalysisAdmin(admin.ModelAdmin):
         ),
     ]
 
-    class Media:
-        css = {"all": ["css/admin.css"]}
+    class Media:  # css/admin.css is on every admin page (templates/admin/base_site.html)
         js = ["js/admin_query_class.js"]
 
     @admin.display(description="Snapshot devices enforce")

@@ -149,6 +149,13 @@ class FieldPolicyAdminForm(forms.ModelForm):
         model = FieldPolicy
         fields = ["field", "local_epsilon", "epsilon", "reports", "aggregator_noise"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The tabular inline names each column in its header, not in a <label>: a screen reader
+        # needs each input's own name, so each carries its column's label.
+        for field in self.fields.values():
+            field.widget.attrs.setdefault("aria-label", str(field.label))
+
     def clean_local_epsilon(self) -> float | None:
         return _positive(self.cleaned_data.get("local_epsilon"), "devices need some local ε to answer at all")
 
@@ -164,6 +171,11 @@ class FieldPolicyAdminForm(forms.ModelForm):
 
 class FieldPolicyFormSet(forms.BaseInlineFormSet):
     """Each field policy names a field queries may read (the query class the form above sets)."""
+
+    def add_fields(self, form: forms.Form, index: int | None) -> None:
+        super().add_fields(form, index)
+        if "DELETE" in form.fields:  # the formset's own column, named like the others (FieldPolicyAdminForm)
+            form.fields["DELETE"].widget.attrs.setdefault("aria-label", "Delete this field policy")
 
     def clean(self) -> None:
         super().clean()

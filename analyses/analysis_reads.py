@@ -18,12 +18,14 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from analyses import selectors
+from analyses.enforced_policy import EnforcedPolicy
 from analyses.models import AdaptiveRun, Analysis, Round
 from analyses.services.releases import ReleaseView, release_as_json
 from analyses.services.rounds import rounds_progress
 from analyses.validation import Problems
 from devices.budget import NANO, to_units
 from devices.decision import fields_of, snapshot_digest
+from devices.models import PolicySnapshot
 from pfs_base.errors import ValidationFailed
 from privacy.intervals import z_value
 from privacy.parameters import PRIVACY_KEYS
@@ -75,7 +77,9 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
                     "epsilon_devices": device_units[key] / NANO,
                 }
             )
+    history = approval_history(analysis)
     for scope in scopes.values():
+        scope["allowed_steps"] = _allowed_steps(history, scope["field"])
         last = scope["points"][-1] if scope["points"] else {"epsilon": 0.0, "reports": 0}
         scope["epsilon_used"], scope["reports_used"] = last["epsilon"], last["reports"]
         # What the devices were actually charged, apart from what was requested (rounds no device
@@ -89,11 +93,48 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
         "accountant": enforced.accountant,
         "delta": enforced.delta,
         "approved_at": analysis.approved_at,
+        # When the lines start: the first approval (no round starts before one), else the creation.
+        "allowance_from": history[0][0] if history else analysis.created_at,
         "counting": "Requested: every round started counts in full, failed and cancelled ones included "
         "(basic composition: the sum of the rounds' epsilons); the server plans with it. Spent by devices: "
         "only rounds some device answered.",
         "scopes": list(scopes.values()),
     }
+
+
+def approval_history(analysis: Analysis) -> list[tuple[Any, EnforcedPolicy]]:
+    """The policies devices were sent for ``analysis``, oldest first, each with when it was approved.
+
+    No migration: each approval takes a snapshot (devices.PolicySnapshot, content-addressed, created
+    when that content was first approved), and ``approved_at`` is the latest approval. A policy
+    approved again after another (A, B, then A) reuses A's snapshot, so the latest approval is
+    added at ``approved_at``; only an earlier return to an old policy (A, B, A, B) goes unseen.
+    Snapshots older than the analysis belong to an earlier analysis of the same identifier.
+    """
+    if analysis.snapshot_id is None:
+        return []
+    snapshots = PolicySnapshot.objects.filter(
+        content__analysis=analysis.identifier, created_at__gte=analysis.created_at
+    ).order_by("created_at", "pk")
+    history = [(s.created_at, s.content) for s in snapshots if s.content.get("fleet") == analysis.fleet.name]
+    if not history or history[-1][1] != analysis.snapshot.content:
+        history.append((analysis.approved_at, analysis.snapshot.content))
+    return [(at, EnforcedPolicy.from_content(content)) for at, content in history]
+
+
+def _allowed_steps(history: list[tuple[Any, EnforcedPolicy]], field: str | None) -> list[dict[str, Any]]:
+    """What ``field`` (None: the analysis) was allowed from each approval that changed it, in order."""
+    steps: list[dict[str, Any]] = []
+    for at, policy in history:
+        if field is None:
+            allowed = (policy.epsilon_allowed, policy.reports_allowed)
+        else:
+            budget = next((b for b in policy.field_budgets if b.field == field), None)
+            allowed = (budget.epsilon, budget.reports) if budget is not None else (None, None)
+        if steps and (steps[-1]["epsilon"], steps[-1]["reports"]) == allowed:
+            continue  # an approval that left this scope's budget as it was
+        steps.append({"at": at, "epsilon": allowed[0], "reports": allowed[1]})
+    return steps
 
 
 def _scope(label: str, field: str | None, epsilon: float | None, reports: int | None) -> dict[str, Any]:

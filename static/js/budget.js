@@ -1,16 +1,17 @@
 // Draws the budget burn-down: per scope (the analysis, each field) a step line of what was used
-// after each round started, and a dashed line at what the policy allows, in the same colour.
+// after each round started, and a dashed step line, in the same colour, at what the approved policy
+// allowed at each time: it steps where a privacy officer approved a new budget.
 (function () {
   "use strict";
   const burndown = JSON.parse(document.getElementById("burndown-data").textContent);
   const colours = ["#2457c5", "#c55a11", "#2e8540", "#8e44ad", "#b3261e", "#00838f"];
   const config = { responsive: true, displaylogo: false };
   const times = burndown.scopes.flatMap((s) => s.points.map((p) => p.created_at));
-  // The lines start at zero when the analysis was approved (or at the first round, if earlier).
-  const start = [burndown.approved_at, ...times].filter(Boolean).sort()[0];
+  // The lines start at zero at the first approval (or at the first round, if earlier).
+  const start = [burndown.allowance_from, ...times].filter(Boolean).sort()[0];
   const end = new Date().toISOString();
 
-  function draw(elementId, key, allowedKey, title) {
+  function draw(elementId, key, title) {
     const traces = [];
     burndown.scopes.forEach((scope, i) => {
       const colour = colours[i % colours.length];
@@ -27,15 +28,19 @@
         text: ["", ...scope.points.map((p) => "round " + p.round + " (" + p.recipe + ", " + p.status + ")"), "now"],
         hovertemplate: "%{y}<br>%{text}<extra>" + scope.scope + "</extra>",
       });
-      if (scope[allowedKey] !== null) {
+      // steps: [{at, epsilon, reports}] from each approval that changed this scope's budget.
+      // A null step (a field without a policy then) leaves a gap in the line.
+      const steps = scope.allowed_steps;
+      if (steps.some((step) => step[key] !== null)) {
+        const last = steps[steps.length - 1];
         traces.push({
           type: "scatter",
           mode: "lines",
-          name: scope.scope + " allowed",
+          name: scope.scope + " allowed (as approved at the time)",
           legendgroup: scope.scope,
-          line: { dash: "dash", color: colour, width: 1.5 },
-          x: [start, end],
-          y: [scope[allowedKey], scope[allowedKey]],
+          line: { dash: "dash", color: colour, width: 1.5, shape: "hv" },
+          x: [...steps.map((step) => step.at), end],
+          y: [...steps.map((step) => step[key]), last[key]],
           hovertemplate: "allowed: %{y}<extra>" + scope.scope + "</extra>",
         });
       }
@@ -54,6 +59,6 @@
     }, config);
   }
 
-  draw("epsilon-chart", "epsilon", "epsilon_allowed", "aggregate epsilon used");
-  draw("reports-chart", "reports", "reports_allowed", "reports used");
+  draw("epsilon-chart", "epsilon", "aggregate epsilon used");
+  draw("reports-chart", "reports", "reports used");
 })();

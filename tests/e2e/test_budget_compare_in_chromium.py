@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 from analyses.models import Round
 from analyses.roles import make_privacy_officer
 from analyses.services.policy import analysis_approve, analysis_create
+from analyses.services.rounds import round_create_and_start
 from devices.fleet_io import fleet_create
 from tests.conftest import FLEET_SIZE, SHARD_SIZE, SPEC
 from tests.services import restore_inline_tasks, use_celery_worker
@@ -115,3 +116,27 @@ def test_analyst_compares_two_releases_and_reads_the_budget_and_audit(ages, live
     expect(audit.first).to_contain_text("alice")
     expect(audit.first).to_contain_text("1.5")
     expect(audit.first).to_contain_text("Released")
+
+
+def test_the_allowed_line_steps_where_the_officer_approved_a_new_budget(
+    transactional_db, analysis, analyst, officer, recipe, live_server, page
+) -> None:
+    """A round under the first approval, then a raised budget approved: the dashed line plotly draws
+    holds the old allowance, then the new one (rounds run through the services, tasks inline)."""
+    round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+    before = analysis.epsilon_allowed
+    analysis.epsilon_allowed = before + 1
+    analysis.save(update_fields=["epsilon_allowed"])
+    analysis_approve(analysis=analysis, officer=officer)
+    page.goto(f"{live_server.url}/login/?next=/analyses/{analysis.identifier}/budget/")
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#epsilon-chart .legendtext").first).to_be_visible(timeout=15_000)
+    allowed = page.evaluate(
+        """() => document.getElementById('epsilon-chart').data
+            .filter((t) => t.name === 'analysis allowed (as approved at the time)').map((t) => t.y)"""
+    )
+    assert allowed == [[before, before + 1, before + 1]]
+    expect(page.locator("#allowance-caption")).to_contain_text("step where a privacy officer approved a new budget")
+    shot(page, "budget_steps")

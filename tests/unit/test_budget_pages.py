@@ -108,6 +108,47 @@ def test_burndown_sums_in_nano_epsilon_so_small_epsilons_add_up_exactly(api, bud
     assert points[-1]["epsilon"] == 1.0 and points[2]["epsilon"] == 0.3
 
 
+def test_the_allowance_steps_where_an_officer_approved_a_new_budget(
+    api, client, analyst, officer, budget_analysis, django_capture_on_commit_callbacks
+) -> None:
+    # A round under the first approval (ε 4, 4 reports), then a second approval raising the budget.
+    run(budget_analysis, recipe_for("a", 1.0), analyst, django_capture_on_commit_callbacks)
+    budget_analysis.epsilon_allowed, budget_analysis.reports_allowed = 6.0, 5
+    budget_analysis.save(update_fields=["epsilon_allowed", "reports_allowed"])
+    FieldPolicy.objects.filter(analysis=budget_analysis).update(epsilon=5.0)
+    analysis_approve(analysis=budget_analysis, officer=officer)
+    body = api.get("/api/analyses/test.budget/budget/").json()
+    analysis_scope, age = body["scopes"]
+    steps = analysis_scope["allowed_steps"]
+    assert [(s["epsilon"], s["reports"]) for s in steps] == [(4.0, 4), (6.0, 5)]
+    first, second = (s["at"] for s in steps)
+    assert body["allowance_from"] == first < analysis_scope["points"][0]["created_at"] < second
+    # The field's budget changed only in epsilon; its reports stayed 4.
+    assert [(s["epsilon"], s["reports"]) for s in age["allowed_steps"]] == [(4.0, 4), (5.0, 4)]
+    # An approval that changes nothing draws no step.
+    analysis_approve(analysis=budget_analysis, officer=officer)
+    again = api.get("/api/analyses/test.budget/budget/").json()["scopes"][0]["allowed_steps"]
+    assert [(s["epsilon"], s["reports"]) for s in again] == [(4.0, 4), (6.0, 5)]
+    client.force_login(analyst)
+    page = client.get("/analyses/test.budget/budget/").content.decode()
+    caption = page.split('id="allowance-caption"')[1].split("</p>")[0]
+    assert "step where a privacy officer approved a new budget" in caption
+    assert "ε 4.0, 4 reports from" in caption and "ε 6.0, 5 reports from" in caption
+
+
+def test_an_allowance_approved_again_after_another_steps_back_at_its_latest_approval(
+    api, officer, budget_analysis
+) -> None:
+    # A (ε 4) → B (ε 6) → A again: A's snapshot is reused (content-addressed), its return still drawn.
+    for epsilon in (6.0, 4.0):
+        budget_analysis.epsilon_allowed = epsilon
+        budget_analysis.save(update_fields=["epsilon_allowed"])
+        analysis_approve(analysis=budget_analysis, officer=officer)
+    steps = api.get("/api/analyses/test.budget/budget/").json()["scopes"][0]["allowed_steps"]
+    assert [s["epsilon"] for s in steps] == [4.0, 6.0, 4.0]
+    assert steps[0]["at"] < steps[1]["at"] < steps[2]["at"]
+
+
 def test_budget_page_shows_the_burndown_table_and_what_remains_without_js(
     client, analyst, budget_analysis, three_rounds
 ) -> None:
