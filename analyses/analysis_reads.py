@@ -105,19 +105,24 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
 def approval_history(analysis: Analysis) -> list[tuple[Any, EnforcedPolicy]]:
     """The policies devices were sent for ``analysis``, oldest first, each with when it was approved.
 
-    No migration: each approval takes a snapshot (devices.PolicySnapshot, content-addressed, created
-    when that content was first approved), and ``approved_at`` is the latest approval. A policy
-    approved again after another (A, B, then A) reuses A's snapshot, so the latest approval is
-    added at ``approved_at``; only an earlier return to an old policy (A, B, A, B) goes unseen.
-    Snapshots older than the analysis belong to an earlier analysis of the same identifier.
+    Every approval is recorded (PolicyApproval). Analyses approved before that record existed are
+    rebuilt from their snapshots (content-addressed, created when that content was first approved,
+    ``approved_at`` the latest approval), which cannot see a return to an earlier policy (A, B, A,
+    B): those earlier approvals come first, then the recorded ones. Snapshots older than the
+    analysis belong to an earlier analysis of the same identifier.
     """
     if analysis.snapshot_id is None:
         return []
+    recorded = [(a.approved_at, a.snapshot.content) for a in analysis.approvals.select_related("snapshot")]
+    before = recorded[0][0] if recorded else None
     snapshots = PolicySnapshot.objects.filter(
         content__analysis=analysis.identifier, created_at__gte=analysis.created_at
     ).order_by("created_at", "pk")
+    if before is not None:
+        snapshots = snapshots.filter(created_at__lt=before)
     history = [(s.created_at, s.content) for s in snapshots if s.content.get("fleet") == analysis.fleet.name]
-    if not history or history[-1][1] != analysis.snapshot.content:
+    history += recorded
+    if not recorded and (not history or history[-1][1] != analysis.snapshot.content):
         history.append((analysis.approved_at, analysis.snapshot.content))
     return [(at, EnforcedPolicy.from_content(content)) for at, content in history]
 

@@ -337,3 +337,22 @@ class IdempotentRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.endpoint} with key {self.key!r}"
+
+
+class PolicyApproval(models.Model):
+    """One approval by a privacy officer: which policy devices were sent from when.
+
+    Policy snapshots are content-addressed (one row per distinct policy), so they cannot say that a
+    policy was approved twice; the burn-down's allowance, drawn as it was over time, reads these.
+    """
+
+    analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="approvals")
+    snapshot = models.ForeignKey(PolicySnapshot, on_delete=models.PROTECT, related_name="+")
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    approved_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["approved_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.analysis} approved at {self.approved_at:%Y-%m-%d %H:%M}"

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from analyses.models import Analysis, FieldPolicy, Round
+from analyses.models import Analysis, FieldPolicy, PolicyApproval, Round
 from analyses.validation import Problems
 from devices.budget import COMPOSITIONS, DEFAULT_ACCOUNTANT
 from devices.decision import fields_of
@@ -128,6 +128,9 @@ def analysis_approve(*, analysis: Analysis, officer: AbstractBaseUser) -> Analys
         analysis.approved_by = officer
         analysis.approved_at = timezone.now()
         analysis.save(update_fields=["snapshot", "status", "approved_by", "approved_at"])
+        PolicyApproval.objects.create(
+            analysis=analysis, snapshot=analysis.snapshot, approved_by=officer, approved_at=analysis.approved_at
+        )
     return analysis
 
 

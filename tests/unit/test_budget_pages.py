@@ -149,6 +149,17 @@ def test_an_allowance_approved_again_after_another_steps_back_at_its_latest_appr
     assert steps[0]["at"] < steps[1]["at"] < steps[2]["at"]
 
 
+def test_every_return_to_an_earlier_allowance_is_drawn(api, officer, budget_analysis) -> None:
+    # A (ε 4) → B (ε 6) → A → B: the snapshots are only A and B, the approvals are four.
+    for epsilon in (6.0, 4.0, 6.0):
+        budget_analysis.epsilon_allowed = epsilon
+        budget_analysis.save(update_fields=["epsilon_allowed"])
+        analysis_approve(analysis=budget_analysis, officer=officer)
+    steps = api.get("/api/analyses/test.budget/budget/").json()["scopes"][0]["allowed_steps"]
+    assert [s["epsilon"] for s in steps] == [4.0, 6.0, 4.0, 6.0]
+    assert [s["at"] for s in steps] == sorted(s["at"] for s in steps)
+
+
 def test_budget_page_shows_the_burndown_table_and_what_remains_without_js(
     client, analyst, budget_analysis, three_rounds
 ) -> None:
