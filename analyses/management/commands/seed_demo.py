@@ -27,7 +27,7 @@ DEMO_USERS = [
 DEMO_ANALYSES = [
     {
         "identifier": "demo.keyboard",
-        "title": "Keyboard n-grams and age (Figure 4 of the PFS paper)",
+        "title": "Keyboard n-grams and age (the example recipe of the PFS paper)",
         "fleet": "demo",
         "queryClass": {"stream": "KeyboardNGrams", "fields": ["age", "ngrams"], "cohortFields": ["locale"]},
         "budget": {"epsilon": 0.5, "reports": 1, "delta": 1e-6},
