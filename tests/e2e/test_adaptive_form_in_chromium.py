@@ -5,27 +5,16 @@ start."""
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from analyses.models import AdaptiveRun, Round
 from devices.synthetic import TOKENS
+from tests.e2e.screenshots import shot
 
 pytestmark = pytest.mark.e2e
-
-SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
-
-
-def shot(page, name: str, locator=None) -> None:
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        target = locator if locator is not None else page
-        kwargs = {} if locator is not None else {"full_page": True}
-        target.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), **kwargs)
 
 
 def sign_in(page, url: str) -> None:

@@ -3,25 +3,13 @@ approves an edit from the analysis's own page after seeing the snapshot diff."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import expect
 
 from analyses.models import Analysis
+from tests.e2e.screenshots import shot
 
 pytestmark = pytest.mark.e2e
-
-SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
-
-
-def shot(page, name: str, locator=None) -> None:
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        target = locator if locator is not None else page
-        kwargs = {} if locator is not None else {"full_page": True}
-        target.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), **kwargs)
 
 
 def page_width(page) -> int:

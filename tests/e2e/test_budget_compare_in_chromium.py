@@ -4,9 +4,7 @@ compare them from the analysis page, then read the budget burn-down and the audi
 from __future__ import annotations
 
 import copy
-import os
 import re
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -17,18 +15,12 @@ from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.rounds import round_create_and_start
 from devices.fleet_io import fleet_create
 from tests.conftest import FLEET_SIZE, SHARD_SIZE, SPEC
+from tests.e2e.screenshots import shot
 from tests.services import restore_inline_tasks, use_celery_worker
 
 pytestmark = pytest.mark.e2e
 
-SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
 PASSWORD = "alice-password"
-
-
-def shot(page, name: str) -> None:
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
 
 
 @pytest.fixture

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -15,10 +13,10 @@ from playwright.sync_api import expect
 from analyses.models import Analysis, Round
 from analyses.services.recipes import recipe_create
 from analyses.services.rounds import round_dispatch, round_shard_run
+from tests.e2e.screenshots import shot
 
 pytestmark = pytest.mark.e2e
 
-SCREENSHOTS = os.environ.get("PFS_SCREENSHOTS")  # set to a folder to keep the pages as PNGs
 
 # demo.refinement: perplexity, 4 rounds of epsilon 1 allowed. epsilon0 4, epsilon 1 and delta 1e-6
 # need a minimum cohort of 2,203 of the 100,000 demo devices (8,762 by the closed form).
@@ -28,12 +26,6 @@ PERPLEXITY = {
     "dataTypeContent": {"perplexity": {"dataType": "BucketedType", "boundaries": [0, 25, 50, 75, 100, 125]}},
     "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 4.0, "epsilon": 1.0, "delta": 1e-6},
 }
-
-
-def shot(page, name: str) -> None:
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
 
 
 def sign_in(page, url: str) -> None:
