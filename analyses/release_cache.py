@@ -100,14 +100,14 @@ def _section_html(round_: Round, release: Release, view: releases.ReleaseView) -
             for batch in shown["batches"]
         ]
     table = []
-    for index, row in enumerate(releases.release_table(release, view)):
-        # release_table lists every bucket of each released batch in order.
-        row["bucket_index"] = index % len(refinable)
+    per_batch = min(PAGE_BUCKETS, len(refinable))
+    for index, row in enumerate(releases.release_table(release, view, buckets=PAGE_BUCKETS)):
+        # release_table lists the first PAGE_BUCKETS buckets of each released batch in order.
+        row["bucket_index"] = index % per_batch
         if len(words) == len(refinable):
             row["bucket"] = words[row["bucket_index"]]
-        if row["bucket_index"] < PAGE_BUCKETS:
-            row["refinable"] = refinable[row["bucket_index"]]
-            table.append(row)
+        row["refinable"] = refinable[row["bucket_index"]]
+        table.append(row)
     context = {
         "round": round_,
         "release_view": view,

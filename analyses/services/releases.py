@@ -108,13 +108,20 @@ class ReleaseView:
         }
 
 
-def release_table(release: Release, view: ReleaseView | None = None) -> list[dict[str, Any]]:
-    """Rows of (cohort, bucket, estimate, error, interval) for tables, CSV and the CLI."""
+def release_table(
+    release: Release, view: ReleaseView | None = None, *, buckets: int | None = None
+) -> list[dict[str, Any]]:
+    """Rows of (cohort, bucket, estimate, error, interval) for tables, CSV and the CLI.
+
+    ``buckets``: only the first that many buckets of each batch (the round page's table), so a
+    release of 131,072 buckets per cohort is not turned into rows only to be dropped.
+    """
     rows = []
+    labels = release.content["buckets"][:buckets]
     for batch in (view or ReleaseView()).batches(release):
         if batch["suppressed"]:
             continue
-        for i, label in enumerate(release.content["buckets"]):
+        for i, label in enumerate(labels):
             rows.append(
                 {
                     "cohort": batch["cohort"],
