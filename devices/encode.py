@@ -24,20 +24,32 @@ def schema_fits(kind: str | None, schema: dict) -> bool:
     return kind is not None and schema.get("dataType") in SCHEMAS_BY_KIND.get(kind, ())
 
 
-def content_fits(stream: str, data_types: dict) -> bool:
-    """Whether every encoded field of the stream has a schema its kind allows."""
-    try:
-        fields, _ = content_encoding(data_types)
-    except ValueError:
-        return False
-    return all(schema_fits(field_kind(stream, f), data_types[f]) for f in fields)
+ParsedContent = tuple[tuple[str, ...], Encoding | CombinationType]
+
+
+def content_fits(stream: str, data_types: dict, parsed: ParsedContent | None = None) -> bool:
+    """Whether every encoded field of the stream has a schema its kind allows.
+
+    ``parsed``: content_encoding(data_types) when the caller holds it already (a shard's task).
+    """
+    if parsed is None:
+        try:
+            parsed = content_encoding(data_types)
+        except ValueError:
+            return False
+    return all(schema_fits(field_kind(stream, f), data_types[f]) for f in parsed[0])
 
 
 def encode_devices(
-    data_types: dict, columns: Columns, vocabularies: dict, rng: np.random.Generator
+    data_types: dict,
+    columns: Columns,
+    vocabularies: dict,
+    rng: np.random.Generator,
+    parsed: ParsedContent | None = None,
 ) -> npt.NDArray[np.int64]:
-    """Each device's bucket under the recipe's dataTypeContent; ``rng`` holds the devices' coins."""
-    fields, encoding = content_encoding(data_types)
+    """Each device's bucket under the recipe's dataTypeContent; ``rng`` holds the devices' coins.
+    ``parsed``: content_encoding(data_types) when the caller holds it already."""
+    fields, encoding = parsed or content_encoding(data_types)
     if isinstance(encoding, CombinationType):
         parts = [_encode_field(part, field, columns, vocabularies, rng) for field, part in encoding.parts]
         return encoding.combine(parts)

@@ -182,9 +182,10 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarr
 
 def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: dict) -> None:
     """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort."""
-    _, encoding = content_encoding(task.data_types)
+    parsed = task.parsed_content or content_encoding(task.data_types)  # unparseable: raises here
+    _, encoding = parsed
     encode_rng = _coins(task, shard, 3)
-    values = encode_devices(task.data_types, columns, shard.fleet.vocabularies, encode_rng)
+    values = encode_devices(task.data_types, columns, shard.fleet.vocabularies, encode_rng, parsed)
     oracle = None if task.aggregator_noise else mechanism_get(task.mechanism, task.epsilon0)
     privatize_rng = _coins(task, shard, 1)
     share_rng = _coins(task, shard, 2)
