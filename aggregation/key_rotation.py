@@ -26,6 +26,7 @@ from aggregation.issuer import primes_unwrap, primes_wrap, wrapping_key_id
 from aggregation.keys import DATABASE, ENVIRONMENT, ROLES, StoredKey, key_file_write, key_new, key_source, source_keys
 from aggregation.models import AggregatorKey, CollectionRules, PendingReport, TokenIssuerKey
 from pfs_base.db_router import ISSUER as ISSUER_DB
+from pfs_base.db_router import aggregator_store
 
 
 class RotationRefused(Exception):
@@ -69,13 +70,15 @@ def _aggregator_rotate(role: str, now: datetime) -> Rotation:
             "before are closed, and restart"
         )
     if source.kind == DATABASE:
-        with transaction.atomic():
-            AggregatorKey.objects.filter(role=role, retired_at__isnull=True).update(retired_at=now)
+        store = aggregator_store(role)  # the helper's keys are in the helper's own store
+        keys = AggregatorKey.objects.using(store)
+        with transaction.atomic(using=store):
+            keys.filter(role=role, retired_at__isnull=True).update(retired_at=now)
             private, public = hpke.key_pair_generate()
-            AggregatorKey.objects.create(role=role, public_key=public, private_key=private)
-            retired = list(AggregatorKey.objects.filter(role=role, retired_at__isnull=False))
+            keys.create(role=role, public_key=public, private_key=private)
+            retired = list(keys.filter(role=role, retired_at__isnull=False))
             stale = [row.pk for row in retired if not _needed(row.retired_at)]
-            AggregatorKey.objects.filter(pk__in=stale).delete()
+            keys.filter(pk__in=stale).delete()
         return Rotation(role, source.describe(), retired_kept=len(retired) - len(stale), retired_deleted=len(stale))
     path = Path(source.where)
     old = source_keys(source) if path.exists() else []

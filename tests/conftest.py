@@ -153,7 +153,7 @@ def browser():
         browser.close()
 
 
-STORES = ("default", "issuer")  # the database aliases (pfs_web.settings)
+STORES = ("default", "issuer", "helper")  # the database aliases (pfs_web.settings)
 _DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
 
 

@@ -65,6 +65,11 @@ def stored_sums() -> dict[str, tuple[list[int], list[int], int]]:
     return sums
 
 
+def spent_tokens() -> int:
+    """Tokens recorded spent, by both aggregators, each in its own store."""
+    return SpentToken.objects.using("default").count() + SpentToken.objects.using("helper").count()
+
+
 def _total(shares) -> list[int]:
     p = Field128.MODULUS
     total = [0] * DOMAIN
@@ -79,7 +84,7 @@ class RolledBack(Exception):
 
 def test_bulk_sums_equal_the_per_report_sums(rules) -> None:
     sealed = [batched(f"d{i}", i % DOMAIN, "locale=en_US" if i % 3 else "locale=fr_FR") for i in range(7)]
-    with pytest.raises(RolledBack), transaction.atomic():
+    with pytest.raises(RolledBack), transaction.atomic(), transaction.atomic(using="helper"):
         for one in sealed:
             assert report_submit(one).accepted
         per_report = stored_sums()
@@ -94,7 +99,7 @@ def test_bulk_sums_equal_the_per_report_sums(rules) -> None:
     assert per_report["locale=en_US"][2] == 4 and per_report["locale=fr_FR"][2] == 3
     # Summed: one share per chunk and batch, not one per report.
     assert LeaderShare.objects.count() == HelperShare.objects.count() == 5
-    assert SpentToken.objects.count() == 2 * 7 and not PendingReport.objects.exists()
+    assert spent_tokens() == 2 * 7 and not PendingReport.objects.exists()
 
 
 def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rules) -> None:
@@ -123,8 +128,8 @@ def test_a_failure_inside_a_chunk_stores_nothing_and_leaves_the_chunk_for_a_retr
     receive(report("d3", one_hot(3)))
     real_count = ingest.rejections_add
 
-    def crash(**_kwargs) -> None:  # after the chunk's shares and spent tokens are written
-        assert LeaderShare.objects.exists() and SpentToken.objects.exists()
+    def crash(**_kwargs) -> None:  # after the helper's shares and spent tokens are written (its part first)
+        assert HelperShare.objects.exists() and SpentToken.objects.using("helper").exists()
         raise RuntimeError("the worker died here")
 
     monkeypatch.setattr(ingest, "rejections_add", crash)
@@ -132,12 +137,44 @@ def test_a_failure_inside_a_chunk_stores_nothing_and_leaves_the_chunk_for_a_retr
         reports_ingest(collection_key=KEY)
     assert PendingReport.objects.count() == 4
     assert not LeaderShare.objects.exists() and not HelperShare.objects.exists()
-    assert not SpentToken.objects.exists() and rejections(KEY) == {}
+    assert spent_tokens() == 0 and rejections(KEY) == {}
 
     monkeypatch.setattr(ingest, "rejections_add", real_count)
     result = reports_ingest(collection_key=KEY)
     assert (result.accepted, result.rejected) == (3, 1)
     assert LeaderShare.objects.get().reports == 3 and not PendingReport.objects.exists()
+
+
+def test_a_failure_after_the_helper_stored_a_chunk_resumes_the_same_job_and_counts_each_report_once(
+    rules, monkeypatch
+) -> None:
+    tok = token("d0")
+    receive(report("d0", one_hot(0), tok=tok))
+    receive(replace(report("d2", one_hot(2)), token=tok))  # a replay: rejected once, by each aggregator
+    receive(report("d1", one_hot(1)))
+    receive(report("d3", one_hot(3)))
+    real_count = ingest.rejections_add
+
+    def crash_at_the_leader(*, collection_key, counts) -> None:
+        if any(role == "leader" for role, _ in counts):
+            raise RuntimeError("the worker died in the leader's transaction")
+        real_count(collection_key=collection_key, counts=counts)
+
+    monkeypatch.setattr(ingest, "rejections_add", crash_at_the_leader)
+    with pytest.raises(RuntimeError, match="died"):
+        reports_ingest(collection_key=KEY, chunk=2)
+    assert HelperShare.objects.count() == 1 and not LeaderShare.objects.exists()  # the helper's committed
+    assert PendingReport.objects.exclude(job=None).count() == 2  # the job's rows, kept for a resume
+
+    monkeypatch.setattr(ingest, "rejections_add", real_count)
+    receive(report("d4", one_hot(4)))
+    result = reports_ingest(collection_key=KEY, chunk=2)
+    assert (result.accepted, result.rejected, result.chunks) == (4, 1, 3)
+    assert HelperShare.objects.count() == LeaderShare.objects.count() == 3  # no share stored twice
+    assert rejections(KEY) == {"helper": {"token_reused": 1}, "leader": {"token_reused": 1}}
+    assert spent_tokens() == 2 * 4
+    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
+    assert batch.reports == 4 and not batch.suppressed
 
 
 def test_ingestion_is_idempotent(rules) -> None:
@@ -147,7 +184,7 @@ def test_ingestion_is_idempotent(rules) -> None:
     before = stored_sums()
     again = reports_ingest(collection_key=KEY)
     assert (again.verified, again.chunks) == (0, 0)
-    assert stored_sums() == before and SpentToken.objects.count() == 8
+    assert stored_sums() == before and spent_tokens() == 8
     (batch,) = collection_release(collection_key=KEY, estimator=KARY)
     assert batch.reports == 4 and not batch.suppressed
 
