@@ -466,3 +466,56 @@ def test_a_pair_the_leader_names_but_the_helper_lacks_makes_the_release_refuse_t
     assert batch["suppressed"] and batch["reason"].startswith("helper: shares missing")
     assert batch["reports"] is None
     assert not Collection.objects.using("helper").filter(key=round_.task_key, batch_key="x").exists()
+
+
+def test_a_process_whose_helper_database_does_not_answer_is_not_ready(db, monkeypatch) -> None:
+    from pfs_base.health import readiness
+
+    def refused():
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(connections["helper"], "cursor", refused)
+    ready, checks = readiness()
+    assert not ready and checks["database"]["ok"] and checks["issuer_database"]["ok"]
+    assert checks["helper_database"] == {"ok": False, "error": "OSError: connection refused"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_older_database_hands_the_helpers_rows_over_to_its_own_store() -> None:
+    """Before the helper had a store of its own its rows were in the default database: the migration,
+    run on the helper's store, copies them over (an open collection keeps its helper shares, key and
+    spent tokens, under the pair id its leader shares get) and deletes them there."""
+    migration = importlib.import_module("aggregation.migrations.0007_helper_store")
+    default = connections["default"]
+    with default.schema_editor() as editor:  # the helper's share table as an older database has it
+        editor.create_model(HelperShare)
+    try:
+        rules = CollectionRules.objects.using("default").create(key="old", length=2, min_cohort=1, weight_bound=1)
+        batch = Collection.objects.using("default").create(key="old", batch_key="b", length=2)
+        for model in (LeaderShare, HelperShare):
+            model.objects.using("default").create(
+                collection_id=batch.pk, source="shard:1", vector=b"\x01" * 16, reports=3, min_cohort=1
+            )
+        for role in ("leader", "helper"):
+            AggregatorKey.objects.using("default").create(
+                role=role, public_key=b"p" + role.encode(), private_key=role.encode()
+            )
+            SpentToken.objects.using("default").create(role=role, collection_key="old", token_digest="t" * 64)
+            ReportRejection.objects.using("default").create(role=role, collection_key="old", reason="x", count=2)
+        state = SimpleNamespace(connection=connections["default"])
+        migration.leader_pairs_name(django_apps, state)
+        migration.helper_rows_move(django_apps, SimpleNamespace(connection=connections["helper"]))
+
+        moved = HelperShare.objects.using("helper").get()
+        assert moved.pair == LeaderShare.objects.using("default").get().pair != ""  # the pair, named on both
+        assert (moved.collection.key, moved.collection.batch_key, moved.reports) == ("old", "b", 3)
+        copy = CollectionRules.objects.using("helper").get(key="old")
+        assert bytes(copy.verify_key) == bytes(rules.verify_key) and copy.created_at == rules.created_at
+        for model in (AggregatorKey, SpentToken, ReportRejection):
+            assert set(model.objects.using("helper").values_list("role", flat=True)) == {"helper"}
+            assert set(model.objects.using("default").values_list("role", flat=True)) == {"leader"}
+        assert bytes(AggregatorKey.objects.using("helper").get().private_key) == b"helper"
+        assert not HelperShare.objects.using("default").exists()
+    finally:
+        with default.schema_editor() as editor:
+            editor.delete_model(HelperShare)
