@@ -465,7 +465,8 @@ def test_a_pair_the_leader_names_but_the_helper_lacks_makes_the_release_refuse_t
     (batch,) = round_.release.content["batches"]
     assert batch["suppressed"] and batch["reason"].startswith("helper: shares missing")
     assert batch["reports"] is None
-    assert not Collection.objects.using("helper").filter(key=round_.task_key, batch_key="x").exists()
+    assert not HelperShare.objects.filter(collection__key=round_.task_key).exists()  # deleted, not released
+    assert not LeaderShare.objects.filter(collection__key=round_.task_key).exists()
 
 
 def test_a_process_whose_helper_database_does_not_answer_is_not_ready(db, monkeypatch) -> None:
