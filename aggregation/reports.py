@@ -95,6 +95,13 @@ def reports_check(
     side and the helper's side each with its own state.
     """
     config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))
+    # The helper verifies with its own copy of the rules (its verification key), from its own store.
+    helper_rules = HELPER_AGGREGATOR.rules(rules.key)
+    if helper_rules is None:  # not configured for the collection: the helper takes none of its reports
+        return [ReportCheck(outputs={}, reasons={"helper": UNKNOWN_COLLECTION}) for _ in reports]
+    helper_config = VerifyConfig.of(
+        collection_key=rules.key, shape=rules_shape(helper_rules), verify_key=bytes(helper_rules.verify_key)
+    )
     opened: dict[str, list[bytes]] = {a.role: [] for a in AGGREGATORS}
     candidates: list[int] = []
     reasons: list[dict[str, str]] = []
@@ -106,7 +113,7 @@ def reports_check(
     if candidates:
         chosen = [reports[i] for i in candidates]
         nonces = [report_nonce(r.token.nonce) for r in chosen]
-        sides = verify_reports(config, nonces, [r.public for r in chosen], opened)
+        sides = verify_reports(config, nonces, [r.public for r in chosen], opened, helper_config=helper_config)
         for k, i in enumerate(candidates):
             refused = {role: PROOF_INVALID for role, side in sides.items() if not side.accepted[k]}
             if refused:

@@ -176,7 +176,12 @@ def verified_reports_upload(
     config = VerifyConfig.of(
         collection_key=collection_key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key)
     )
-    sides = verify_reports(config, nonces, public_shares, {"leader": leader_shares, "helper": helper_shares})
+    helper_rules = CollectionRules.objects.using(HELPER).get(key=collection_key)  # the helper's own copy
+    helper_config = VerifyConfig.of(
+        collection_key=collection_key, shape=rules_shape(helper_rules), verify_key=bytes(helper_rules.verify_key)
+    )
+    shares = {"leader": leader_shares, "helper": helper_shares}
+    sides = verify_reports(config, nonces, public_shares, shares, helper_config=helper_config)
     kept = [k for k in range(len(nonces)) if all(side.accepted[k] for side in sides.values())]
     refused = {
         (role, PROOF_INVALID): side.accepted.count(False) for role, side in sides.items() if not all(side.accepted)

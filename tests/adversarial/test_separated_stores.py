@@ -520,3 +520,20 @@ def test_an_older_database_hands_the_helpers_rows_over_to_its_own_store() -> Non
     finally:
         with default.schema_editor() as editor:
             editor.delete_model(HelperShare)
+
+
+def test_the_helper_verifies_with_its_own_copy_of_the_rules(phones, central_round) -> None:
+    """Its verification key from its own store: with a key other than the leader's, no proof passes
+    (the two verifier shares no longer add up), so neither keeps the report."""
+    _, devices = phones
+    key = central_round.task_key
+    CollectionRules.objects.using("helper").filter(key=key).update(verify_key=b"\x00" * 32)
+    for device in devices[:3]:
+        assert upload(device.report(key, 1)).status_code == 202
+    verify(key)
+    assert rejections(key) == {"helper": {"proof_invalid": 3}, "leader": {"proof_invalid": 3}}
+    assert _accepted(key) == 0
+    CollectionRules.objects.using("helper").filter(key=key).delete()  # not configured at all
+    assert upload(devices[3].report(key, 1)).status_code == 202
+    verify(key)
+    assert rejections(key)["helper"]["unknown_collection"] == 1 and _accepted(key) == 0
