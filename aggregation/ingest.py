@@ -11,12 +11,13 @@ their arrival times (rate validation reads them); the tokens are recorded spent,
 counted by reason, and the pending rows deleted.
 
 The two aggregators keep separate stores (pfs_base.db_router) and no transaction spans them, so a
-chunk is an aggregation job with a durable id: T0 assigns the rows the job id (committed); the
-checks are computed; the helper stores its part in one transaction on its store, idempotent by job
-(a job it has stored is not stored again; its spent-token check ignores the job's own tokens, so a
-replay gets the same verdicts); then T1 stores the leader's part (same pair id: the job) and
-deletes the rows. A failure before T1 commits leaves the rows assigned: the next run resumes the
-same job, and every report is counted exactly once.
+chunk is an aggregation job with a durable id: T0 assigns the rows the job id (committed); T1 locks
+them (a concurrent run skips a job another holds) and the checks are computed; the helper stores
+its part in one transaction on its store, idempotent by job (a job it has stored is not stored
+again; its spent-token check ignores the job's own tokens, so a replay gets the same verdicts) and
+commits; then T1 stores the leader's part (same pair id: the job), deletes the rows and commits. A
+failure before T1 commits leaves the rows assigned: the next run resumes the same job, and every
+report is counted exactly once.
 
 Runs from a task while the collection is open (aggregation.tasks, for progress), and always
 before a collection is released (aggregation.services.collection_release drains it first).
@@ -92,7 +93,7 @@ def reports_ingest(
         for attempt in range(ATTEMPTS):
             try:
                 job = _job_take(rules.key, size=size, wait=wait)
-                done = None if job is None else _job_run(rules, issuer, private_keys, *job)
+                done = None if job is None else _job_run(rules, issuer, private_keys, *job, wait=wait)
                 break
             except IntegrityError:
                 if attempt + 1 == ATTEMPTS:
@@ -129,9 +130,44 @@ def _job_run(
     private_keys: dict[str, bytes],
     job: str,
     rows: list[PendingReport],
+    *,
+    wait: bool,
 ) -> IngestResult | None:
-    """Both aggregators' checks on a job's reports, then the helper's transaction (idempotent by job),
-    then the leader's (T1). None when another run finished the job meanwhile."""
+    """The leader's transaction T1, holding the job's rows from the checks to its commit (a concurrent
+    run skips them): both aggregators' checks, the helper's transaction (idempotent by job, committed
+    first), then the leader's part. None when another run holds or finished the job."""
+    with transaction.atomic():
+        skip = not wait and connection.features.has_select_for_update_skip_locked
+        locked = PendingReport.objects.select_for_update(skip_locked=skip).filter(collection_key=rules.key, job=job)
+        if {row.pk for row in locked} != {row.pk for row in rows}:
+            return None
+        batches, accepted, rejected = _job_check(rules, issuer, private_keys, job, rows)
+        config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))
+        sums = {
+            batch_key: {role: output_sum(config, shares) for role, shares in batch.shares.items()}
+            for batch_key, batch in batches.items()
+        }
+        with transaction.atomic(using=HELPER.store):
+            if helper_job_begin(rules.key, job):  # else stored by an earlier run of this job
+                _job_store(HELPER, rules, job, batches, sums, accepted, rejected)
+        _job_store(LEADER, rules, job, batches, sums, accepted, rejected)
+        PendingReport.objects.filter(pk__in=[row.pk for row in rows]).delete()
+    result = IngestResult(
+        accepted=sum(len(b.arrivals) for b in batches.values()), rejected=len(rows) - len(accepted), chunks=1
+    )
+    metrics.reports_counted(accepted=result.accepted)
+    return result
+
+
+def _job_check(
+    rules: CollectionRules,
+    issuer: IssuerPublicKey,
+    private_keys: dict[str, bytes],
+    job: str,
+    rows: list[PendingReport],
+) -> tuple[dict[str, _BatchSum], set[str], Counter[tuple[str, str]]]:
+    """Both aggregators' checks on a job's reports, with nothing written: each batch's accepted
+    output shares, the tokens accepted, the rejections by (role, reason)."""
     reports = []
     rejected: Counter[tuple[str, str]] = Counter()
     for row in rows:
@@ -192,28 +228,7 @@ def _job_run(
             batch.arrivals.append(row.received_at.timestamp())
         waiting = later
 
-    config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))
-    sums = {
-        batch_key: {role: output_sum(config, shares) for role, shares in batch.shares.items()}
-        for batch_key, batch in batches.items()
-    }
-    for aggregator in (HELPER, LEADER):  # the helper's transaction first, committed, then the leader's (T1)
-        with transaction.atomic(using=aggregator.store):
-            if aggregator is HELPER:
-                if not helper_job_begin(rules.key, job):
-                    continue  # stored by an earlier run of this job
-            else:
-                locked = PendingReport.objects.select_for_update().filter(collection_key=rules.key, job=job)
-                if {row.pk for row in locked} != {row.pk for row in rows}:
-                    return None  # another run finished the job meanwhile
-            _job_store(aggregator, rules, job, batches, sums, accepted, rejected)
-            if aggregator is LEADER:
-                PendingReport.objects.filter(pk__in=[row.pk for row in rows]).delete()
-    result = IngestResult(
-        accepted=sum(len(b.arrivals) for b in batches.values()), rejected=len(rows) - len(accepted), chunks=1
-    )
-    metrics.reports_counted(accepted=result.accepted)
-    return result
+    return batches, accepted, rejected
 
 
 def _job_store(

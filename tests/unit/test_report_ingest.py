@@ -6,17 +6,18 @@ call it) and verified a chunk at a time. Real crypto throughout, as in test_repo
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from aggregation import hpke, ingest, intake, wire
 from aggregation.aggregators import HELPER
 from aggregation.ingest import reports_ingest
-from aggregation.models import HelperShare, LeaderShare, PendingReport, SpentToken
+from aggregation.models import HelperJob, HelperShare, LeaderShare, PendingReport, SpentToken
 from aggregation.reports import rejections, report_submit
 from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
 from aggregation.upload import SealedShare
@@ -218,3 +219,37 @@ def test_rate_validation_reads_when_the_bulk_verified_reports_arrived(spacing, r
     assert batch.suppressed is refused
     if refused:
         assert "rate validation" in batch.reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_skips_a_job_another_run_holds_and_resumes_it_once_released(rules) -> None:
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite runs one writer at a time: no run ever sees another's job held")
+    for device in range(4):
+        receive(report(f"d{device}", one_hot(device)))
+    job, rows = ingest._job_take(KEY, size=2, wait=False)  # another run's T0: two rows assigned a job
+    held, done = threading.Event(), threading.Event()
+
+    def other_run_holds_its_job() -> None:  # ... and its T1 holds them while it checks
+        try:
+            with transaction.atomic():
+                list(PendingReport.objects.select_for_update().filter(job=job))
+                held.set()
+                done.wait(30)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=other_run_holds_its_job)
+    other.start()
+    try:
+        assert held.wait(30)
+        result = reports_ingest(collection_key=KEY, chunk=2)
+        assert (result.verified, result.chunks) == (2, 1)  # the two new rows; the held job untouched
+        assert set(PendingReport.objects.values_list("pk", flat=True)) == {row.pk for row in rows}
+    finally:
+        done.set()
+        other.join(30)
+    result = reports_ingest(collection_key=KEY, chunk=2)  # the job released unfinished: resumed
+    assert (result.verified, result.chunks) == (2, 1) and not PendingReport.objects.exists()
+    assert HelperJob.objects.count() == 2  # each job stored by the helper once
+    assert sum(share.reports for share in LeaderShare.objects.all()) == 4
