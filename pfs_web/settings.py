@@ -150,13 +150,15 @@ def _database(url: str, *, test_sqlite: str) -> dict:
 
 def _store_database_url(default_url: str, role: str) -> str:
     """A role's own store (seed 003, 4.3; "issuer" or "helper"): <ROLE>_DATABASE_URL, or beside the
-    default one — its own SQLite file under var/, or on the same PostgreSQL server a database named
-    <name>_<role>."""
+    default one — its own SQLite file <role>.sqlite3 in the default file's folder (var/ on the
+    embedded default), or on the same PostgreSQL server a database named <name>_<role>."""
     explicit = env_str(f"{role.upper()}_DATABASE_URL")
     if explicit:
         return explicit
     if default_url.startswith("sqlite:"):
-        return f"sqlite:///{BASE_DIR / 'var' / f'{role}.sqlite3'}"
+        path = dj_database_url.parse(default_url)["NAME"]
+        folder = Path(path).parent if path and path != ":memory:" else BASE_DIR / "var"
+        return f"sqlite:///{folder / f'{role}.sqlite3'}"
     base, slash, name = default_url.partition("?")[0].rpartition("/")
     if not slash or not name:
         raise ImproperlyConfigured(f"DATABASE_URL names no database: set {role.upper()}_DATABASE_URL too")

@@ -159,6 +159,9 @@ def test_debug_off_serves_hashed_compressed_static_files_and_debug_on_the_files_
 def test_the_issuer_and_the_helper_each_have_a_store_of_their_own_beside_the_default_one(monkeypatch, role) -> None:
     embedded = load_settings(monkeypatch, SECRET_KEY="s")
     assert Path(embedded.DATABASES[role]["NAME"]).name == f"{role}.sqlite3"
+    assert Path(embedded.DATABASES[role]["NAME"]).parent == Path(embedded.DATABASES["default"]["NAME"]).parent
+    elsewhere = load_settings(monkeypatch, SECRET_KEY="s", DATABASE_URL="sqlite:////tmp/bench/b.sqlite3")
+    assert elsewhere.DATABASES[role]["NAME"] == f"/tmp/bench/{role}.sqlite3"  # beside it, not in this checkout
     tests = {alias: database["TEST"]["NAME"] for alias, database in embedded.DATABASES.items()}
     assert len(set(tests.values())) == len(tests) == 3  # every store its own test file
     postgres = load_settings(monkeypatch, SECRET_KEY="s", DATABASE_URL="postgres://u@db:5432/pfs?sslmode=require")
