@@ -88,40 +88,44 @@ def reports_ingest(
         return result
     issuer = issuer_public_key(collection_key)
     private_keys = {aggregator.role: aggregator.private_key() for aggregator in AGGREGATORS}
+    passed: set[str] = set()  # jobs another run held or finished
     while limit is None or result.verified < limit:
         size = chunk if limit is None else min(chunk, limit - result.verified)
         for attempt in range(ATTEMPTS):
             try:
-                job = _job_take(rules.key, size=size, wait=wait)
-                done = None if job is None else _job_run(rules, issuer, private_keys, *job, wait=wait)
+                job = _job_take(rules.key, size=size, wait=wait, passed=passed)
+                done = None if job is None else _job_run(rules, issuer, private_keys, job, wait=wait)
                 break
             except IntegrityError:
                 if attempt + 1 == ATTEMPTS:
                     raise
         if job is None:
             break
-        if done is not None:
+        if done is None:
+            passed.add(job)
+        else:
             result.accepted += done.accepted
             result.rejected += done.rejected
             result.chunks += 1
     return result
 
 
-def _job_take(collection_key: str, *, size: int, wait: bool) -> tuple[str, list[PendingReport]] | None:
-    """Step T0, committed on its own: the rows of an unfinished job, or up to ``size`` new rows
-    assigned a new job id. None when no pending report is left to take."""
+def _job_take(collection_key: str, *, size: int, wait: bool, passed: set[str]) -> str | None:
+    """Step T0, committed on its own: an unfinished job no other run holds (and not one this run
+    ``passed`` over: another run has it), or a new job of up to ``size`` new rows. None when no
+    pending report is left to take."""
     with transaction.atomic():
         pending = PendingReport.objects.filter(collection_key=collection_key).order_by("pk")
         skip = not wait and connection.features.has_select_for_update_skip_locked
-        started = pending.filter(job__isnull=False).select_for_update(skip_locked=skip).first()
+        started = pending.filter(job__isnull=False).exclude(job__in=passed).select_for_update(skip_locked=skip).first()
         if started is not None:
-            return started.job, list(pending.filter(job=started.job).select_for_update(skip_locked=skip))
+            return started.job
         rows = list(pending.filter(job__isnull=True).select_for_update(skip_locked=skip)[:size])
         if not rows:
             return None
         job = f"chunk:{rows[0].pk}-{rows[-1].pk}"  # pending ids are never reused
         PendingReport.objects.filter(pk__in=[row.pk for row in rows]).update(job=job)
-        return job, rows
+        return job
 
 
 def _job_run(
@@ -129,17 +133,18 @@ def _job_run(
     issuer: IssuerPublicKey,
     private_keys: dict[str, bytes],
     job: str,
-    rows: list[PendingReport],
     *,
     wait: bool,
 ) -> IngestResult | None:
-    """The leader's transaction T1, holding the job's rows from the checks to its commit (a concurrent
-    run skips them): both aggregators' checks, the helper's transaction (idempotent by job, committed
-    first), then the leader's part. None when another run holds or finished the job."""
+    """The leader's transaction T1, holding all the job's rows from the checks to its commit (a
+    concurrent run skips them): both aggregators' checks, the helper's transaction (idempotent by job,
+    committed first), then the leader's part. None when another run holds or finished the job."""
     with transaction.atomic():
         skip = not wait and connection.features.has_select_for_update_skip_locked
-        locked = PendingReport.objects.select_for_update(skip_locked=skip).filter(collection_key=rules.key, job=job)
-        if {row.pk for row in locked} != {row.pk for row in rows}:
+        of_job = PendingReport.objects.filter(collection_key=rules.key, job=job).order_by("pk")
+        rows = list(of_job.select_for_update(skip_locked=skip))
+        # All of the job or nothing: a run on part of it would store the job under its id for good.
+        if not rows or len(rows) != of_job.count():
             return None
         batches, accepted, rejected = _job_check(rules, issuer, private_keys, job, rows)
         config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))

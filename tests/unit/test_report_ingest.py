@@ -227,7 +227,8 @@ def test_a_run_skips_a_job_another_run_holds_and_resumes_it_once_released(rules)
         pytest.skip("SQLite runs one writer at a time: no run ever sees another's job held")
     for device in range(4):
         receive(report(f"d{device}", one_hot(device)))
-    job, rows = ingest._job_take(KEY, size=2, wait=False)  # another run's T0: two rows assigned a job
+    job = ingest._job_take(KEY, size=2, wait=False, passed=set())  # another run's T0: two rows assigned a job
+    rows = list(PendingReport.objects.filter(job=job))
     held, done = threading.Event(), threading.Event()
 
     def other_run_holds_its_job() -> None:  # ... and its T1 holds them while it checks
@@ -253,3 +254,37 @@ def test_a_run_skips_a_job_another_run_holds_and_resumes_it_once_released(rules)
     assert (result.verified, result.chunks) == (2, 1) and not PendingReport.objects.exists()
     assert HelperJob.objects.count() == 2  # each job stored by the helper once
     assert sum(share.reports for share in LeaderShare.objects.all()) == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_never_verifies_part_of_a_job_and_so_never_stores_a_job_twice(rules) -> None:
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite runs one writer at a time: no run ever sees another's job held")
+    for device in range(3):
+        receive(report(f"d{device}", one_hot(device)))
+    job = ingest._job_take(KEY, size=2, wait=False, passed=set())
+    last = PendingReport.objects.filter(job=job).order_by("pk").last()
+    held, done = threading.Event(), threading.Event()
+
+    def another_run_holds_one_row() -> None:  # as another run's T0 does for a moment
+        try:
+            with transaction.atomic():
+                list(PendingReport.objects.select_for_update().filter(pk=last.pk))
+                held.set()
+                done.wait(30)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=another_run_holds_one_row)
+    other.start()
+    try:
+        assert held.wait(30)
+        assert reports_ingest(collection_key=KEY).verified == 1  # the third report; not the job's first alone
+        assert PendingReport.objects.filter(job=job).count() == 2 and HelperJob.objects.count() == 1
+    finally:
+        done.set()
+        other.join(30)
+    result = reports_ingest(collection_key=KEY)
+    assert (result.accepted, result.chunks) == (2, 1) and not PendingReport.objects.exists()
+    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
+    assert batch.reports == 3 and not batch.suppressed  # every pair the leader names, the helper holds
