@@ -142,10 +142,13 @@ def _job_run(
     with transaction.atomic():
         skip = not wait and connection.features.has_select_for_update_skip_locked
         of_job = PendingReport.objects.filter(collection_key=rules.key, job=job).order_by("pk")
-        rows = list(of_job.select_for_update(skip_locked=skip))
+        # Whoever locks a job's first row owns the job: it then waits for the rest (a moment: only
+        # another run's T0 holds one), and a run that cannot have the first row passes the job over.
         # All of the job or nothing: a run on part of it would store the job under its id for good.
-        if not rows or len(rows) != of_job.count():
+        first = of_job.values_list("pk", flat=True).first()
+        if first is None or not list(of_job.filter(pk=first).select_for_update(skip_locked=skip).values_list("pk")):
             return None
+        rows = list(of_job.select_for_update())
         batches, accepted, rejected = _job_check(rules, issuer, private_keys, job, rows)
         config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))
         sums = {
