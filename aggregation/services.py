@@ -98,7 +98,7 @@ def collection_rules_open(
     """
     if vdaf not in KINDS:
         raise ValueError(f"unknown report kind {vdaf!r}; known: {', '.join(KINDS)}")
-    rules, _ = CollectionRules.objects.using(DEFAULT).get_or_create(
+    rules, opened = CollectionRules.objects.using(DEFAULT).get_or_create(
         key=key,
         defaults={
             "length": length,
@@ -116,9 +116,15 @@ def collection_rules_open(
         for field in CollectionRules._meta.concrete_fields
         if field.name not in ("id", "key", "created_at")
     }
-    helper_rules, created = CollectionRules.objects.using(HELPER).get_or_create(key=key, defaults=copied)
-    if created:  # the same opening time: which retired keys may open its shares depends on it
-        CollectionRules.objects.using(HELPER).filter(pk=helper_rules.pk).update(created_at=rules.created_at)
+    # Written now, committed at once in the helper's store: should the caller's transaction roll the
+    # leader's rules back, a later opening of the key replaces this copy rather than keeping a stale one.
+    helper_rules = CollectionRules.objects.using(HELPER)
+    if opened:
+        helper_rules.update_or_create(key=key, defaults=copied)
+    else:
+        helper_rules.get_or_create(key=key, defaults=copied)
+    # The same opening time: which retired keys may open its shares depends on it.
+    helper_rules.filter(key=key).update(created_at=rules.created_at)
     return rules
 
 
