@@ -225,6 +225,14 @@ class ReportRejection(models.Model):
         return f"{self.role} rejected {self.count} in {self.collection_key}: {self.reason}"
 
 
+class HelperReportRejection(ReportRejection):
+    """The helper's rejection counters, as the admin reads them from the helper's store."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "helper report rejection"
+
+
 class HelperJob(models.Model):
     """An aggregation job the helper has stored (in its own store only): a replay stores nothing again."""
 

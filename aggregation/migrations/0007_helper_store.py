@@ -155,6 +155,12 @@ class Migration(migrations.Migration):
             model_name="helperjob",
             constraint=models.UniqueConstraint(fields=("collection_key", "job"), name="unique_helper_job"),
         ),
+        migrations.CreateModel(
+            name="HelperReportRejection",
+            fields=[],
+            options={"verbose_name": "helper report rejection", "proxy": True, "indexes": [], "constraints": []},
+            bases=("aggregation.reportrejection",),
+        ),
         # Routed as the models they write are (pfs_base.db_router).
         migrations.RunPython(leader_pairs_name, migrations.RunPython.noop, hints={"model_name": "leadershare"}),
         migrations.RunPython(helper_rows_move, migrations.RunPython.noop, hints={"model_name": "helpershare"}),
