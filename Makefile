@@ -34,6 +34,7 @@ setup: $(VENV)/.runtime $(VENDOR) .env ## install, migrate and seed the demo (no
 	$(PY) manage.py database_create
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py migrate --database issuer --noinput
+	$(PY) manage.py migrate --database helper --noinput
 	$(PY) manage.py seed_demo
 
 install: $(VENV)/.runtime $(VENDOR) ## production hosts: the virtualenv from the lock and the vendored front-end files, nothing else (docs/deployment.md)
@@ -42,6 +43,7 @@ serve: $(VENV)/.runtime $(VENDOR) .env ## the production profile: gunicorn with 
 	mkdir -p var var/prometheus
 	DEBUG=0 $(PY) manage.py migrate --noinput
 	DEBUG=0 $(PY) manage.py migrate --database issuer --noinput
+	DEBUG=0 $(PY) manage.py migrate --database helper --noinput
 	DEBUG=0 $(PY) manage.py collectstatic --noinput --verbosity 0
 	DEBUG=0 $(PY) manage.py check --deploy
 	DEBUG=0 PFS_BIND=$(HOST):$(PORT) exec $(VENV)/bin/gunicorn -c gunicorn.conf.py

@@ -1,11 +1,15 @@
-"""Operators read the aggregators' batch rules and rejection counters; nothing here is editable."""
+"""Operators read the aggregators' batch rules and rejection counters; nothing here is editable.
+
+The leader's rules and counters are in the default store; the helper's counters are read from its
+own store (pfs_base.db_router) under "helper report rejections"."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest
 
-from aggregation.models import CollectionRules, ReportRejection
+from aggregation.models import CollectionRules, HelperReportRejection, ReportRejection
+from pfs_base.db_router import HELPER
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -31,3 +35,9 @@ class ReportRejectionAdmin(ReadOnlyAdmin):
     list_display = ["collection_key", "role", "reason", "count"]
     list_filter = ["role", "reason"]
     search_fields = ["collection_key"]
+
+
+@admin.register(HelperReportRejection)
+class HelperReportRejectionAdmin(ReportRejectionAdmin):
+    def get_queryset(self, request: HttpRequest):
+        return super().get_queryset(request).using(HELPER)

@@ -9,6 +9,13 @@ Neither trusts the other. Each, on its own:
   (aggregation.batch_rules);
 - adds its own discrete Gaussian noise when the collection uses aggregator noise
   (privacy.aggregator_noise), so either one alone being honest suffices.
+
+Each keeps its state in its own store (``Aggregator.store``, pfs_base.db_router): the helper's
+shares, keys, rules, spent tokens and counters are in the ``helper`` database. At aggregation the
+leader names the pairs it sums (``AggregateShare.pairs``: what its aggregate request carries, no
+report content); the helper sums exactly those, drops the rows no one named (left by a leader
+transaction that failed after the helper's committed) and refuses a batch whose named pair it
+does not hold.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from aggregation.models import (
     LeaderShare,
     StoredShare,
 )
+from pfs_base.db_router import aggregator_store
 from privacy import field as prime_field
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, add, field_sum
@@ -47,6 +55,7 @@ class AggregateShare:
     reports: int
     min_cohort: int
     field: str = FIELD64
+    pairs: tuple[str, ...] = ()  # the pair ids summed (the leader names them to the helper)
 
 
 def rules_shape(rules: CollectionRules) -> ReportShape:
@@ -62,6 +71,7 @@ class BatchRefused:
     min_cohort: int
     reason: str
     empty: bool  # no report at all: whether any device answered (and spent budget), no more
+    pairs: tuple[str, ...] = ()  # the pair ids this aggregator held for the batch
 
 
 def noise_rng() -> np.random.Generator | None:
@@ -74,6 +84,7 @@ class Aggregator:
     def __init__(self, role: str, model: type[StoredShare]) -> None:
         self.role = role
         self.model = model
+        self.store = aggregator_store(role)  # the database alias of this aggregator's state
 
     # ------------------------------------------------------------ keys and report shares
 
@@ -98,7 +109,7 @@ class Aggregator:
         collection opened was never served for it). Keys from the environment carry no time."""
         source = key_source(self.role)
         if source.kind == DATABASE:
-            rows = AggregatorKey.objects.filter(role=self.role, retired_at__isnull=False)
+            rows = AggregatorKey.objects.using(self.store).filter(role=self.role, retired_at__isnull=False)
             if for_collection_opened is not None:
                 rows = rows.filter(retired_at__gt=for_collection_opened)
             return [bytes(key) for key in rows.order_by("-retired_at").values_list("private_key", flat=True)]
@@ -109,14 +120,15 @@ class Aggregator:
         ]
 
     def _current_row(self) -> AggregatorKey:
-        key = AggregatorKey.objects.filter(role=self.role, retired_at__isnull=True).first()
+        keys = AggregatorKey.objects.using(self.store)
+        key = keys.filter(role=self.role, retired_at__isnull=True).first()
         if key is None:
             private, public = hpke.key_pair_generate()
             try:
-                with transaction.atomic():
-                    key = AggregatorKey.objects.create(role=self.role, public_key=public, private_key=private)
+                with transaction.atomic(using=self.store):
+                    key = keys.create(role=self.role, public_key=public, private_key=private)
             except IntegrityError:  # another process created it first: every device gets that one
-                key = AggregatorKey.objects.get(role=self.role, retired_at__isnull=True)
+                key = keys.get(role=self.role, retired_at__isnull=True)
         return key
 
     def open_share(
@@ -166,28 +178,60 @@ class Aggregator:
 
     # ------------------------------------------------------------ aggregation
 
-    def aggregate(self, collections: list[Collection]) -> dict[str, AggregateShare | BatchRefused]:
-        """Sum this aggregator's shares of each batch of one collection, then delete them (released or not).
+    def rules(self, key: str) -> CollectionRules | None:
+        """This aggregator's copy of a collection's rules."""
+        return CollectionRules.objects.using(self.store).filter(key=key).first()
 
-        The batches come keyed by batch key. Rate validation looks at the whole collection at
-        once — a flood into one cohort is a flood — so it is decided before any share is deleted.
+    def aggregate(
+        self, key: str, *, pairs: dict[str, tuple[str, ...]] | None = None
+    ) -> dict[str, AggregateShare | BatchRefused]:
+        """Sum this aggregator's shares of each batch of a collection, then delete them (released or not).
+
+        Results are keyed by batch key. ``pairs``: the pair ids the leader named, by batch key (the
+        helper's call): only those are summed, a batch whose named pair is not held here is refused,
+        and a batch or a share no one named is deleted uncounted. Rate validation looks at the whole
+        collection at once — a flood into one cohort is a flood — so it is decided before any share
+        is deleted. Run inside a transaction on this aggregator's store.
         """
-        if not collections:
-            return {}
-        key = collections[0].key
-        rules = CollectionRules.objects.filter(key=key).first()
-        flooded = rules is not None and rules.expected_rate is not None and self._flooded(key, rules)
+        collections = list(
+            Collection.objects.using(self.store).select_for_update().filter(key=key).order_by("batch_key")
+        )
+        rules = self.rules(key)
         # One read and one delete for the whole collection, not one per batch.
-        by_batch: dict[int, list[StoredShare]] = {collection.pk: [] for collection in collections}
-        for share in self.model.objects.filter(collection__in=collections).order_by("pk"):
-            by_batch[share.collection_id].append(share)
-        self.model.objects.filter(collection__in=collections).delete()
+        held: dict[str, list[StoredShare]] = {collection.batch_key: [] for collection in collections}
+        batch_of = {collection.pk: collection.batch_key for collection in collections}
+        shares = self.model.objects.using(self.store).filter(collection__in=collections).order_by("pk")
+        for share in shares:
+            held[batch_of[share.collection_id]].append(share)
+        self.model.objects.using(self.store).filter(collection__in=collections).delete()
+        lengths = {collection.batch_key: collection.length for collection in collections}
+        missing: set[str] = set()
+        if pairs is not None:
+            named = {batch_key: set(batch_pairs) for batch_key, batch_pairs in pairs.items()}
+            counted = {b: [s for s in held.get(b, []) if s.pair in named[b]] for b in named}
+            missing = {b for b in named if len(named[b]) > len(counted[b])}
+            held = counted
+        arrivals = [
+            at
+            for batch in held.values()
+            for share in batch
+            if share.source.startswith(REPORT_SOURCE)
+            for at in share.load_arrivals()
+        ]
+        flooded = (
+            rules is not None
+            and rules.expected_rate is not None
+            and rate_exceeded(arrivals, expected_rate=rules.expected_rate, window=rules.rate_window)
+        )
         results: dict[str, AggregateShare | BatchRefused] = {}
-        for collection in collections:
-            shares = by_batch[collection.pk]
-            reports = sum(share.reports for share in shares)
-            min_cohort = max([share.min_cohort for share in shares] + [rules.min_cohort if rules else 0])
-            if not shares or reports < min_cohort:
+        for batch_key, batch in held.items():
+            reports = sum(share.reports for share in batch)
+            min_cohort = max([share.min_cohort for share in batch] + [rules.min_cohort if rules else 0])
+            batch_pairs = tuple(share.pair for share in batch)
+            if batch_key in missing:
+                # The leader counted a pair this helper never stored: the sums would not match.
+                reason = "shares missing (a pair the leader named is not held)"
+            elif not batch or reports < min_cohort:
                 reason = f"fewer than {min_cohort:,} reports (the minimum cohort)"
             elif flooded:
                 reason = (
@@ -195,22 +239,18 @@ class Aggregator:
                     f"in a {rules.rate_window:g}-second window (rate validation)"
                 )
             else:
-                field, vector = self._noised_sum(shares, collection.length, rules)
-                results[collection.batch_key] = AggregateShare(
-                    vector=vector, reports=reports, min_cohort=min_cohort, field=field
+                field, vector = self._noised_sum(batch, lengths[batch_key], rules)
+                results[batch_key] = AggregateShare(
+                    vector=vector, reports=reports, min_cohort=min_cohort, field=field, pairs=batch_pairs
                 )
                 continue
-            results[collection.batch_key] = BatchRefused(
-                min_cohort=min_cohort, reason=f"{self.role}: {reason}", empty=reports == 0
+            results[batch_key] = BatchRefused(
+                min_cohort=min_cohort,
+                reason=f"{self.role}: {reason}",
+                empty=reports == 0 and batch_key not in missing,
+                pairs=batch_pairs,
             )
         return results
-
-    def _flooded(self, key: str, rules: CollectionRules) -> bool:
-        shares = self.model.objects.filter(collection__key=key, source__startswith=REPORT_SOURCE).only(
-            "arrivals", "created_at"
-        )
-        arrivals = [at for share in shares for at in share.load_arrivals()]
-        return rate_exceeded(arrivals, expected_rate=rules.expected_rate, window=rules.rate_window)
 
     def _noised_sum(
         self, shares: list[StoredShare], length: int, rules: CollectionRules | None

@@ -26,6 +26,7 @@ from aggregation.issuer import primes_unwrap, primes_wrap, wrapping_key_id
 from aggregation.keys import DATABASE, ENVIRONMENT, ROLES, StoredKey, key_file_write, key_new, key_source, source_keys
 from aggregation.models import AggregatorKey, CollectionRules, PendingReport, TokenIssuerKey
 from pfs_base.db_router import ISSUER as ISSUER_DB
+from pfs_base.db_router import aggregator_store
 
 
 class RotationRefused(Exception):
@@ -69,18 +70,20 @@ def _aggregator_rotate(role: str, now: datetime) -> Rotation:
             "before are closed, and restart"
         )
     if source.kind == DATABASE:
-        with transaction.atomic():
-            AggregatorKey.objects.filter(role=role, retired_at__isnull=True).update(retired_at=now)
+        store = aggregator_store(role)  # the helper's keys are in the helper's own store
+        keys = AggregatorKey.objects.using(store)
+        with transaction.atomic(using=store):
+            keys.filter(role=role, retired_at__isnull=True).update(retired_at=now)
             private, public = hpke.key_pair_generate()
-            AggregatorKey.objects.create(role=role, public_key=public, private_key=private)
-            retired = list(AggregatorKey.objects.filter(role=role, retired_at__isnull=False))
-            stale = [row.pk for row in retired if not _needed(row.retired_at)]
-            AggregatorKey.objects.filter(pk__in=stale).delete()
+            keys.create(role=role, public_key=public, private_key=private)
+            retired = list(keys.filter(role=role, retired_at__isnull=False))
+            stale = [row.pk for row in retired if not _needed(row.retired_at, store=store)]
+            keys.filter(pk__in=stale).delete()
         return Rotation(role, source.describe(), retired_kept=len(retired) - len(stale), retired_deleted=len(stale))
     path = Path(source.where)
     old = source_keys(source) if path.exists() else []
     retired = [StoredKey(stored.key, stored.retired_at or now) for stored in old]
-    kept = [stored for stored in retired if _needed(stored.retired_at)]
+    kept = [stored for stored in retired if _needed(stored.retired_at, store=aggregator_store(role))]
     key_file_write(path, [StoredKey(key_new())] + kept)
     return Rotation(role, source.describe(), retired_kept=len(kept), retired_deleted=len(retired) - len(kept))
 
@@ -123,16 +126,18 @@ def _issuer_rotate(now: datetime) -> Rotation:
     return Rotation(ISSUER, source.describe(), erased=erased, resealed=resealed)
 
 
-def _needed(retired_at: datetime | None) -> bool:
+def _needed(retired_at: datetime | None, *, store: str) -> bool:
     """A key retired at ``retired_at`` may still have to open a share: some collection opened before
-    is open, or has reports waiting to be verified. A key of unknown retirement is always kept."""
+    is open (by the rules in the aggregator's own ``store``), or has reports waiting to be verified.
+    A key of unknown retirement is always kept."""
     if retired_at is None or retired_at == datetime.min:
         return True
-    earlier = CollectionRules.objects.filter(created_at__lt=retired_at)
-    return (
-        earlier.filter(closed=False).exists()
-        or PendingReport.objects.filter(collection_key__in=earlier.values("key")).exists()
-    )
+    earlier = CollectionRules.objects.using(store).filter(created_at__lt=retired_at)
+    if earlier.filter(closed=False).exists():
+        return True
+    # The collections with uploads waiting (few; in the default store, so a list, not a subquery).
+    waiting = list(PendingReport.objects.values_list("collection_key", flat=True).distinct())
+    return earlier.filter(key__in=waiting).exists()
 
 
 def _closed_and_verified() -> list[str]:

@@ -1,7 +1,13 @@
-"""Storage of the two aggregators. The leader and the helper each keep their own table of shares.
+"""Storage of the two aggregators. The leader and the helper each keep their own table of shares,
+each in its own store (pfs_base.db_router: the helper's tables in the ``helper`` database).
 
 A share alone is a uniformly random vector modulo p: neither table holds anything that reveals a
 report. Shares are deleted as soon as their batch is aggregated (seed 000, Section 4.4.1).
+
+No transaction spans the two stores: the helper writes its share first and commits, then the
+leader writes its own with the same ``pair`` id; only the pairs the leader names are aggregated
+(aggregation.aggregators), so a leader transaction that fails leaves at most a helper share no one
+counts.
 """
 
 from __future__ import annotations
@@ -39,9 +45,15 @@ class Collection(models.Model):
 
 
 class StoredShare(models.Model):
-    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    # No cascade: a Collection is in both stores, a share table in one only, and Django's cascade
+    # would look for the other table in the same store. Shares are deleted before their collection.
+    collection = models.ForeignKey(Collection, on_delete=models.DO_NOTHING, related_name="+")
     # Who uploaded: a simulated shard uploads its devices' shares pre-summed as one pair.
     source = models.CharField(max_length=200)
+    # The same random hex id on the leader's share and the helper's share of one upload (a shard's
+    # pair, an aggregation job's output): the leader names the pairs to aggregate, the helper sums
+    # exactly those. "" only on rows older than the pair ids whose hand-over gave them none.
+    pair = models.CharField(max_length=100, default="", blank=True)
     vector = models.BinaryField(
         help_text="Residues of ``field``, little-endian: 8 bytes each (Field64), 16 (Field128)."
     )
@@ -85,6 +97,11 @@ class LeaderShare(StoredShare):
 
 
 class HelperShare(StoredShare):
+    # Insert-only, before the leader's transaction: a retried shard writes a second row of its
+    # source under a new pair (the first one is an orphan the leader never names).
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["collection", "pair"], name="unique_helpershare_pair")]
+
     def __str__(self) -> str:
         return f"helper share of {self.collection} from {self.source}"
 
@@ -135,6 +152,9 @@ class PendingReport(models.Model):
     body = models.BinaryField()
     # Floored to batch_rules.ARRIVAL_GRAIN by whoever writes it (aggregation.intake).
     received_at = models.DateTimeField(default=arrival_coarse)
+    # The aggregation job the row was taken into (aggregation.ingest): a durable id, so a run that
+    # failed after the helper stored the job is resumed with the same rows, not new ones.
+    job = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001 (None: no job; "" is no id)
 
     class Meta:
         indexes = [models.Index(fields=["collection_key", "id"], name="pending_report_collection")]
@@ -175,6 +195,9 @@ class SpentToken(models.Model):
     role = models.CharField(max_length=16)
     collection_key = models.CharField(max_length=200)
     token_digest = models.CharField(max_length=64)
+    # The aggregation job that spent it (None: a simulated or older record): a replayed job's own
+    # tokens do not count as spent, so it gets the verdicts it got the first time.
+    job = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001 (None: no job; "" is no id)
 
     class Meta:
         constraints = [
@@ -200,6 +223,28 @@ class ReportRejection(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role} rejected {self.count} in {self.collection_key}: {self.reason}"
+
+
+class HelperReportRejection(ReportRejection):
+    """The helper's rejection counters, as the admin reads them from the helper's store."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "helper report rejection"
+
+
+class HelperJob(models.Model):
+    """An aggregation job the helper has stored (in its own store only): a replay stores nothing again."""
+
+    collection_key = models.CharField(max_length=200)
+    job = models.CharField(max_length=100)
+    created_at = models.DateTimeField(default=arrival_coarse)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["collection_key", "job"], name="unique_helper_job")]
+
+    def __str__(self) -> str:
+        return f"helper job {self.job} of {self.collection_key}"
 
 
 class TokenIssuerKey(models.Model):

@@ -14,7 +14,10 @@ passes the helper its sealed share; each aggregator then, on its own:
    bound's ones (multi-hot), exactly one (one-hot), or a single bit — and neither aggregator learns
    more about the report than that. It cannot establish that the device randomized honestly.
 
-A report is stored only if both accept, in one transaction with both spent tokens; a rejection
+A report is stored only if both accept: as an aggregation job of one report (aggregation.ingest
+runs the same protocol on a chunk), the helper's output share and spent token first, in one
+transaction on its own store (a replay of a job it has stored writes nothing), then the leader's
+in one on the default store; a rejection
 changes nothing but the rejecting aggregators' counters (none for a collection that does not
 exist: an anonymous sender must not be able to create counters at will), and never fails a round:
 a rejected report is simply not in any sum.
@@ -25,17 +28,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import F
 
 from aggregation import hpke, wire
-from aggregation.aggregators import AGGREGATORS, REPORT_SOURCE, rules_shape
+from aggregation.aggregators import AGGREGATORS, LEADER, REPORT_SOURCE, rules_shape
+from aggregation.aggregators import HELPER as HELPER_AGGREGATOR
 from aggregation.issuer import issuer_public_key
-from aggregation.models import CollectionRules, ReportRejection, SpentToken
+from aggregation.models import CollectionRules, HelperJob, ReportRejection, SpentToken
 from aggregation.tokens import IssuerPublicKey, verify
-from aggregation.upload import CollectionClosed, Report, output_pair_store
+from aggregation.upload import CollectionClosed, Report, output_share_store
 from aggregation.verification import VerifyConfig, verify_reports
 from pfs_base import metrics
+from pfs_base.db_router import DEFAULT, HELPER, aggregator_store
 from privacy.report_vdaf import input_share_sizes, report_nonce
 
 # Why a report is rejected; each aggregator counts its own.
@@ -90,6 +95,13 @@ def reports_check(
     side and the helper's side each with its own state.
     """
     config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))
+    # The helper verifies with its own copy of the rules (its verification key), from its own store.
+    helper_rules = HELPER_AGGREGATOR.rules(rules.key)
+    if helper_rules is None:  # not configured for the collection: the helper takes none of its reports
+        return [ReportCheck(outputs={}, reasons={"helper": UNKNOWN_COLLECTION}) for _ in reports]
+    helper_config = VerifyConfig.of(
+        collection_key=rules.key, shape=rules_shape(helper_rules), verify_key=bytes(helper_rules.verify_key)
+    )
     opened: dict[str, list[bytes]] = {a.role: [] for a in AGGREGATORS}
     candidates: list[int] = []
     reasons: list[dict[str, str]] = []
@@ -101,7 +113,7 @@ def reports_check(
     if candidates:
         chosen = [reports[i] for i in candidates]
         nonces = [report_nonce(r.token.nonce) for r in chosen]
-        sides = verify_reports(config, nonces, [r.public for r in chosen], opened)
+        sides = verify_reports(config, nonces, [r.public for r in chosen], opened, helper_config=helper_config)
         for k, i in enumerate(candidates):
             refused = {role: PROOF_INVALID for role, side in sides.items() if not side.accepted[k]}
             if refused:
@@ -179,23 +191,31 @@ def report_submit(report: Report, *, rules: CollectionRules | None = None) -> Re
     if rules.closed:
         return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
     issuer = issuer_public_key(report.collection_key)
-    check = report_check(report, rules=rules, issuer=issuer, spent_at=_spent_at(report))
+    job = f"{REPORT_SOURCE}{report.token.digest}"  # a job of one report: a replay is the same job
+    check = report_check(report, rules=rules, issuer=issuer, spent_at=_spent_at(report, job=job))
     if not check.accepted:
         return _rejected(report.collection_key, check.reasons)
     try:
-        with transaction.atomic():
-            _hold_open(report.collection_key)
-            SpentToken.objects.bulk_create(
-                SpentToken(role=a.role, collection_key=report.collection_key, token_digest=report.token.digest)
-                for a in AGGREGATORS
-            )
-            output_pair_store(
-                rules=rules,
-                batch_key=report.batch_key,
-                source=f"{REPORT_SOURCE}{report.token.digest}",
-                outputs=check.outputs,
-                reports=1,
-            )
+        for aggregator in (HELPER_AGGREGATOR, LEADER):  # the helper's first, committed
+            with transaction.atomic(using=aggregator.store):
+                _hold_open(report.collection_key, using=aggregator.store)
+                if aggregator is HELPER_AGGREGATOR and not helper_job_begin(report.collection_key, job):
+                    continue  # stored by an earlier attempt of this job
+                SpentToken.objects.using(aggregator.store).create(
+                    role=aggregator.role,
+                    collection_key=report.collection_key,
+                    token_digest=report.token.digest,
+                    job=job,
+                )
+                output_share_store(
+                    role=aggregator.role,
+                    rules=rules,
+                    batch_key=report.batch_key,
+                    source=job,
+                    pair=job,
+                    output=check.outputs[aggregator.role],
+                    reports=1,
+                )
     except IntegrityError:  # the same token raced in concurrently: it was spent meanwhile
         return _rejected(report.collection_key, {a.role: TOKEN_REUSED for a in AGGREGATORS})
     except CollectionClosed:  # closed while the report was being checked
@@ -225,37 +245,50 @@ def upload_body_limit(rules: CollectionRules) -> int:
 
 
 def collection_close(*, collection_key: str) -> None:
-    """Stop accepting reports now; the shares already stored wait for aggregation.
+    """Stop accepting reports now, at both aggregators; the shares already stored wait for aggregation.
 
     The update waits for the uploads holding the rules row (``_hold_open``), so no report is stored
-    after this returns.
+    after this returns. The helper's first: a report it stores meanwhile the leader then refuses,
+    and the helper's share is never named.
     """
-    CollectionRules.objects.filter(key=collection_key).update(closed=True)
+    for store in (HELPER, DEFAULT):
+        CollectionRules.objects.using(store).filter(key=collection_key).update(closed=True)
 
 
-def _hold_open(collection_key: str) -> None:
+def helper_job_begin(collection_key: str, job: str) -> bool:
+    """Inside the helper's transaction: record that it stores ``job``; False when it has already."""
+    if HelperJob.objects.using(HELPER).filter(collection_key=collection_key, job=job).exists():
+        return False
+    HelperJob.objects.using(HELPER).create(collection_key=collection_key, job=job)
+    return True
+
+
+def _hold_open(collection_key: str, *, using: str = DEFAULT) -> None:
     """Inside the storing transaction: keep the collection from closing until it commits.
 
     PostgreSQL: a FOR SHARE row lock, which uploads share with each other but an UPDATE that
     closes the collection waits for (share_pair_upload then checks ``closed`` again). SQLite takes
     the database's write lock when the transaction starts, which serialises the same way.
     """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+    if connections[using].vendor == "postgresql":
+        with connections[using].cursor() as cursor:
             cursor.execute(
                 f"SELECT 1 FROM {CollectionRules._meta.db_table} WHERE key = %s FOR SHARE",  # noqa: S608 (a model's table)
                 [collection_key],
             )
 
 
-def _spent_at(report: Report) -> set[str]:
-    """The aggregators that have accepted the report's token before (each keeps its own record;
-    one query reads both, as one database holds both here)."""
-    return set(
-        SpentToken.objects.filter(collection_key=report.collection_key, token_digest=report.token.digest).values_list(
-            "role", flat=True
-        )
-    )
+def _spent_at(report: Report, *, job: str) -> set[str]:
+    """The aggregators that have accepted the report's token before, in another job than ``job``
+    (each reads its own record in its own store)."""
+    return {
+        aggregator.role
+        for aggregator in AGGREGATORS
+        if SpentToken.objects.using(aggregator.store)
+        .filter(role=aggregator.role, collection_key=report.collection_key, token_digest=report.token.digest)
+        .exclude(job=job)
+        .exists()
+    }
 
 
 def _rejected(collection_key: str, reasons: dict[str, str]) -> ReportOutcome:
@@ -264,17 +297,27 @@ def _rejected(collection_key: str, reasons: dict[str, str]) -> ReportOutcome:
 
 
 def rejections_add(*, collection_key: str, counts: dict[tuple[str, str], int]) -> None:
-    """Add to the rejection counters: ``counts`` maps (role, reason) to how many more."""
-    with transaction.atomic():
-        for (role, reason), count in sorted(counts.items()):  # a fixed order: no deadlock between callers
-            counter, _ = ReportRejection.objects.get_or_create(role=role, collection_key=collection_key, reason=reason)
-            ReportRejection.objects.filter(pk=counter.pk).update(count=F("count") + count)
-        metrics.reports_counted(rejected=counts)
+    """Add to the rejection counters: ``counts`` maps (role, reason) to how many more. Each
+    aggregator's counters are in its own store (the helper's first)."""
+    for store in (HELPER, DEFAULT):
+        mine = {key: count for key, count in counts.items() if aggregator_store(key[0]) == store}
+        if not mine:
+            continue
+        with transaction.atomic(using=store):
+            counters = ReportRejection.objects.using(store)
+            for (role, reason), count in sorted(mine.items()):  # a fixed order: no deadlock between callers
+                counter, _ = counters.get_or_create(role=role, collection_key=collection_key, reason=reason)
+                counters.filter(pk=counter.pk).update(count=F("count") + count)
+    metrics.reports_counted(rejected=counts)
 
 
 def rejections(collection_key: str) -> dict[str, dict[str, int]]:
     """Per aggregator, how many reports it rejected in the collection and why."""
     counts: dict[str, dict[str, int]] = {}
-    for row in ReportRejection.objects.filter(collection_key=collection_key).order_by("role", "reason"):
-        counts.setdefault(row.role, {})[row.reason] = row.count
+    for aggregator in AGGREGATORS:
+        rows = ReportRejection.objects.using(aggregator.store).filter(
+            role=aggregator.role, collection_key=collection_key
+        )
+        for row in rows.order_by("reason"):
+            counts.setdefault(row.role, {})[row.reason] = row.count
     return counts

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 from django.db import transaction
 
-from aggregation.aggregators import HELPER, LEADER, AggregateShare, combine_aggregates
+from aggregation.aggregators import HELPER as HELPER_AGGREGATOR
+from aggregation.aggregators import LEADER, AggregateShare, combine_aggregates
 from aggregation.ingest import reports_ingest
-from aggregation.models import Collection, CollectionRules, PendingReport
+from aggregation.models import Collection, CollectionRules, HelperJob, HelperShare, LeaderShare, PendingReport
+from pfs_base.db_router import DEFAULT, HELPER
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, to_counts, to_signed
 from privacy.mechanisms import mechanism_get
@@ -91,11 +93,12 @@ def collection_rules_open(
     """Configure both aggregators for a collection (idempotent: a second call returns the first rules).
 
     ``vdaf``: the Prio3 every uploaded report is verified with (privacy.report_vdaf.report_shape of
-    the recipe); each collection gets its own fresh verification key.
+    the recipe); each collection gets its own fresh verification key. Each aggregator keeps its own
+    copy of the rules, with the same verification key, in its own store.
     """
     if vdaf not in KINDS:
         raise ValueError(f"unknown report kind {vdaf!r}; known: {', '.join(KINDS)}")
-    rules, _ = CollectionRules.objects.get_or_create(
+    rules, opened = CollectionRules.objects.using(DEFAULT).get_or_create(
         key=key,
         defaults={
             "length": length,
@@ -108,33 +111,58 @@ def collection_rules_open(
             "vdaf": vdaf,
         },
     )
+    copied = {
+        field.name: getattr(rules, field.name)
+        for field in CollectionRules._meta.concrete_fields
+        if field.name not in ("id", "key", "created_at")
+    }
+    # Written now, committed at once in the helper's store: should the caller's transaction roll the
+    # leader's rules back, a later opening of the key replaces this copy rather than keeping a stale one.
+    helper_rules = CollectionRules.objects.using(HELPER)
+    if opened:
+        helper_rules.update_or_create(key=key, defaults=copied)
+    else:
+        helper_rules.get_or_create(key=key, defaults=copied)
+    # The same opening time: which retired keys may open its shares depends on it.
+    helper_rules.filter(key=key).update(created_at=rules.created_at)
     return rules
 
 
 def collection_discard(*, collection_key: str) -> None:
-    """Close a collection that will never be released and drop every share stored for it."""
-    with transaction.atomic():
-        CollectionRules.objects.filter(key=collection_key).update(closed=True)
-        Collection.objects.filter(key=collection_key).delete()
+    """Close a collection that will never be released and drop every share stored for it, in both stores."""
+    with transaction.atomic(using=DEFAULT), transaction.atomic(using=HELPER):
+        for store, share in ((DEFAULT, LeaderShare), (HELPER, HelperShare)):
+            CollectionRules.objects.using(store).filter(key=collection_key).update(closed=True)
+            share.objects.using(store).filter(collection__key=collection_key).delete()
+            Collection.objects.using(store).filter(key=collection_key).delete()
+        HelperJob.objects.using(HELPER).filter(collection_key=collection_key).delete()
         PendingReport.objects.filter(collection_key=collection_key).delete()
 
 
 def collection_release(*, collection_key: str, estimator: Estimator) -> list[BatchEstimate]:
     """Aggregate, combine and estimate each batch of a collection; batches below the cohort are suppressed.
 
-    Runs in one transaction with the deletion of the shares, so that a failure releases nothing
-    and loses nothing, and a caller that stores the release in the same transaction makes a
-    retried aggregation a no-op. The uploads still pending are verified first (aggregation.ingest):
-    a collection is closed before its release, so they are all the reports it received.
+    Runs in one transaction on each store with the deletion of the shares, so that a failure
+    releases nothing and loses nothing, and a caller that stores the release in the same transaction
+    makes a retried aggregation a no-op. (The helper's commits first: should the leader's commit
+    then fail, the helper lacks the pairs the leader names, and a retry refuses those batches —
+    fail closed.) The uploads still pending are verified first (aggregation.ingest): a collection
+    is closed before its release, so they are all the reports it received.
     """
     results: list[BatchEstimate] = []
-    with transaction.atomic():
+    with transaction.atomic(using=DEFAULT), transaction.atomic(using=HELPER):
         # From here on late reports are rejected: their shares would never be aggregated. (A device
         # round's collection is closed already: no row lock then, so late uploads are answered at once.)
-        CollectionRules.objects.filter(key=collection_key, closed=False).update(closed=True)
+        for aggregator in (LEADER, HELPER_AGGREGATOR):
+            CollectionRules.objects.using(aggregator.store).filter(key=collection_key, closed=False).update(closed=True)
         reports_ingest(collection_key=collection_key, wait=True)
-        collections = list(Collection.objects.select_for_update().filter(key=collection_key).order_by("batch_key"))
-        leaders, helpers = LEADER.aggregate(collections), HELPER.aggregate(collections)
+        leaders = LEADER.aggregate(collection_key)
+        # The leader's aggregate request: per batch, the pair ids it summed (no report content).
+        helpers = HELPER_AGGREGATOR.aggregate(
+            collection_key, pairs={batch_key: result.pairs for batch_key, result in leaders.items()}
+        )
+        HelperJob.objects.using(HELPER).filter(collection_key=collection_key).delete()
+        collections = list(Collection.objects.filter(key=collection_key).order_by("batch_key"))
         for collection in collections:
             leader, helper = leaders[collection.batch_key], helpers[collection.batch_key]
             if not isinstance(leader, AggregateShare) or not isinstance(helper, AggregateShare):

@@ -5,10 +5,13 @@ uploads a Report of two HPKE-sealed Prio3 input shares, a public share and a tok
 (aggregation.wire is its format, with no Django; aggregation.reports verifies it), and once both
 aggregators accept it each stores its output share (output_pair_store). With the crypto of aggregation.hpke and
 aggregation.tokens, this is all of aggregation that devices/ imports. The leader's share goes to
-the leader's storage and the helper's to the helper's; nothing else about the report is kept.
+the leader's store and the helper's to the helper's (pfs_base.db_router), under one pair id, the
+helper's first; nothing else about the report is kept.
 """
 
 from __future__ import annotations
+
+import secrets
 
 from django.db import transaction
 
@@ -16,10 +19,18 @@ from aggregation.aggregators import rules_shape
 from aggregation.models import FIELD64, FIELD128, Collection, CollectionRules, HelperShare, LeaderShare
 from aggregation.verification import VerifyConfig, output_sum, verify_reports
 from aggregation.wire import Report, SealedShare
+from pfs_base.db_router import DEFAULT, HELPER, aggregator_store
 from privacy.field import FieldVector
 from privacy.vdaf.field import Field128
 
-__all__ = ["CollectionClosed", "Report", "SealedShare", "output_pair_store", "share_pair_upload"]
+__all__ = [
+    "CollectionClosed",
+    "Report",
+    "SealedShare",
+    "output_pair_store",
+    "output_share_store",
+    "share_pair_upload",
+]
 
 
 class CollectionClosed(RuntimeError):
@@ -36,66 +47,110 @@ def share_pair_upload(
     reports: int,
     min_cohort: int,
 ) -> None:
-    """Store one (leader, helper) pair of shares for the batch ``batch_key`` of a collection."""
+    """Store one (leader, helper) pair of shares for the batch ``batch_key`` of a collection.
+
+    Under a fresh pair id: the helper's share first, committed in its own store; then the leader's
+    in the caller's transaction (a shard's). A shard retried after its transaction failed stores a
+    new pair; the helper's first share is then an orphan the leader never names.
+    """
     if leader_share.shape != helper_share.shape or leader_share.ndim != 1:
         raise ValueError("leader and helper shares must be vectors of one length")
+    pair = secrets.token_hex(16)
+    common = {"collection_key": collection_key, "batch_key": batch_key, "length": leader_share.size, "pair": pair}
+    common.update(source=source, reports=reports, min_cohort=min_cohort, field=FIELD64, check_open=True)
+    if CollectionRules.objects.filter(key=collection_key, closed=True).exists():  # no orphan when closed
+        raise CollectionClosed(f"collection {collection_key} is closed")
+    with transaction.atomic(using=HELPER):
+        share_store(store=HELPER, vector=helper_share.astype("<u8").tobytes(), **common)
     # No savepoint when the caller's transaction holds this one (a shard's, a report's): a failure
     # here fails the caller's whole transaction anyway.
     with transaction.atomic(savepoint=False):
-        if CollectionRules.objects.filter(key=collection_key, closed=True).exists():
-            raise CollectionClosed(f"collection {collection_key} is closed")
-        collection, _ = Collection.objects.get_or_create(
-            key=collection_key, batch_key=batch_key, defaults={"length": leader_share.size}
-        )
-        if collection.length != leader_share.size:
-            raise ValueError(f"share length {leader_share.size} != collection length {collection.length}")
-        for model, share in ((LeaderShare, leader_share), (HelperShare, helper_share)):
-            model.objects.create(
-                collection=collection,
-                source=source,
-                vector=share.astype("<u8").tobytes(),
-                reports=reports,
-                min_cohort=min_cohort,
-            )
+        share_store(store=DEFAULT, vector=leader_share.astype("<u8").tobytes(), **common)
 
 
-def output_pair_store(
+def share_store(
     *,
+    store: str,
+    collection_key: str,
+    batch_key: str,
+    length: int,
+    pair: str,
+    source: str,
+    vector: bytes,
+    field: str,
+    reports: int,
+    min_cohort: int,
+    arrivals: bytes = b"",
+    check_open: bool,
+) -> None:
+    """One aggregator's share, in its own store (inside the caller's transaction on that store).
+
+    ``check_open``: raise CollectionClosed when that aggregator's rules of the collection are closed.
+    """
+    if check_open and CollectionRules.objects.using(store).filter(key=collection_key, closed=True).exists():
+        raise CollectionClosed(f"collection {collection_key} is closed")
+    collection, _ = Collection.objects.using(store).get_or_create(
+        key=collection_key, batch_key=batch_key, defaults={"length": length}
+    )
+    if collection.length != length:
+        raise ValueError(f"share length {length} != collection length {collection.length}")
+    model = HelperShare if store == HELPER else LeaderShare
+    model.objects.using(store).create(
+        collection=collection,
+        source=source,
+        pair=pair,
+        vector=vector,
+        field=field,
+        reports=reports,
+        min_cohort=min_cohort,
+        arrivals=arrivals,
+    )
+
+
+def output_share_store(
+    *,
+    role: str,
     rules: CollectionRules,
     batch_key: str,
     source: str,
-    outputs: dict[str, bytes],
+    pair: str,
+    output: bytes,
     reports: int,
     arrivals: bytes = b"",
     check_open: bool = True,
     min_cohort: int | None = None,
 ) -> None:
-    """Store verified reports' output shares: each aggregator its own, summed and encoded in the VDAF's field.
+    """Store one aggregator's sum of verified reports' output shares, encoded in the VDAF's field, in
+    its own store (inside the caller's transaction on that store).
 
-    ``outputs`` maps each role to its encoded sum of the reports' output shares
-    (aggregation.verification.output_sum). ``check_open``: raise CollectionClosed for a closed
-    collection (the per-report path; the drain before a release stores into a closed one).
-    ``min_cohort``: the one the devices routed with, when larger than the rules'.
+    ``output``: the encoded sum (aggregation.verification.output_sum). ``check_open``: raise
+    CollectionClosed for a closed collection (the per-report path; the drain before a release stores
+    into a closed one). ``min_cohort``: the one the devices routed with, when larger than the rules'.
     """
-    field = FIELD128 if rules_shape(rules).vdaf().field is Field128 else FIELD64
+    share_store(
+        store=aggregator_store(role),
+        collection_key=rules.key,
+        batch_key=batch_key,
+        length=rules.length,
+        pair=pair,
+        source=source,
+        vector=output,
+        field=FIELD128 if rules_shape(rules).vdaf().field is Field128 else FIELD64,
+        reports=reports,
+        min_cohort=max(rules.min_cohort, min_cohort or 0),
+        arrivals=arrivals,
+        check_open=check_open,
+    )
+
+
+def output_pair_store(*, outputs: dict[str, bytes], pair: str | None = None, **kwargs) -> None:
+    """Both aggregators' output_share_store under one pair id (a fresh one when None): the helper's
+    committed first in its own store, then the leader's in the caller's transaction."""
+    pair = pair or secrets.token_hex(16)
+    with transaction.atomic(using=HELPER):
+        output_share_store(role="helper", pair=pair, output=outputs["helper"], **kwargs)
     with transaction.atomic(savepoint=False):
-        if check_open and CollectionRules.objects.filter(pk=rules.pk, closed=True).exists():
-            raise CollectionClosed(f"collection {rules.key} is closed")
-        collection, _ = Collection.objects.get_or_create(
-            key=rules.key, batch_key=batch_key, defaults={"length": rules.length}
-        )
-        if collection.length != rules.length:
-            raise ValueError(f"collection {collection} holds vectors of {collection.length}, not {rules.length}")
-        for model, role in ((LeaderShare, "leader"), (HelperShare, "helper")):
-            model.objects.create(
-                collection=collection,
-                source=source,
-                vector=outputs[role],
-                field=field,
-                reports=reports,
-                min_cohort=max(rules.min_cohort, min_cohort or 0),
-                arrivals=arrivals,
-            )
+        output_share_store(role="leader", pair=pair, output=outputs["leader"], **kwargs)
 
 
 def verified_reports_upload(
@@ -121,7 +176,12 @@ def verified_reports_upload(
     config = VerifyConfig.of(
         collection_key=collection_key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key)
     )
-    sides = verify_reports(config, nonces, public_shares, {"leader": leader_shares, "helper": helper_shares})
+    helper_rules = CollectionRules.objects.using(HELPER).get(key=collection_key)  # the helper's own copy
+    helper_config = VerifyConfig.of(
+        collection_key=collection_key, shape=rules_shape(helper_rules), verify_key=bytes(helper_rules.verify_key)
+    )
+    shares = {"leader": leader_shares, "helper": helper_shares}
+    sides = verify_reports(config, nonces, public_shares, shares, helper_config=helper_config)
     kept = [k for k in range(len(nonces)) if all(side.accepted[k] for side in sides.values())]
     refused = {
         (role, PROOF_INVALID): side.accepted.count(False) for role, side in sides.items() if not all(side.accepted)

@@ -93,14 +93,18 @@ def verify_reports(
     nonces: Sequence[bytes],
     public_shares: Sequence[bytes],
     input_shares: dict[str, Sequence[bytes]],
+    *,
+    helper_config: VerifyConfig | None = None,
 ) -> dict[str, AggregatorVerification]:
     """One round of verification of reports both aggregators hold a share of: each side, finished.
 
     ``input_shares[role]``: that aggregator's input shares, one per report. The helper's verifier
     shares go to the leader, the leader's messages come back; each side's ``accepted`` says which
-    reports it accepts (a report counts only if both do).
+    reports it accepts (a report counts only if both do). ``config`` is the leader's configuration,
+    ``helper_config`` the helper's own (from its copy of the rules; the leader's when None).
     """
-    sides = {role: AggregatorVerification(role, config) for role in AGG_IDS}
+    configs = {"leader": config, "helper": helper_config or config}
+    sides = {role: AggregatorVerification(role, configs[role]) for role in AGG_IDS}
     verifier_shares = {role: side.start(nonces, public_shares, input_shares[role]) for role, side in sides.items()}
     messages = leader_combine(config, verifier_shares["leader"], verifier_shares["helper"])
     for side in sides.values():

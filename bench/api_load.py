@@ -462,7 +462,7 @@ def database_prepare(*, admin_url: str, name: str, redis_url: str, devices: int)
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as admin:
-        for database in (name, f"{name}_issuer"):  # the issuer's own store beside it (pfs_base.db_router)
+        for database in (name, f"{name}_issuer", f"{name}_helper"):  # the issuer's and the helper's own stores
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
             admin.execute(f'CREATE DATABASE "{database}"')
     url = urllib.parse.urlsplit(admin_url)._replace(path=f"/{name}").geturl()
@@ -470,6 +470,7 @@ def database_prepare(*, admin_url: str, name: str, redis_url: str, devices: int)
     env = server_env(database_url=url, redis_url=redis_url, PFS_TASK_MODE="thread")
     manage(env, "migrate", "--noinput")
     manage(env, "migrate", "--database", "issuer", "--noinput")
+    manage(env, "migrate", "--database", "helper", "--noinput")
     manage(env, "seed_demo", "--devices", str(devices))
     with tempfile.TemporaryDirectory() as tmp:
         for analysis, recipe in DEMO_ROUNDS:

@@ -65,6 +65,7 @@ def seed(env: dict[str, str]) -> int:
     from tests.conftest import FLEET_SIZE, RECIPE, SHARD_SIZE, SPEC
 
     call_command("migrate", verbosity=0)
+    call_command("migrate", database="helper", verbosity=0)  # the helper's own store (pfs_base.db_router)
     users = get_user_model().objects
     analyst = users.create_user("alice", password="alice-password")
     officer = users.create_user("olivia", password="olivia-password")

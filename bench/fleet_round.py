@@ -69,6 +69,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
     from devices.fleet_io import fleet_create
 
     call_command("migrate", verbosity=0)
+    call_command("migrate", database="helper", verbosity=0)  # the helper's own store (pfs_base.db_router)
     officer = get_user_model().objects.create_user("officer", is_staff=True)
     built = time.perf_counter()
     fleet = fleet_create(name="bench", size=devices, seed=1, shard_size=shard_size())
@@ -210,8 +211,9 @@ def fresh_database(admin_url: str, name: str) -> str:
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{name}"')
+        for database in (name, f"{name}_issuer", f"{name}_helper"):  # the issuer's and the helper's own stores
+            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{database}"')
     return urllib.parse.urlsplit(admin_url)._replace(path=f"/{name}").geturl()
 
 

@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     assert spec["vocabulary"] == list(TOKENS), "the example spec's vocabulary is no longer devices.synthetic.TOKENS"
 
     call_command("migrate", verbosity=0)
+    call_command("migrate", database="helper", verbosity=0)  # the helper's own store (pfs_base.db_router)
     officer = get_user_model().objects.create_user("officer", is_staff=True)
     profile = Profile()
     instrument(profile, args.seed)

@@ -42,6 +42,7 @@ def main() -> None:
     from privacy.mechanisms import AsymmetricOHE
 
     call_command("migrate", verbosity=0)
+    call_command("migrate", database="helper", verbosity=0)  # the helper's own store (pfs_base.db_router)
     mechanism = AsymmetricOHE(epsilon0=4.0)
     rng = np.random.default_rng(3)
     timings = []

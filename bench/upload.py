@@ -128,7 +128,7 @@ def main() -> None:
     connections = [int(c) for c in options.connections.split(",")]
 
     database_url = f"postgres://postgres@127.0.0.1:5432/{options.database}"
-    for name in (options.database, f"{options.database}_issuer"):  # the issuer's own store beside it
+    for name in (options.database, f"{options.database}_issuer", f"{options.database}_helper"):  # own stores
         for statement in (f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}"):
             subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", statement, "postgres"], check=True)
     subprocess.run([PY, "-c", f"import redis; redis.Redis.from_url({options.redis!r}).flushdb()"], check=True)
@@ -153,6 +153,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     call_command("migrate", database="issuer", verbosity=0)
+    call_command("migrate", database="helper", verbosity=0)
     if options.prio3:
         prio3_ingest(options)
         return

@@ -1,4 +1,4 @@
-"""Which database holds which model: the token issuer's state in a store of its own.
+"""Which database holds which model: the token issuer and the helper each keep a store of their own.
 
 The issuer knows which device asked for a token in which collection (``IssuedToken``) and holds
 each collection's signing key (``TokenIssuerKey``); the aggregators know which token came with
@@ -6,30 +6,66 @@ which report. Kept in one database the two could be joined (issue 17). So the is
 live in the ``issuer`` alias — its own SQLite file on the embedded default, its own PostgreSQL
 database in the documented deployment — and nothing else does. They name their collection by its
 key, a plain value: no foreign key crosses the stores.
+
+Likewise the helper, whose non-collusion with the leader is the whole of the privacy argument,
+keeps its state and its private keys in the ``helper`` alias. It has the same schema as the
+leader's aggregator tables (``HELPER_MODELS``: collections, rules, keys, spent tokens, rejection
+counters, all with rows of its own) and the only table of helper shares; the leader's shares and
+the pending uploads stay in ``default``. An aggregator names its store (aggregation.aggregators
+``Aggregator.store``) and queries the shared models ``.using()`` it; the routing below is the
+fallback for code that names no store: the leader's.
 """
 
 from __future__ import annotations
 
+DEFAULT = "default"
 ISSUER = "issuer"
+HELPER = "helper"
 ISSUER_MODELS = frozenset({("aggregation", "tokenissuerkey"), ("aggregation", "issuedtoken")})
+HELPER_ONLY_MODELS = frozenset({("aggregation", "helpershare"), ("aggregation", "helperjob")})
+# The aggregator tables both aggregators keep, each in its own store, with its own rows.
+HELPER_MODELS = HELPER_ONLY_MODELS | {
+    ("aggregation", name)
+    for name in ("collection", "collectionrules", "aggregatorkey", "spenttoken", "reportrejection")
+}
 
 
 def store_of(app_label: str, model_name: str | None) -> str:
-    return ISSUER if (app_label, model_name) in ISSUER_MODELS else "default"
+    """Where a model is read and written when the caller names no store."""
+    if (app_label, model_name) in ISSUER_MODELS:
+        return ISSUER
+    if (app_label, model_name) in HELPER_ONLY_MODELS:
+        return HELPER
+    return DEFAULT
+
+
+def stores_of(app_label: str, model_name: str | None) -> frozenset[str]:
+    """Every store that holds a table of the model."""
+    if (app_label, model_name) in HELPER_ONLY_MODELS:
+        return frozenset({HELPER})
+    if (app_label, model_name) in HELPER_MODELS:
+        return frozenset({DEFAULT, HELPER})
+    return frozenset({store_of(app_label, model_name)})
+
+
+def aggregator_store(role: str) -> str:
+    """The store of an aggregator role ("leader" or "helper")."""
+    return HELPER if role == "helper" else DEFAULT
 
 
 class StoreRouter:
     def db_for_read(self, model, **hints) -> str:
+        instance = hints.get("instance")
+        if instance is not None and instance._state.db in stores_of(model._meta.app_label, model._meta.model_name):
+            return instance._state.db  # a related row of one read from the helper's store stays there
         return store_of(model._meta.app_label, model._meta.model_name)
 
     def db_for_write(self, model, **hints) -> str:
-        return store_of(model._meta.app_label, model._meta.model_name)
+        return self.db_for_read(model, **hints)
 
     def allow_relation(self, obj1, obj2, **hints) -> bool:
-        return store_of(obj1._meta.app_label, obj1._meta.model_name) == store_of(
-            obj2._meta.app_label, obj2._meta.model_name
-        )
+        return obj1._state.db == obj2._state.db
 
     def allow_migrate(self, db: str, app_label: str, model_name: str | None = None, **hints) -> bool:
         # Operations that name no model (none in this project yet) run on the default store only.
-        return store_of(app_label, model_name) == db
+        return db in stores_of(app_label, model_name)

@@ -28,6 +28,8 @@ def readiness() -> tuple[bool, dict[str, Any]]:
     checks: dict[str, Any] = {"database": database_check()}
     # The token issuer's own store (pfs_base.db_router): without it no device gets a token.
     checks["issuer_database"] = database_check("issuer")
+    # The helper's own store: without it no report is verified or released.
+    checks["helper_database"] = database_check("helper")
     if settings.REDIS_URL:
         checks["redis"] = redis_check(settings.REDIS_URL, timeout=timeout)
     if settings.PFS_TASK_MODE == "celery":

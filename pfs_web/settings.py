@@ -148,32 +148,39 @@ def _database(url: str, *, test_sqlite: str) -> dict:
     return database
 
 
-def _issuer_database_url(default_url: str) -> str:
-    """The issuer's own store (seed 003, 4.3): ISSUER_DATABASE_URL, or beside the default one —
-    its own SQLite file under var/, or on the same PostgreSQL server a database named <name>_issuer."""
-    explicit = env_str("ISSUER_DATABASE_URL")
+def _store_database_url(default_url: str, role: str) -> str:
+    """A role's own store (seed 003, 4.3; "issuer" or "helper"): <ROLE>_DATABASE_URL, or beside the
+    default one — its own SQLite file <role>.sqlite3 in the default file's folder (var/ on the
+    embedded default), or on the same PostgreSQL server a database named <name>_<role>."""
+    explicit = env_str(f"{role.upper()}_DATABASE_URL")
     if explicit:
         return explicit
     if default_url.startswith("sqlite:"):
-        return f"sqlite:///{BASE_DIR / 'var' / 'issuer.sqlite3'}"
+        path = dj_database_url.parse(default_url)["NAME"]
+        folder = Path(path).parent if path and path != ":memory:" else BASE_DIR / "var"
+        return f"sqlite:///{folder / f'{role}.sqlite3'}"
     base, slash, name = default_url.partition("?")[0].rpartition("/")
     if not slash or not name:
-        raise ImproperlyConfigured("DATABASE_URL names no database: set ISSUER_DATABASE_URL too")
+        raise ImproperlyConfigured(f"DATABASE_URL names no database: set {role.upper()}_DATABASE_URL too")
     query = default_url.partition("?")[2]
-    return f"{base}/{name}_issuer" + (f"?{query}" if query else "")
+    return f"{base}/{name}_{role}" + (f"?{query}" if query else "")
 
 
-# Separated stores: the token issuer keeps its keys and its records of who got a token in a database
-# of its own (pfs_base.db_router), so the aggregators' store holds nothing to join them with. The
-# leader and the helper still share the default database (their tables are apart).
+# Separated stores (pfs_base.db_router): the token issuer keeps its keys and its records of who got a
+# token in a database of its own, so the aggregators' stores hold nothing to join them with; the
+# helper keeps its shares, its records and its private keys in another, so the leader's holds none.
 _DEFAULT_DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'pfs.sqlite3'}")
 DATABASES = {
     "default": _database(
         _DEFAULT_DATABASE_URL, test_sqlite=env_str("TEST_SQLITE_PATH", str(BASE_DIR / "var" / "test.sqlite3"))
     ),
     "issuer": _database(
-        _issuer_database_url(_DEFAULT_DATABASE_URL),
+        _store_database_url(_DEFAULT_DATABASE_URL, "issuer"),
         test_sqlite=env_str("TEST_ISSUER_SQLITE_PATH", str(BASE_DIR / "var" / "test-issuer.sqlite3")),
+    ),
+    "helper": _database(
+        _store_database_url(_DEFAULT_DATABASE_URL, "helper"),
+        test_sqlite=env_str("TEST_HELPER_SQLITE_PATH", str(BASE_DIR / "var" / "test-helper.sqlite3")),
     ),
 }
 DATABASE_ROUTERS = ["pfs_base.db_router.StoreRouter"]

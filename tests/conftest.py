@@ -153,7 +153,7 @@ def browser():
         browser.close()
 
 
-STORES = ("default", "issuer")  # the database aliases (pfs_web.settings)
+STORES = ("default", "issuer", "helper")  # the database aliases (pfs_web.settings)
 _DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
 
 
@@ -168,8 +168,9 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def _with_every_store(item) -> None:
-    """A database test gets the issuer's store as well as the default one (pfs_base.db_router): any
-    round on real devices reaches the issuer. Its own django_db marker's arguments are kept."""
+    """A database test gets the issuer's and the helper's stores as well as the default one
+    (pfs_base.db_router): any round reaches the helper, any round on real devices the issuer. Its own
+    django_db marker's arguments are kept."""
     marker = item.get_closest_marker("django_db")
     kwargs = dict(marker.kwargs) if marker else {}
     if "transaction" not in kwargs and marker is not None and marker.args:

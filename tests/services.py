@@ -64,6 +64,7 @@ class Worker:
             "DEBUG": "0",
             "DATABASE_URL": test_database_url(),
             "ISSUER_DATABASE_URL": test_database_url("issuer"),
+            "HELPER_DATABASE_URL": test_database_url("helper"),
             "REDIS_URL": redis_url,
             "PFS_TASK_MODE": "celery",
             "PFS_TASK_QUEUE": queue,

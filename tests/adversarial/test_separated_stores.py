@@ -1,10 +1,15 @@
-"""Separated stores and private keys (issue 17): the issuer's state in a database of its own, keys
-from the environment or a key file, and `manage.py rotate_keys` — which must not break a
-collection already open. Everything a device does goes through its HTTP endpoints."""
+"""Separated stores and private keys (issue 17): the issuer's state and the helper's each in a
+database of their own, keys from the environment or a key file, and `manage.py rotate_keys` — which
+must not break a collection already open. Everything a device does goes through its HTTP endpoints.
+
+With no transaction across the leader's and the helper's stores, a failure between the helper's
+commit and the leader's must neither lose nor double a report: the attacks below fail the leader's
+transaction after the helper's committed and compare the release with one of a run without fault."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import os
 import subprocess
@@ -21,14 +26,31 @@ from django.core.management.base import CommandError
 from django.db import connections
 from django.test import override_settings
 
-from aggregation import hpke
+from aggregation import aggregators, hpke, ingest
 from aggregation.aggregators import HELPER, LEADER
 from aggregation.issuer import issuer_key, issuer_public_key
 from aggregation.keys import KeysUnavailable, key_file_read
-from aggregation.models import AggregatorKey, IssuedToken, LeaderShare, PendingReport, TokenIssuerKey
+from aggregation.models import (
+    AggregatorKey,
+    Collection,
+    CollectionRules,
+    HelperJob,
+    HelperShare,
+    IssuedToken,
+    LeaderShare,
+    PendingReport,
+    ReportRejection,
+    SpentToken,
+    TokenIssuerKey,
+)
 from aggregation.reports import collection_close, rejections
+from analyses import tasks
+from analyses.models import Round
+from analyses.services.recipes import recipe_create
+from analyses.services.rounds import round_dispatch
+from devices.models import ShardRun
 from devices.report_client import AggregatorKeys, report_seal
-from tests.unit.test_device_http import CENTRAL, shape_of, start, upload, verify
+from tests.unit.test_device_http import CENTRAL, shape_of, start, upload, verify, with_close
 
 ROOT_DIR = Path(__file__).resolve().parents[2]  # the checkout (manage.py)
 
@@ -142,7 +164,7 @@ def test_rotating_an_aggregator_key_keeps_open_collections_working(api, phones, 
         if source == "file":
             assert len(key_file_read(path)) == 1
         else:
-            assert AggregatorKey.objects.filter(role="helper").count() == 1
+            assert AggregatorKey.objects.using("helper").filter(role="helper").count() == 1
 
 
 def test_rotating_the_issuer_keeps_open_collections_keys_and_erases_closed_ones(
@@ -262,3 +284,256 @@ def test_a_key_retired_before_a_collection_opened_does_not_open_its_shares(api, 
     assert upload(tagged).status_code == 202
     verify(key)
     assert rejections(key) == {"helper": {"share_unopened": 1}} and _accepted(key) == 0
+
+
+# ---------------------------------------------------------------- the helper's store
+
+
+def _tables(alias: str) -> set[str]:
+    return set(connections[alias].introspection.table_names())
+
+
+def test_the_helpers_shares_keys_and_records_live_in_its_own_store_and_nowhere_else(
+    api, phones, central_round, django_capture_on_commit_callbacks
+) -> None:
+    _, devices = phones
+    key = central_round.task_key
+    tokens = [device.token(key) for device in devices[:4]]
+    for device, token in zip(devices, tokens, strict=False):
+        assert upload(device.report(key, 2, token=token)).status_code == 202
+    assert upload(devices[0].report(key, 3, token=tokens[0])).status_code == 202  # a replay: rejected
+    verify(key)
+    assert upload(devices[4].report(key, 1)).status_code == 202  # still pending
+
+    default, helper = _tables("default"), _tables("helper")
+    assert HelperShare._meta.db_table not in default and HelperJob._meta.db_table not in default
+    for model in (LeaderShare, PendingReport, IssuedToken, TokenIssuerKey):
+        assert model._meta.db_table not in helper
+    # The leader's store: the leader's shares, key, tokens and counters; nothing of the helper's.
+    assert LeaderShare.objects.filter(collection__key=key).exists() and PendingReport.objects.exists()
+    for model in (AggregatorKey, SpentToken, ReportRejection):
+        assert set(model.objects.using("default").values_list("role", flat=True)) == {"leader"}
+    # The helper's: its shares, its key, its tokens and counters, its copy of the rules.
+    assert HelperShare.objects.using("helper").filter(collection__key=key).exists()
+    for model in (AggregatorKey, SpentToken, ReportRejection):
+        assert set(model.objects.using("helper").values_list("role", flat=True)) == {"helper"}
+    leader_rules, helper_rules = (CollectionRules.objects.using(s).get(key=key) for s in ("default", "helper"))
+    assert bytes(leader_rules.verify_key) == bytes(helper_rules.verify_key)
+    assert bytes(AggregatorKey.objects.using("helper").get().private_key) not in {
+        bytes(k) for k in AggregatorKey.objects.using("default").values_list("private_key", flat=True)
+    }
+    assert rejections(key) == {"helper": {"token_reused": 1}, "leader": {"token_reused": 1}}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        with_close(api, central_round)
+    assert api.get(f"/api/rounds/{central_round.pk}/release/").json()["reports"] == 5
+    for alias in ("default", "helper"):  # both aggregators' shares deleted once aggregated
+        assert not (LeaderShare if alias == "default" else HelperShare).objects.using(alias).exists()
+    assert not HelperJob.objects.using("helper").exists()
+
+
+def _seeded_noise(monkeypatch) -> None:
+    """Both aggregators draw the same noise in every run: releases compare exactly."""
+    monkeypatch.setattr(aggregators, "noise_rng", lambda: np.random.default_rng(7))
+
+
+def _device_round(api, devices, name: str, *, django_capture_on_commit_callbacks, fault=None) -> dict:
+    """A round on real devices: 6 reports (one a replay), verified (``fault`` active), closed, released."""
+    round_ = start(api, {**CENTRAL, "recipeIdentifier": name})
+    key = round_.task_key
+    for device, bucket in zip(devices, [1, 1, 2, 5, 5, 5], strict=False):
+        assert upload(device.report(key, bucket)).status_code == 202
+    if fault is None:
+        verify(key)
+    else:
+        with fault(), pytest.raises(RuntimeError, match="leader's transaction"):
+            verify(key)
+    with django_capture_on_commit_callbacks(execute=True):
+        with_close(api, round_)
+    release = api.get(f"/api/rounds/{round_.pk}/release/").json()
+    release["rejections"] = rejections(key)
+    return release
+
+
+def test_ingest_failing_after_the_helper_committed_resumes_the_job_and_releases_as_a_clean_run(
+    api, phones, phones_analysis, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    _, devices = phones
+    _seeded_noise(monkeypatch)
+    clean = _device_round(api, devices, "clean", django_capture_on_commit_callbacks=django_capture_on_commit_callbacks)
+    real_store = ingest.output_share_store
+    calls = []
+
+    def leader_fails_once(**kwargs) -> None:
+        if kwargs["role"] == "leader" and not calls:
+            calls.append(kwargs["pair"])
+            assert HelperShare.objects.using("helper").filter(pair=kwargs["pair"]).exists()  # committed first
+            raise RuntimeError("the worker died in the leader's transaction")
+        real_store(**kwargs)
+
+    class Fault:
+        def __enter__(self):
+            monkeypatch.setattr(ingest, "output_share_store", leader_fails_once)
+
+        def __exit__(self, *exc):
+            monkeypatch.setattr(ingest, "output_share_store", real_store)
+            return False
+
+    faulted = _device_round(
+        api, devices, "faulted", django_capture_on_commit_callbacks=django_capture_on_commit_callbacks, fault=Fault
+    )
+    assert calls  # the fault happened
+    assert faulted["reports"] == clean["reports"] == 6
+    assert faulted["rejections"] == clean["rejections"] == {}  # no token_reused: the job was resumed
+    assert [b["estimate"] for b in faulted["buckets"]] == [b["estimate"] for b in clean["buckets"]]
+    assert faulted["refusals"] == clean["refusals"] == {}
+
+
+def _simulated_round(analysis, recipe, analyst, name: str, *, between=None) -> Round:
+    """A simulated round, shard by shard as the worker runs it (seed 5: the same coins every time)."""
+    recipe_obj = recipe_create(analysis=analysis, content={**recipe, "recipeIdentifier": name}, user=analyst)
+    round_ = Round.objects.create(recipe=recipe_obj, seed=5, created_by=analyst)
+    for shard_id in round_dispatch(round_id=round_.pk):
+        with contextlib.suppress(RuntimeError):  # a worker that died: the broker redelivers (``between``)
+            tasks.run_shard.apply(args=(round_.pk, shard_id))
+    if between is not None:
+        between(round_)
+    tasks.aggregate_round.apply(args=(round_.pk,))
+    round_.refresh_from_db()
+    return round_
+
+
+def _estimates(round_: Round) -> list:
+    return [(batch.get("cohort"), batch.get("estimates")) for batch in round_.release.content["batches"]]
+
+
+def test_a_shard_failing_after_the_helper_committed_is_retried_and_releases_as_a_clean_run(
+    analysis, recipe, analyst, monkeypatch
+) -> None:
+    clean = _simulated_round(analysis, recipe, analyst, "clean")
+    real_create = ShardRun.objects.create
+    failed = []
+
+    def fail_shard_1_once(**fields):  # the last write of the shard's (the leader's) transaction
+        if fields["shard"].index == 1 and not failed:
+            failed.append(fields["shard"].pk)
+            raise RuntimeError("the worker died in the leader's transaction")
+        return real_create(**fields)
+
+    monkeypatch.setattr(ShardRun.objects, "create", fail_shard_1_once)
+
+    def redeliver(round_: Round) -> None:
+        assert failed and not LeaderShare.objects.filter(source=f"shard:{failed[0]}").exists()
+        assert HelperShare.objects.filter(source=f"shard:{failed[0]}").count() == 1  # the orphan
+        tasks.run_shard.apply(args=(round_.pk, failed[0]))  # the message redelivered
+        assert HelperShare.objects.filter(source=f"shard:{failed[0]}").count() == 2
+
+    retried = _simulated_round(analysis, recipe, analyst, "retried", between=redeliver)
+    assert clean.status == retried.status == Round.Status.RELEASED
+    assert retried.release.content["reports"] == clean.release.content["reports"]
+    assert _estimates(retried) == _estimates(clean)
+    assert not HelperShare.objects.exists()  # the orphan deleted with the rest, uncounted
+
+
+def test_a_helper_share_the_leader_never_names_is_not_counted(analysis, recipe, analyst) -> None:
+    clean = _simulated_round(analysis, recipe, analyst, "clean")
+
+    def smuggle(round_: Round) -> None:  # a helper row no leader row names, as a failed upload leaves
+        stored = HelperShare.objects.filter(collection__key=round_.task_key).first()
+        HelperShare.objects.create(
+            collection=stored.collection,
+            source=stored.source,
+            pair="f" * 32,
+            vector=np.arange(stored.collection.length, dtype="<u8").tobytes(),
+            reports=500,
+            min_cohort=stored.min_cohort,
+        )
+
+    smuggled = _simulated_round(analysis, recipe, analyst, "smuggled", between=smuggle)
+    assert smuggled.release.content["reports"] == clean.release.content["reports"]
+    assert _estimates(smuggled) == _estimates(clean)
+
+
+def test_a_pair_the_leader_names_but_the_helper_lacks_makes_the_release_refuse_that_batch(
+    analysis, recipe, analyst
+) -> None:
+    def lose_one(round_: Round) -> None:
+        HelperShare.objects.filter(pk=HelperShare.objects.filter(collection__key=round_.task_key).first().pk).delete()
+
+    round_ = _simulated_round(analysis, recipe, analyst, "lossy", between=lose_one)
+    assert round_.status == Round.Status.WITHHELD
+    (batch,) = round_.release.content["batches"]
+    assert batch["suppressed"] and batch["reason"].startswith("helper: shares missing")
+    assert batch["reports"] is None
+    assert not HelperShare.objects.filter(collection__key=round_.task_key).exists()  # deleted, not released
+    assert not LeaderShare.objects.filter(collection__key=round_.task_key).exists()
+
+
+def test_a_process_whose_helper_database_does_not_answer_is_not_ready(db, monkeypatch) -> None:
+    from pfs_base.health import readiness
+
+    def refused():
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(connections["helper"], "cursor", refused)
+    ready, checks = readiness()
+    assert not ready and checks["database"]["ok"] and checks["issuer_database"]["ok"]
+    assert checks["helper_database"] == {"ok": False, "error": "OSError: connection refused"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_older_database_hands_the_helpers_rows_over_to_its_own_store() -> None:
+    """Before the helper had a store of its own its rows were in the default database: the migration,
+    run on the helper's store, copies them over (an open collection keeps its helper shares, key and
+    spent tokens, under the pair id its leader shares get) and deletes them there."""
+    migration = importlib.import_module("aggregation.migrations.0007_helper_store")
+    default = connections["default"]
+    with default.schema_editor() as editor:  # the helper's share table as an older database has it
+        editor.create_model(HelperShare)
+    try:
+        rules = CollectionRules.objects.using("default").create(key="old", length=2, min_cohort=1, weight_bound=1)
+        batch = Collection.objects.using("default").create(key="old", batch_key="b", length=2)
+        for model in (LeaderShare, HelperShare):
+            model.objects.using("default").create(
+                collection_id=batch.pk, source="shard:1", vector=b"\x01" * 16, reports=3, min_cohort=1
+            )
+        for role in ("leader", "helper"):
+            AggregatorKey.objects.using("default").create(
+                role=role, public_key=b"p" + role.encode(), private_key=role.encode()
+            )
+            SpentToken.objects.using("default").create(role=role, collection_key="old", token_digest="t" * 64)
+            ReportRejection.objects.using("default").create(role=role, collection_key="old", reason="x", count=2)
+        state = SimpleNamespace(connection=connections["default"])
+        migration.leader_pairs_name(django_apps, state)
+        migration.helper_rows_move(django_apps, SimpleNamespace(connection=connections["helper"]))
+
+        moved = HelperShare.objects.using("helper").get()
+        assert moved.pair == LeaderShare.objects.using("default").get().pair != ""  # the pair, named on both
+        assert (moved.collection.key, moved.collection.batch_key, moved.reports) == ("old", "b", 3)
+        copy = CollectionRules.objects.using("helper").get(key="old")
+        assert bytes(copy.verify_key) == bytes(rules.verify_key) and copy.created_at == rules.created_at
+        for model in (AggregatorKey, SpentToken, ReportRejection):
+            assert set(model.objects.using("helper").values_list("role", flat=True)) == {"helper"}
+            assert set(model.objects.using("default").values_list("role", flat=True)) == {"leader"}
+        assert bytes(AggregatorKey.objects.using("helper").get().private_key) == b"helper"
+        assert not HelperShare.objects.using("default").exists()
+    finally:
+        with default.schema_editor() as editor:
+            editor.delete_model(HelperShare)
+
+
+def test_the_helper_verifies_with_its_own_copy_of_the_rules(phones, central_round) -> None:
+    """Its verification key from its own store: with a key other than the leader's, no proof passes
+    (the two verifier shares no longer add up), so neither keeps the report."""
+    _, devices = phones
+    key = central_round.task_key
+    CollectionRules.objects.using("helper").filter(key=key).update(verify_key=b"\x00" * 32)
+    for device in devices[:3]:
+        assert upload(device.report(key, 1)).status_code == 202
+    verify(key)
+    assert rejections(key) == {"helper": {"proof_invalid": 3}, "leader": {"proof_invalid": 3}}
+    assert _accepted(key) == 0
+    CollectionRules.objects.using("helper").filter(key=key).delete()  # not configured at all
+    assert upload(devices[3].report(key, 1)).status_code == 202
+    verify(key)
+    assert rejections(key)["helper"]["unknown_collection"] == 1 and _accepted(key) == 0

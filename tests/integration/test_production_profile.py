@@ -162,6 +162,7 @@ def test_the_production_profile_serves_a_round_its_chart_its_probes_and_its_metr
         "CSRF_TRUSTED_ORIGINS": site,
         "DATABASE_URL": services.test_database_url(),
         "ISSUER_DATABASE_URL": services.test_database_url("issuer"),
+        "HELPER_DATABASE_URL": services.test_database_url("helper"),
         "REDIS_URL": redis_server.url,
         "PFS_BIND": f"127.0.0.1:{web_port}",
         "WEB_CONCURRENCY": "2",

@@ -224,6 +224,7 @@ def test_every_readme_command_works_pasted_into_a_plain_shell(tmp_path: Path) ->
         redis_server.kill()
         _drop(server, database)
         _drop(server, f"{database}_issuer")  # the issuer's own store, beside it
+        _drop(server, f"{database}_helper")  # and the helper's
     assert session.ran[0] == "make run" and len(session.ran) == len(commands) - len(NOT_RUN), session.ran
 
 

@@ -17,8 +17,9 @@ import pytest
 from django.core.management import call_command
 
 from aggregation import aggregators
-from aggregation.models import CollectionRules, HelperShare, LeaderShare
+from aggregation.models import HelperShare, LeaderShare
 from aggregation.reports import rejections
+from aggregation.services import collection_rules_open
 from aggregation.upload import verified_reports_upload
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
@@ -84,7 +85,7 @@ def test_an_invalid_report_of_a_simulated_device_is_rejected_and_counted(analyst
     fleet_create(name="proved", size=10, seed=1, shard_size=10, prio3_reports=True)
     analysis = _analysis("proved", analyst, officer)
     key = "t.proved/direct/round-1"
-    CollectionRules.objects.create(key=key, length=8, min_cohort=1, weight_bound=1, vdaf="histogram")
+    collection_rules_open(key=key, length=8, min_cohort=1, weight_bound=1, vdaf="histogram")
     vdaf = ReportShape("histogram", 8, 1).vdaf()
     reports = []
     for counts in ([0, 0, 1, 0, 0, 0, 0, 0], [0, 0, 2, 0, 0, 0, 0, Field128.MODULUS - 1]):

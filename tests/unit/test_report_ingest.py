@@ -6,17 +6,19 @@ call it) and verified a chunk at a time. Real crypto throughout, as in test_repo
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from aggregation import hpke, ingest, intake, wire
 from aggregation.aggregators import HELPER
 from aggregation.ingest import reports_ingest
-from aggregation.models import HelperShare, LeaderShare, PendingReport, SpentToken
+from aggregation.models import HelperJob, HelperShare, LeaderShare, PendingReport, SpentToken
 from aggregation.reports import rejections, report_submit
 from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
 from aggregation.upload import SealedShare
@@ -65,6 +67,11 @@ def stored_sums() -> dict[str, tuple[list[int], list[int], int]]:
     return sums
 
 
+def spent_tokens() -> int:
+    """Tokens recorded spent, by both aggregators, each in its own store."""
+    return SpentToken.objects.using("default").count() + SpentToken.objects.using("helper").count()
+
+
 def _total(shares) -> list[int]:
     p = Field128.MODULUS
     total = [0] * DOMAIN
@@ -79,7 +86,7 @@ class RolledBack(Exception):
 
 def test_bulk_sums_equal_the_per_report_sums(rules) -> None:
     sealed = [batched(f"d{i}", i % DOMAIN, "locale=en_US" if i % 3 else "locale=fr_FR") for i in range(7)]
-    with pytest.raises(RolledBack), transaction.atomic():
+    with pytest.raises(RolledBack), transaction.atomic(), transaction.atomic(using="helper"):
         for one in sealed:
             assert report_submit(one).accepted
         per_report = stored_sums()
@@ -94,7 +101,7 @@ def test_bulk_sums_equal_the_per_report_sums(rules) -> None:
     assert per_report["locale=en_US"][2] == 4 and per_report["locale=fr_FR"][2] == 3
     # Summed: one share per chunk and batch, not one per report.
     assert LeaderShare.objects.count() == HelperShare.objects.count() == 5
-    assert SpentToken.objects.count() == 2 * 7 and not PendingReport.objects.exists()
+    assert spent_tokens() == 2 * 7 and not PendingReport.objects.exists()
 
 
 def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rules) -> None:
@@ -123,8 +130,8 @@ def test_a_failure_inside_a_chunk_stores_nothing_and_leaves_the_chunk_for_a_retr
     receive(report("d3", one_hot(3)))
     real_count = ingest.rejections_add
 
-    def crash(**_kwargs) -> None:  # after the chunk's shares and spent tokens are written
-        assert LeaderShare.objects.exists() and SpentToken.objects.exists()
+    def crash(**_kwargs) -> None:  # after the helper's shares and spent tokens are written (its part first)
+        assert HelperShare.objects.exists() and SpentToken.objects.using("helper").exists()
         raise RuntimeError("the worker died here")
 
     monkeypatch.setattr(ingest, "rejections_add", crash)
@@ -132,12 +139,44 @@ def test_a_failure_inside_a_chunk_stores_nothing_and_leaves_the_chunk_for_a_retr
         reports_ingest(collection_key=KEY)
     assert PendingReport.objects.count() == 4
     assert not LeaderShare.objects.exists() and not HelperShare.objects.exists()
-    assert not SpentToken.objects.exists() and rejections(KEY) == {}
+    assert spent_tokens() == 0 and rejections(KEY) == {}
 
     monkeypatch.setattr(ingest, "rejections_add", real_count)
     result = reports_ingest(collection_key=KEY)
     assert (result.accepted, result.rejected) == (3, 1)
     assert LeaderShare.objects.get().reports == 3 and not PendingReport.objects.exists()
+
+
+def test_a_failure_after_the_helper_stored_a_chunk_resumes_the_same_job_and_counts_each_report_once(
+    rules, monkeypatch
+) -> None:
+    tok = token("d0")
+    receive(report("d0", one_hot(0), tok=tok))
+    receive(replace(report("d2", one_hot(2)), token=tok))  # a replay: rejected once, by each aggregator
+    receive(report("d1", one_hot(1)))
+    receive(report("d3", one_hot(3)))
+    real_count = ingest.rejections_add
+
+    def crash_at_the_leader(*, collection_key, counts) -> None:
+        if any(role == "leader" for role, _ in counts):
+            raise RuntimeError("the worker died in the leader's transaction")
+        real_count(collection_key=collection_key, counts=counts)
+
+    monkeypatch.setattr(ingest, "rejections_add", crash_at_the_leader)
+    with pytest.raises(RuntimeError, match="died"):
+        reports_ingest(collection_key=KEY, chunk=2)
+    assert HelperShare.objects.count() == 1 and not LeaderShare.objects.exists()  # the helper's committed
+    assert PendingReport.objects.exclude(job=None).count() == 2  # the job's rows, kept for a resume
+
+    monkeypatch.setattr(ingest, "rejections_add", real_count)
+    receive(report("d4", one_hot(4)))
+    result = reports_ingest(collection_key=KEY, chunk=2)
+    assert (result.accepted, result.rejected, result.chunks) == (4, 1, 3)
+    assert HelperShare.objects.count() == LeaderShare.objects.count() == 3  # no share stored twice
+    assert rejections(KEY) == {"helper": {"token_reused": 1}, "leader": {"token_reused": 1}}
+    assert spent_tokens() == 2 * 4
+    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
+    assert batch.reports == 4 and not batch.suppressed
 
 
 def test_ingestion_is_idempotent(rules) -> None:
@@ -147,7 +186,7 @@ def test_ingestion_is_idempotent(rules) -> None:
     before = stored_sums()
     again = reports_ingest(collection_key=KEY)
     assert (again.verified, again.chunks) == (0, 0)
-    assert stored_sums() == before and SpentToken.objects.count() == 8
+    assert stored_sums() == before and spent_tokens() == 8
     (batch,) = collection_release(collection_key=KEY, estimator=KARY)
     assert batch.reports == 4 and not batch.suppressed
 
@@ -181,3 +220,69 @@ def test_rate_validation_reads_when_the_bulk_verified_reports_arrived(spacing, r
     assert batch.suppressed is refused
     if refused:
         assert "rate validation" in batch.reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_skips_a_job_another_run_holds_and_resumes_it_once_released(rules) -> None:
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite runs one writer at a time: no run ever sees another's job held")
+    for device in range(4):
+        receive(report(f"d{device}", one_hot(device)))
+    job = ingest._job_take(KEY, size=2, wait=False, passed=set())  # another run's T0: two rows assigned a job
+    rows = list(PendingReport.objects.filter(job=job))
+    held, done = threading.Event(), threading.Event()
+
+    def other_run_holds_its_job() -> None:  # ... and its T1 holds them while it checks
+        try:
+            with transaction.atomic():
+                list(PendingReport.objects.select_for_update().filter(job=job))
+                held.set()
+                done.wait(30)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=other_run_holds_its_job)
+    other.start()
+    try:
+        assert held.wait(30)
+        result = reports_ingest(collection_key=KEY, chunk=2)
+        assert (result.verified, result.chunks) == (2, 1)  # the two new rows; the held job untouched
+        assert set(PendingReport.objects.values_list("pk", flat=True)) == {row.pk for row in rows}
+    finally:
+        done.set()
+        other.join(30)
+    result = reports_ingest(collection_key=KEY, chunk=2)  # the job released unfinished: resumed
+    assert (result.verified, result.chunks) == (2, 1) and not PendingReport.objects.exists()
+    assert HelperJob.objects.count() == 2  # each job stored by the helper once
+    assert sum(share.reports for share in LeaderShare.objects.all()) == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_never_verifies_part_of_a_job_it_waits_for_a_row_another_run_holds_a_moment(rules) -> None:
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("SQLite runs one writer at a time: no run ever sees another's job held")
+    for device in range(3):
+        receive(report(f"d{device}", one_hot(device)))
+    job = ingest._job_take(KEY, size=2, wait=False, passed=set())
+    last = PendingReport.objects.filter(job=job).order_by("pk").last()
+    held = threading.Event()
+
+    def another_run_holds_one_row_a_moment() -> None:  # as another run's T0 does
+        try:
+            with transaction.atomic():
+                list(PendingReport.objects.select_for_update().filter(pk=last.pk))
+                held.set()
+                time.sleep(1)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=another_run_holds_one_row_a_moment)
+    other.start()
+    assert held.wait(30)
+    result = reports_ingest(collection_key=KEY)
+    other.join(30)
+    # The job whole (not its first row alone, stored under its id for good), then the third report.
+    assert (result.accepted, result.chunks) == (3, 2) and not PendingReport.objects.exists()
+    assert HelperJob.objects.count() == 2 and HelperShare.objects.filter(pair=job).get().reports == 2
+    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
+    assert batch.reports == 3 and not batch.suppressed  # every pair the leader names, the helper holds

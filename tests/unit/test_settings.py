@@ -35,6 +35,7 @@ ENV_KEYS = (
     "SENTRY_DSN",
     "PFS_ENV_FILE",
     "ISSUER_DATABASE_URL",
+    "HELPER_DATABASE_URL",
     *(f"PFS_{role}_KEY{suffix}" for role in ("LEADER", "HELPER", "ISSUER") for suffix in ("", "_FILE")),
 )
 
@@ -154,17 +155,27 @@ def test_debug_off_serves_hashed_compressed_static_files_and_debug_on_the_files_
     assert "Manifest" not in development.STORAGES["staticfiles"]["BACKEND"]
 
 
-def test_the_issuer_has_a_store_of_its_own_beside_the_default_one(monkeypatch) -> None:
+@pytest.mark.parametrize("role", ["issuer", "helper"])
+def test_the_issuer_and_the_helper_each_have_a_store_of_their_own_beside_the_default_one(monkeypatch, role) -> None:
     embedded = load_settings(monkeypatch, SECRET_KEY="s")
-    assert Path(embedded.DATABASES["issuer"]["NAME"]).name == "issuer.sqlite3"
-    assert embedded.DATABASES["issuer"]["TEST"]["NAME"] != embedded.DATABASES["default"]["TEST"]["NAME"]
+    assert Path(embedded.DATABASES[role]["NAME"]).name == f"{role}.sqlite3"
+    assert Path(embedded.DATABASES[role]["NAME"]).parent == Path(embedded.DATABASES["default"]["NAME"]).parent
+    elsewhere = load_settings(monkeypatch, SECRET_KEY="s", DATABASE_URL="sqlite:////tmp/bench/b.sqlite3")
+    assert elsewhere.DATABASES[role]["NAME"] == f"/tmp/bench/{role}.sqlite3"  # beside it, not in this checkout
+    tests = {alias: database["TEST"]["NAME"] for alias, database in embedded.DATABASES.items()}
+    assert len(set(tests.values())) == len(tests) == 3  # every store its own test file
     postgres = load_settings(monkeypatch, SECRET_KEY="s", DATABASE_URL="postgres://u@db:5432/pfs?sslmode=require")
-    assert (postgres.DATABASES["issuer"]["NAME"], postgres.DATABASES["issuer"]["HOST"]) == ("pfs_issuer", "db")
-    assert postgres.DATABASES["issuer"]["OPTIONS"]["sslmode"] == "require"
+    assert (postgres.DATABASES[role]["NAME"], postgres.DATABASES[role]["HOST"]) == (f"pfs_{role}", "db")
+    assert postgres.DATABASES[role]["OPTIONS"]["sslmode"] == "require"
     apart = load_settings(
-        monkeypatch, SECRET_KEY="s", DATABASE_URL="postgres://u@db/pfs", ISSUER_DATABASE_URL="postgres://i@vault/tokens"
+        monkeypatch,
+        SECRET_KEY="s",
+        DATABASE_URL="postgres://u@db/pfs",
+        **{f"{role.upper()}_DATABASE_URL": "postgres://i@vault/tokens"},
     )
-    assert (apart.DATABASES["issuer"]["NAME"], apart.DATABASES["issuer"]["HOST"]) == ("tokens", "vault")
+    assert (apart.DATABASES[role]["NAME"], apart.DATABASES[role]["HOST"]) == ("tokens", "vault")
+    other = "helper" if role == "issuer" else "issuer"
+    assert apart.DATABASES[other]["NAME"] == f"pfs_{other}"
     assert apart.DATABASE_ROUTERS == ["pfs_base.db_router.StoreRouter"]
 
 

@@ -1,4 +1,4 @@
-"""Create the PostgreSQL databases DATABASE_URL and ISSUER_DATABASE_URL name if they do not exist
+"""Create the PostgreSQL databases DATABASE_URL, ISSUER_DATABASE_URL and HELPER_DATABASE_URL name if they do not exist
 yet (SQLite creates its file by itself). `make setup` runs it first, so that a new DATABASE_URL
 works at once."""
 
@@ -11,7 +11,7 @@ from psycopg import sql
 
 
 class Command(BaseCommand):
-    help = "Create the PostgreSQL databases of every store (default, issuer) that do not exist (nothing for SQLite)."
+    help = "Create the PostgreSQL databases of every store (default, issuer, helper) that do not exist (nothing for SQLite)."
 
     def handle(self, *args, **options) -> None:
         for alias in connections:
