@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from aggregation.aggregators import rules_shape
 from aggregation.models import FIELD64, FIELD128, Collection, CollectionRules, HelperShare, LeaderShare
@@ -58,8 +58,8 @@ def share_pair_upload(
     pair = secrets.token_hex(16)
     common = {"collection_key": collection_key, "batch_key": batch_key, "length": leader_share.size, "pair": pair}
     common.update(source=source, reports=reports, min_cohort=min_cohort, field=FIELD64, check_open=True)
-    if CollectionRules.objects.filter(key=collection_key, closed=True).exists():  # no orphan when closed
-        raise CollectionClosed(f"collection {collection_key} is closed")
+    # Each store checks its own copy of the rules (check_open): both are closed together
+    # (aggregation.services), so a closed collection gets no helper row, and so no orphan.
     with transaction.atomic(using=HELPER):
         share_store(store=HELPER, vector=helper_share.astype("<u8").tobytes(), **common)
     # No savepoint when the caller's transaction holds this one (a shard's, a report's): a failure
@@ -89,14 +89,10 @@ def share_store(
     """
     if check_open and CollectionRules.objects.using(store).filter(key=collection_key, closed=True).exists():
         raise CollectionClosed(f"collection {collection_key} is closed")
-    collection, _ = Collection.objects.using(store).get_or_create(
-        key=collection_key, batch_key=batch_key, defaults={"length": length}
-    )
-    if collection.length != length:
-        raise ValueError(f"share length {length} != collection length {collection.length}")
+    collection_id = _collection_id(store, collection_key, batch_key, length)
     model = HelperShare if store == HELPER else LeaderShare
     model.objects.using(store).create(
-        collection=collection,
+        collection_id=collection_id,
         source=source,
         pair=pair,
         vector=vector,
@@ -105,6 +101,22 @@ def share_store(
         min_cohort=min_cohort,
         arrivals=arrivals,
     )
+
+
+def _collection_id(store: str, key: str, batch_key: str, length: int) -> int:
+    """The batch's Collection row in ``store``, created with its first share. One narrow query when
+    it exists (a shard of a big round finds it every time but the first), not get_or_create's."""
+    collections = Collection.objects.using(store)
+    found = collections.filter(key=key, batch_key=batch_key).values_list("pk", "length").first()
+    if found is None:
+        try:
+            with transaction.atomic(using=store):  # a savepoint: a concurrent first share may win
+                return collections.create(key=key, batch_key=batch_key, length=length).pk
+        except IntegrityError:
+            found = collections.filter(key=key, batch_key=batch_key).values_list("pk", "length").get()
+    if found[1] != length:
+        raise ValueError(f"share length {length} != collection length {found[1]}")
+    return found[0]
 
 
 def output_share_store(
