@@ -131,26 +131,36 @@ def check_page(page, base: str, path: str) -> list[str]:
 @pytest.mark.parametrize("width", WIDTHS)
 def test_every_page_stays_on_the_machine_fits_the_viewport_and_passes_axe(site, live_server, browser, width) -> None:
     assert AXE.exists(), f"{AXE} is missing: run `make var/vendor/axe.min.js` (pinned axe-core from npm)"
+    found = signed_in_walk(
+        browser, live_server.url, width, login=("/login/", "alice", "alice-password", "Sign in", "/"), paths=pages(site)
+    )
+    assert not found, "\n".join(f"{path}: {problem}" for path, problems in found.items() for problem in problems)
+
+
+def signed_in_walk(browser, base: str, width: int, *, login: tuple[str, str, str, str, str], paths) -> dict:
+    """Sign in on the login page (itself checked), then check each page in a tab of its own (its
+    own listeners: each page's faults are its own). ``login``: (path, user, password, button, landing)."""
+    login_path, user, password, button, landing = login
     context = browser.new_context(viewport={"width": width, "height": 900})
     found: dict[str, list[str]] = {}
     try:
         page = context.new_page()
-        login = check_page(page, live_server.url, "/login/")
-        if login:
-            found["/login/"] = login
-        page.get_by_label("Username").fill("alice")
-        page.get_by_label("Password").fill("alice-password")
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(live_server.url + "/")
-        for path in pages(site):
-            fresh = context.new_page()  # its own listeners: each page's faults are its own
-            problems = check_page(fresh, live_server.url, path)
+        problems = check_page(page, base, login_path)
+        if problems:
+            found[login_path] = problems
+        page.get_by_label("Username").fill(user)
+        page.get_by_label("Password").fill(password)
+        page.get_by_role("button", name=button).click()
+        page.wait_for_url(base + landing)
+        for path in paths:
+            fresh = context.new_page()
+            problems = check_page(fresh, base, path)
             fresh.close()
             if problems:
                 found[path] = problems
     finally:
         context.close()
-    assert not found, "\n".join(f"{path}: {problem}" for path, problems in found.items() for problem in problems)
+    return found
 
 
 def admin_pages(site, analysis) -> list[str]:
@@ -183,23 +193,11 @@ def test_every_admin_page_of_the_officer_stays_on_the_machine_fits_and_passes_ax
     # An edit waiting for approval: the Approve page shows its diff and its button.
     analysis.epsilon_allowed = analysis.epsilon_allowed + 1
     analysis.save(update_fields=["epsilon_allowed"])
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    found: dict[str, list[str]] = {}
-    try:
-        page = context.new_page()
-        login = check_page(page, live_server.url, "/admin/login/")
-        if login:
-            found["/admin/login/"] = login
-        page.get_by_label("Username").fill("olivia")
-        page.get_by_label("Password").fill("olivia-password")
-        page.get_by_role("button", name="Log in").click()
-        page.wait_for_url(live_server.url + "/admin/")
-        for path in admin_pages(site, analysis):
-            fresh = context.new_page()
-            problems = check_page(fresh, live_server.url, path)
-            fresh.close()
-            if problems:
-                found[path] = problems
-    finally:
-        context.close()
+    found = signed_in_walk(
+        browser,
+        live_server.url,
+        width,
+        login=("/admin/login/", "olivia", "olivia-password", "Log in", "/admin/"),
+        paths=admin_pages(site, analysis),
+    )
     assert not found, "\n".join(f"{path}: {problem}" for path, problems in found.items() for problem in problems)
