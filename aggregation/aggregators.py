@@ -1,8 +1,8 @@
 """The leader and helper aggregators: each holds its own key, its own shares, and enforces batch rules alone.
 
 Neither trusts the other. Each, on its own:
-- opens only the report share sealed to its own HPKE key (aggregation.hpke);
-- accepts an anonymous token once per collection (aggregation.tokens);
+- opens only the report share sealed to its own HPKE key (pfs_device.hpke);
+- accepts an anonymous token once per collection (pfs_device.tokens);
 - refuses to release the aggregate share of a batch smaller than the minimum cohort — the larger
   of its collection rules' and the one the devices routed with;
 - refuses a batch of uploaded reports that arrived faster than twice the expected rate
@@ -26,7 +26,6 @@ from datetime import datetime
 import numpy as np
 from django.db import IntegrityError, transaction
 
-from aggregation import hpke
 from aggregation.batch_rules import rate_exceeded
 from aggregation.keys import DATABASE, ENVIRONMENT, key_source, source_keys
 from aggregation.models import (
@@ -40,6 +39,7 @@ from aggregation.models import (
     StoredShare,
 )
 from pfs_base.db_router import aggregator_store
+from pfs_device import hpke
 from privacy import field as prime_field
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, add, field_sum

@@ -1,6 +1,6 @@
 """The leader's upload endpoint, where Django serves it: the answers of aggregation.intake.
 
-    POST /api/device/reports/    body: a report in aggregation.wire's JSON
+    POST /api/device/reports/    body: a report in pfs_device.wire's JSON
 
 No credential: the blind-signed token in the report admits it, so an upload cannot be linked to
 the device that obtained the token. Answers: 202 received (verified later, in bulk: a report the

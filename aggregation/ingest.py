@@ -32,15 +32,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.db import IntegrityError, connection, transaction
 
-from aggregation import wire
 from aggregation.aggregators import AGGREGATORS, HELPER, LEADER, REPORT_SOURCE, Aggregator, rules_shape
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, PendingReport, SpentToken
 from aggregation.reports import REPORT_MALFORMED, TOKEN_REUSED, helper_job_begin, rejections_add, reports_check
-from aggregation.tokens import IssuerPublicKey
 from aggregation.upload import output_share_store
 from aggregation.verification import VerifyConfig, output_sum
 from pfs_base import metrics
+from pfs_device import wire
+from pfs_device.tokens import IssuerPublicKey
 
 # The verification task's stable name (aggregation.tasks): the upload path sends it by name.
 INGEST_TASK = "aggregation.tasks.ingest_reports"

@@ -1,6 +1,6 @@
 """The leader's upload path: a cheap, durable append; both aggregators verify later, in bulk.
 
-    POST /api/device/reports/    body: a report in aggregation.wire's JSON
+    POST /api/device/reports/    body: a report in pfs_device.wire's JSON
 
 What is checked here is what costs nothing per report and needs no secret: the upload rate of the
 address (the ``uploads`` rate), the body's size (the hard cap, then the collection's largest
@@ -41,7 +41,7 @@ from django.http.request import HttpHeaders
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
-from aggregation import reports, wire
+from aggregation import reports
 from aggregation.batch_rules import arrival_coarse
 from aggregation.ingest import INGEST_TASK
 from aggregation.models import CollectionRules, PendingReport
@@ -49,6 +49,7 @@ from pfs_base.api_errors import error_body, server_error_body
 from pfs_base.api_limits import window_wait
 from pfs_base.rates import rate_parse
 from pfs_base.task_queue import task_named
+from pfs_device import wire
 
 logger = logging.getLogger("pfs_web.api")
 

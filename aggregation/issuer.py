@@ -1,5 +1,5 @@
 """The token issuer: one RSA key per collection, and at most one blind signature per device and
-collection (aggregation.tokens, RFC 9474).
+collection (pfs_device.tokens, RFC 9474).
 
 The issuer is told who the device is (in a deployment, by a device-attestation service) and which
 collection the token is for, but sees only a blinded message: it cannot recognise the token when
@@ -22,8 +22,8 @@ from django.db import IntegrityError, transaction
 
 from aggregation.keys import DATABASE, KeysUnavailable, key_source, source_keys
 from aggregation.models import IssuedToken, TokenIssuerKey
-from aggregation.tokens import IssuerPrivateKey, IssuerPublicKey, issuer_key_generate, sign_blinded
 from pfs_base.db_router import ISSUER as ISSUER_DB
+from pfs_device.tokens import IssuerPrivateKey, IssuerPublicKey, issuer_key_generate, sign_blinded
 
 ROLE = "issuer"
 _NONCE = 12  # AES-GCM's 96-bit nonce

@@ -20,13 +20,13 @@ from pathlib import Path
 
 from django.db import transaction
 
-from aggregation import hpke
 from aggregation.issuer import ROLE as ISSUER
 from aggregation.issuer import primes_unwrap, primes_wrap, wrapping_key_id
 from aggregation.keys import DATABASE, ENVIRONMENT, ROLES, StoredKey, key_file_write, key_new, key_source, source_keys
 from aggregation.models import AggregatorKey, CollectionRules, PendingReport, TokenIssuerKey
 from pfs_base.db_router import ISSUER as ISSUER_DB
 from pfs_base.db_router import aggregator_store
+from pfs_device import hpke
 
 
 class RotationRefused(Exception):

@@ -31,16 +31,16 @@ from dataclasses import dataclass
 from django.db import IntegrityError, connections, transaction
 from django.db.models import F
 
-from aggregation import hpke, wire
 from aggregation.aggregators import AGGREGATORS, LEADER, REPORT_SOURCE, rules_shape
 from aggregation.aggregators import HELPER as HELPER_AGGREGATOR
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, HelperJob, ReportRejection, SpentToken
-from aggregation.tokens import IssuerPublicKey, verify
 from aggregation.upload import CollectionClosed, Report, output_share_store
 from aggregation.verification import VerifyConfig, verify_reports
 from pfs_base import metrics
 from pfs_base.db_router import DEFAULT, HELPER, aggregator_store
+from pfs_device import hpke, wire
+from pfs_device.tokens import IssuerPublicKey, verify
 from privacy.report_vdaf import input_share_sizes, report_nonce
 
 # Why a report is rejected; each aggregator counts its own.

@@ -2,9 +2,9 @@
 
 A simulated shard hands over one pre-summed pair of shares (share_pair_upload); a real device
 uploads a Report of two HPKE-sealed Prio3 input shares, a public share and a token
-(aggregation.wire is its format, with no Django; aggregation.reports verifies it), and once both
-aggregators accept it each stores its output share (output_pair_store). With the crypto of aggregation.hpke and
-aggregation.tokens, this is all of aggregation that devices/ imports. The leader's share goes to
+(pfs_device.wire is its format, with no Django; aggregation.reports verifies it), and once both
+aggregators accept it each stores its output share (output_pair_store). With the crypto of pfs_device.hpke and
+pfs_device.tokens, this is all of aggregation that devices/ imports. The leader's share goes to
 the leader's store and the helper's to the helper's (pfs_base.db_router), under one pair id, the
 helper's first; nothing else about the report is kept.
 """
@@ -18,8 +18,8 @@ from django.db import IntegrityError, transaction
 from aggregation.aggregators import rules_shape
 from aggregation.models import FIELD64, FIELD128, Collection, CollectionRules, HelperShare, LeaderShare
 from aggregation.verification import VerifyConfig, output_sum, verify_reports
-from aggregation.wire import Report, SealedShare
 from pfs_base.db_router import DEFAULT, HELPER, aggregator_store
+from pfs_device.wire import Report, SealedShare
 from privacy.field import FieldVector
 from privacy.vdaf.field import Field128
 

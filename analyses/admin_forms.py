@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 
 from analyses.models import Analysis, FieldPolicy
-from devices.streams import STREAMS
+from pfs_device.streams import STREAMS
 from privacy.limits import MAX_BUCKETS
 
 _KIND_WORDS = {"number": "a number", "category": "a category", "text": "typed text"}

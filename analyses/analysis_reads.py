@@ -23,10 +23,10 @@ from analyses.models import AdaptiveRun, Analysis, Round
 from analyses.services.releases import ReleaseView, release_as_json
 from analyses.services.rounds import rounds_progress
 from analyses.validation import Problems
-from devices.budget import NANO, to_units
-from devices.decision import fields_of, snapshot_digest
 from devices.models import PolicySnapshot
 from pfs_base.errors import ValidationFailed
+from pfs_device.budget import NANO, to_units
+from pfs_device.decision import fields_of, snapshot_digest
 from privacy.intervals import z_value
 from privacy.parameters import PRIVACY_KEYS
 

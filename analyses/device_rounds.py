@@ -3,7 +3,7 @@
 A round on a ``devices`` fleet starts as any other (round_start: the recipe's batch rules go to
 both aggregators) and opens a CollectionWindow: the task its devices fetch over HTTP
 (devices.api). Dispatch finds no shard and marks the round running. Devices decide, answer and
-upload on their own (devices.sdk). An upload is stored as received (aggregation.intake) and
+upload on their own (pfs_device.sdk). An upload is stored as received (aggregation.intake) and
 verified later in bulk (aggregation.ingest), which stores the accepted shares summed per chunk.
 The analyst closes the window (``round_close``), or the reaper does at its deadline; closing
 stops the leader receiving reports and sends aggregate_round, which verifies what is still
@@ -32,10 +32,10 @@ from aggregation.reports import collection_close, rejections
 from analyses.models import Round
 from analyses.roles import check_may_run
 from analyses.task_names import AGGREGATE_ROUND
-from devices.decision import DeviceTask
 from devices.models import CollectionWindow, Enrollment
 from pfs_base.errors import Conflict
 from pfs_base.task_queue import enqueue
+from pfs_device.decision import DeviceTask
 
 
 def window_open(round_: Round, task: DeviceTask) -> CollectionWindow | None:

@@ -34,8 +34,8 @@ from analyses import selectors
 from analyses.models import Analysis, Recipe, Round
 from analyses.recipe_preview import recipe_preview
 from analyses.services.policy import analysis_spent
-from devices.decision import fields_of
 from pfs_base.errors import ValidationFailed
+from pfs_device.decision import fields_of
 from privacy.encoding import BucketedType, CombinationType, Encoding, content_encoding
 from privacy.ngrams import END_LABEL, OOV_LABEL, HashedNgramType, PrefixTreeType, ngram_text
 

@@ -12,9 +12,9 @@ from django.core.exceptions import NON_FIELD_ERRORS
 
 from analyses import calculators
 from analyses.models import Analysis, Recipe
-from devices.streams import field_kind
 from devices.synthetic import TOKENS
 from pfs_base.errors import ValidationFailed
+from pfs_device.streams import field_kind
 from privacy.enforced_cohort import BOUND_LABELS, BOUNDS
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 from privacy.ngrams import PrefixTreeType

@@ -16,8 +16,8 @@ from analyses.services.budget import budget_plan_refusal, budget_request_for
 from analyses.services.cohorts import cohort_forecast
 from analyses.services.policy import analysis_spent
 from analyses.services.recipes import ParsedRecipe, recipe_validate
-from devices.budget import BudgetRequest
-from devices.decision import fields_of
+from pfs_device.budget import BudgetRequest
+from pfs_device.decision import fields_of
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.mechanisms import mechanism_get
 

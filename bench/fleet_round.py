@@ -98,7 +98,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
         if worker is not None:
             worker.wait_ready()
         # Two rounds of the same recipe: the first on the fresh fleet, whose shards each lose the
-        # keyboard phrases past retention before the query runs (devices.streams: the synthetic
+        # keyboard phrases past retention before the query runs (pfs_device.streams: the synthetic
         # fleet holds 60 days, retention keeps 30), so it rewrites every shard; the next finds
         # nothing to expire, as every round after a fleet's first does.
         elapsed, cpu, round_id = timed_round(client, recipe_obj.pk, "first")

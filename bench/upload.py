@@ -4,7 +4,7 @@ gunicorn (DEBUG=0, ``pfs_web.wsgi``: uploads skip Django's middleware) serves pf
 against a private PostgreSQL database (default ``pfs_bench_upload``: dropped, created and migrated
 anew) and a Redis database of its own (the upload rate is counted there). A fleet of real devices
 has an approved analysis and open rounds: 8 age buckets, asymmetric OHE, epsilon0 = 2 (report
-length 8). Reports are sealed beforehand by the device code (``devices.report_client``: privatize,
+length 8). Reports are sealed beforehand by the device code (``pfs_device.report_client``: privatize,
 split, HPKE-seal, a blind-signed token each) and written one per line to a file that wrk's Lua
 script cycles through, so the client costs the server's cores little.
 
@@ -273,9 +273,9 @@ def write_bodies(collection_key: str, count: int, buckets: int = 8, timings: lis
 def _seal_chunk(arguments) -> list[bytes]:
     import numpy as np
 
-    from aggregation.tokens import IssuerPrivateKey, IssuerPublicKey, sign_blinded, token_obtain
-    from aggregation.wire import report_bytes
-    from devices.report_client import AggregatorKeys, report_seal, report_vector
+    from pfs_device.report_client import AggregatorKeys, report_seal, report_vector
+    from pfs_device.tokens import IssuerPrivateKey, IssuerPublicKey, sign_blinded, token_obtain
+    from pfs_device.wire import report_bytes
     from privacy.mechanisms import mechanism_get
     from privacy.report_vdaf import report_shape
 
@@ -576,8 +576,8 @@ def ingest_phases(rules, bodies: list[bytes]) -> dict[str, float]:
     from aggregation.aggregators import AGGREGATORS, rules_shape
     from aggregation.ingest import _parse
     from aggregation.issuer import issuer_public_key
-    from aggregation.tokens import verify
     from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine, output_sum
+    from pfs_device.tokens import verify
     from privacy.report_vdaf import report_nonce
 
     issuer = issuer_public_key(rules.key)
@@ -667,7 +667,7 @@ def write_prio3(path: Path, options, *, rules, sealing, seal_seconds, appended, 
         "",
         "## The device: report_seal per report",
         "",
-        f"{len(seal_seconds):,} reports sealed by `devices.report_client.report_seal` (Prio3 sharding with its "
+        f"{len(seal_seconds):,} reports sealed by `pfs_device.report_client.report_seal` (Prio3 sharding with its "
         f"proof, two HPKE seals) on {os.cpu_count()} processes, CPU time per report: median {median_ms:.1f} ms, "
         f"worst {worst_ms:.1f} ms (target: 50 ms). The whole sealing, tokens included, took {sealing:.0f} s.",
         "",

@@ -24,12 +24,12 @@ from rest_framework.views import APIView
 
 from aggregation.aggregators import HELPER, LEADER
 from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
-from aggregation.tokens import IssuerPublicKey
-from aggregation.wire import MAX_KEY_LENGTH
 from devices.credentials import device_authenticate
 from devices.models import DeviceCredential
 from devices.selectors import window_exists, window_open_get, windows_open
 from pfs_base.api_bodies import StrictSerializer
+from pfs_device.tokens import IssuerPublicKey
+from pfs_device.wire import MAX_KEY_LENGTH
 
 KEYWORD = "Device"
 
@@ -109,7 +109,7 @@ class DeviceTasks(DeviceView):
         tasks = [
             {
                 "task": open_window.window.task,
-                # This collection's token key; the task commits to its digest (aggregation.tokens).
+                # This collection's token key; the task commits to its digest (pfs_device.tokens).
                 "issuer": _issuer_json(issuer_public_key(open_window.window.task_key)),
                 "policy": {
                     "digest": open_window.window.snapshot.digest,
@@ -117,7 +117,7 @@ class DeviceTasks(DeviceView):
                 },
                 "report_length": open_window.report_length,
                 "closes_at": open_window.window.closes_at,
-                # The device asks for its token and uploads at random times over this (devices.sdk.pacing).
+                # The device asks for its token and uploads at random times over this (pfs_device.sdk.pacing).
                 "spread_seconds": settings.PFS_REPORT_SPREAD_SECONDS,
             }
             for open_window in windows_open(fleet=credential.fleet)

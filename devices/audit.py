@@ -11,8 +11,8 @@ from datetime import datetime
 
 import numpy as np
 
-from devices.budget import Decision
 from devices.models import Fleet, FleetShard, ShardRun
+from pfs_device.budget import Decision
 
 
 class DeviceNotFound(LookupError):

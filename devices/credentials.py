@@ -1,7 +1,7 @@
 """Real devices' credentials: registering devices in a ``devices`` fleet and checking who signs in.
 
 A credential identifies a device to the task endpoint and to the token issuer only. Reports are
-uploaded anonymously, with a blind-signed token instead (aggregation.tokens), so the upload
+uploaded anonymously, with a blind-signed token instead (pfs_device.tokens), so the upload
 cannot be linked back to the credential.
 """
 

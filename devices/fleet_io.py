@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 from django.db import IntegrityError, transaction
 
-from devices.columns import pack
 from devices.models import Fleet, FleetShard
-from devices.records import MAX_LOCALES, Parsed, columns_slice, parse_line, parsed_columns, unix_seconds
 from devices.synthetic import LOCALES, TOKENS, generate_shard
+from pfs_device.columns import pack
+from pfs_device.records import MAX_LOCALES, Parsed, columns_slice, parse_line, parsed_columns, unix_seconds
 
 __all__ = ["MAX_SEED", "FleetInvalid", "fleet_create", "fleet_import", "unix_seconds"]
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from devices.encode import text_sequences
 from devices.models import Fleet
-from devices.streams import apply_retention
+from pfs_device.encode import text_sequences
+from pfs_device.streams import apply_retention
 from privacy.ngrams import END_SYMBOL, PrefixTreeType, expected_counts, windows
 
 

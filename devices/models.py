@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from devices.columns import Columns, PackedColumns, unpack
+from pfs_device.columns import Columns, PackedColumns, unpack
 
 
 class Fleet(models.Model):
@@ -125,7 +125,7 @@ class ShardRun(models.Model):
     outcomes = models.JSONField(default=dict)
     epsilon_spent = models.FloatField(help_text="Aggregate epsilon charged to each answering device.")
     # The devices' audit log: the task as the devices received it, and each device's decision
-    # (devices.budget.Decision, one int8 per device in shard order).
+    # (pfs_device.budget.Decision, one int8 per device in shard order).
     task = models.JSONField(default=dict)
     decisions = models.BinaryField(default=b"")
     created_at = models.DateTimeField(auto_now_add=True)

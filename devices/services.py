@@ -20,14 +20,14 @@ from django.core.cache import cache
 from django.db import transaction
 
 from aggregation.upload import share_pair_upload, verified_reports_upload
-from devices.budget import Accountant, Decision, ledger_empty
-from devices.columns import pack
-from devices.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
-from devices.encode import encode_devices
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
-from devices.report_client import vector_shard
-from devices.streams import apply_retention
 from pfs_base import metrics
+from pfs_device.budget import Accountant, Decision, ledger_empty
+from pfs_device.columns import pack
+from pfs_device.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
+from pfs_device.encode import encode_devices
+from pfs_device.report_client import vector_shard
+from pfs_device.streams import apply_retention
 from privacy import field as prime_field
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
@@ -227,7 +227,7 @@ def _prio3_reports_upload(
     share_rng: np.random.Generator,
 ) -> None:
     """A fleet with ``prio3_reports``: each answering device privatizes and shards its own report with
-    its validity proof (devices.report_client, as a real device does), and both aggregators verify
+    its validity proof (pfs_device.report_client, as a real device does), and both aggregators verify
     every report (aggregation.upload.verified_reports_upload). The coins are the shard's, keyed."""
     shape = report_shape(
         mechanism=None if oracle is None else task.mechanism, epsilon0=task.epsilon0, domain_size=domain_size

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from devices.columns import Columns
+from pfs_device.columns import Columns
 
 LOCALES = ["en_US", "en_GB", "fr_FR", "de_DE", "es_ES"]
 LOCALE_WEIGHTS = np.array([0.50, 0.15, 0.12, 0.12, 0.11])
@@ -65,7 +65,7 @@ _PLANTED_SHARE = 0.35  # of all phrases typed
 # Every planted word is in the vocabulary (appended if the common words lack it), each once.
 TOKENS = list(dict.fromkeys(TOKENS + [t for p in PLANTED_PHRASES for t in p.split()]))
 
-# Twice the KeyboardNGrams retention (devices.streams), so that retention visibly removes phrases.
+# Twice the KeyboardNGrams retention (pfs_device.streams), so that retention visibly removes phrases.
 HISTORY_DAYS = 60
 
 

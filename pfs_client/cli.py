@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from pfs_client import __version__
 from pfs_client.client import DEFAULT_URL, Client, load_json
 from pfs_client.errors import ApiError, PfsError
 from pfs_client.models import AdaptiveRun, Release, Round, write_text
@@ -289,6 +290,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, parents=[connection], description="PFS Studio from the shell (docs/client.md)."
     )
+    parser.add_argument("--version", action="version", version=f"pfs-client {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Callable[..., int], help_text: str) -> argparse.ArgumentParser:

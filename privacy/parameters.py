@@ -1,7 +1,7 @@
 """A recipe's privacy parameters as one frozen value: what every layer reads, spelled out once.
 
-The recipe (analyses), the task devices receive (devices.decision.DeviceTask), the budget a device
-is charged (devices.decision.privacy_budget_request), the aggregators' batch rules and the release
+The recipe (analyses), the task devices receive (pfs_device.decision.DeviceTask), the budget a device
+is charged (pfs_device.decision.privacy_budget_request), the aggregators' batch rules and the release
 all take their privacy numbers from a ``PrivacyParameters``, so none of them restates the list.
 """
 

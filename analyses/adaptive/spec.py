@@ -12,8 +12,8 @@ from analyses.models import AdaptiveRun, Analysis
 from analyses.services.budget import budget_plan_refusal, budget_request_for
 from analyses.services.recipes import recipe_validate
 from analyses.validation import Problems, sentence
-from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
+from pfs_device.streams import field_kind
 from privacy.encoding import encoding_from_json
 from privacy.ngrams import UNITS, HashedNgramType, PrefixTreeType
 from privacy.parameters import PrivacyParameters

@@ -12,7 +12,7 @@ from analyses.models import AdaptiveRun, Analysis, Recipe, Round
 from analyses.services.policy import analysis_spent
 from analyses.services.rounds import round_progress
 from devices.models import Fleet
-from devices.streams import RETENTION_DAYS, STREAMS
+from pfs_device.streams import RETENTION_DAYS, STREAMS
 from privacy.intervals import INTERVALS, VIEWS
 from privacy.parameters import PRIVACY_KEYS
 
@@ -177,7 +177,7 @@ class StreamSerializer(serializers.Serializer):
 
 
 def streams_schema() -> list[dict[str, Any]]:
-    """The streams every fleet's devices hold and the fields each exposes to queries (devices.streams)."""
+    """The streams every fleet's devices hold and the fields each exposes to queries (pfs_device.streams)."""
     return [
         {
             "name": stream,

@@ -22,9 +22,9 @@ from analyses.forms import AdaptiveJsonForm, AdaptiveSpecForm
 from analyses.models import AdaptiveRun, Analysis
 from analyses.services.policy import analysis_spent
 from analyses.services.rounds import round_progress
-from devices.streams import field_kind
 from devices.synthetic import TOKENS
 from pfs_base.errors import NotAllowed, ValidationFailed
+from pfs_device.streams import field_kind
 from privacy.ngrams import END_LABEL, ngram_text
 
 Z95 = 1.96  # estimate ± 1.96 standard errors: the 95% interval of one estimate

@@ -7,8 +7,8 @@ import numpy as np
 
 from analyses.models import Analysis, Recipe
 from analyses.validation import Problems
-from devices.budget import COMPOSITIONS, NANO, Accountant, BudgetRequest, Decision, ledger_empty
-from devices.decision import fields_of, privacy_budget_request
+from pfs_device.budget import COMPOSITIONS, NANO, Accountant, BudgetRequest, Decision, ledger_empty
+from pfs_device.decision import fields_of, privacy_budget_request
 from privacy.parameters import PrivacyParameters
 
 # Where a refusal for the report count goes: no recipe key sets how often a device answers (the
@@ -93,7 +93,7 @@ def rounds_affordable(
 
 def budget_request_for(privacy: PrivacyParameters, encoded_field: str) -> BudgetRequest:
     """What one device answering a recipe with ``privacy`` over ``encoded_field`` is charged: the
-    device's own mapping (devices.decision.privacy_budget_request), so the two cannot disagree."""
+    device's own mapping (pfs_device.decision.privacy_budget_request), so the two cannot disagree."""
     return privacy_budget_request(privacy, fields_of(encoded_field))
 
 

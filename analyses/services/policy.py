@@ -12,12 +12,12 @@ from django.utils import timezone
 
 from analyses.models import Analysis, FieldPolicy, PolicyApproval, Round
 from analyses.validation import Problems
-from devices.budget import COMPOSITIONS, DEFAULT_ACCOUNTANT
-from devices.decision import fields_of
 from devices.models import Fleet
 from devices.services import fleet_enroll, policy_snapshot_create
-from devices.streams import STREAMS, field_kind
 from pfs_base.errors import NotAllowed, ValidationFailed
+from pfs_device.budget import COMPOSITIONS, DEFAULT_ACCOUNTANT
+from pfs_device.decision import fields_of
+from pfs_device.streams import STREAMS, field_kind
 from privacy.limits import MAX_BUCKETS
 from privacy.limits import NUMBERS as LIMITS
 

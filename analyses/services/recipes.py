@@ -24,11 +24,11 @@ from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Round
 from analyses.services.budget import budget_precheck, budget_request_for
 from analyses.validation import Problems, sentence
-from devices.decision import DeviceTask
-from devices.encode import SCHEMAS_BY_KIND, schema_fits
-from devices.query import QueryRefused, verify_query
-from devices.streams import field_kind
 from pfs_base.errors import ValidationFailed
+from pfs_device.decision import DeviceTask
+from pfs_device.encode import SCHEMAS_BY_KIND, schema_fits
+from pfs_device.query import QueryRefused, verify_query
+from pfs_device.streams import field_kind
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.amplification import MAX_COHORT
 from privacy.encoding import CombinationType, Encoding, content_encoding

@@ -39,12 +39,12 @@ from analyses.services.recipes import (
 from analyses.services.releases import release_content
 from analyses.signals import round_finished
 from analyses.task_names import DISPATCH_ROUND
-from devices.budget import Decision
 from devices.models import FleetShard, ShardRun
 from devices.services import shard_answer, shard_dry_run
 from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
 from pfs_base.task_queue import enqueue
+from pfs_device.budget import Decision
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.report_vdaf import report_shape
 

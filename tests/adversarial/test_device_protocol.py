@@ -19,18 +19,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from aggregation import wire
 from aggregation.aggregators import HELPER, LEADER
 from aggregation.issuer import issuer_public_key
 from aggregation.models import LeaderShare
 from aggregation.reports import rejections
-from aggregation.tokens import issuer_key_generate, token_obtain
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
-from devices.report_client import AggregatorKeys, report_seal
-from devices.sdk.device import TASK_INVALID, Offer, ServerKeys, task_answer
-from devices.sdk.ledger import Ledger
+from pfs_device import wire
+from pfs_device.report_client import AggregatorKeys, report_seal
+from pfs_device.sdk.device import TASK_INVALID, Offer, ServerKeys, task_answer
+from pfs_device.sdk.ledger import Ledger
+from pfs_device.tokens import issuer_key_generate, token_obtain
 from tests.unit.test_device_http import (
     BUCKETS,
     CENTRAL,

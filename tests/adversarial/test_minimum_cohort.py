@@ -12,8 +12,8 @@ import pytest
 
 from analyses.models import FieldPolicy, Recipe
 from analyses.services.policy import analysis_approve
-from devices.budget import Decision, ledger_empty
-from devices.decision import decide
+from pfs_device.budget import Decision, ledger_empty
+from pfs_device.decision import decide
 from tests.adversarial.conftest import admin_edit
 
 pytestmark = pytest.mark.django_db

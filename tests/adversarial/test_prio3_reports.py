@@ -8,7 +8,7 @@ weight bound was at least the length. Tried as an attacker would, with the SDK's
   were discarded and every honest device's budget spent for nothing.
 Now every report carries a Prio3 validity proof (draft-irtf-cfrg-vdaf-20) that both aggregators
 check, each with its own share. Each attack below goes through the endpoints a device uses (its
-token, the anonymous upload) and is built with the SDK's functions (devices.report_client), then
+token, the anonymous upload) and is built with the SDK's functions (pfs_device.report_client), then
 tampered with; each is rejected by both aggregators as proof_invalid, counted, and the release is
 exactly the release of the honest reports alone (the round is released, not failed).
 
@@ -24,12 +24,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from aggregation import aggregators, wire
+from aggregation import aggregators
 from aggregation.aggregators import HELPER, LEADER
 from aggregation.models import CollectionRules
 from aggregation.reports import rejections
 from analyses.models import Round
-from devices.report_client import AggregatorKeys, report_shard, shares_seal
+from pfs_device import wire
+from pfs_device.report_client import AggregatorKeys, report_shard, shares_seal
 from privacy.report_vdaf import HISTOGRAM, MULTIHOT, ReportShape, context, report_nonce
 from privacy.vdaf.field import Field128
 from tests.unit.test_device_http import BUCKETS, CENTRAL, RECIPE, Device, shape_of, start, upload, with_close

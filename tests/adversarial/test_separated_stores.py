@@ -26,7 +26,7 @@ from django.core.management.base import CommandError
 from django.db import connections
 from django.test import override_settings
 
-from aggregation import aggregators, hpke, ingest
+from aggregation import aggregators, ingest
 from aggregation.aggregators import HELPER, LEADER
 from aggregation.issuer import issuer_key, issuer_public_key
 from aggregation.keys import KeysUnavailable, key_file_read
@@ -49,7 +49,8 @@ from analyses.models import Round
 from analyses.services.recipes import recipe_create
 from analyses.services.rounds import round_dispatch
 from devices.models import ShardRun
-from devices.report_client import AggregatorKeys, report_seal
+from pfs_device import hpke
+from pfs_device.report_client import AggregatorKeys, report_seal
 from tests.unit.test_device_http import CENTRAL, shape_of, start, upload, verify, with_close
 
 ROOT_DIR = Path(__file__).resolve().parents[2]  # the checkout (manage.py)

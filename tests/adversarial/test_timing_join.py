@@ -3,7 +3,7 @@ receive times sat in one database, 10-16 ms apart and interleaved, and joining t
 every report of a test to its device.
 
 Replayed here against what is stored now. Devices ask for their tokens and upload through the
-HTTP endpoints, in the order the device SDK's own pacing (devices.sdk.pacing.plan_draw, seeded)
+HTTP endpoints, in the order the device SDK's own pacing (pfs_device.sdk.pacing.plan_draw, seeded)
 schedules them; the attacker then reads both stores — the issuer's (``IssuedToken``: a device
 and a day, in insertion order) and the leader's (``PendingReport``: a report and a 10-second
 arrival, in insertion order) — and pairs the k-th token issued with the k-th report received,
@@ -28,13 +28,13 @@ import random
 import numpy as np
 import pytest
 
-from aggregation import wire
 from aggregation.batch_rules import ARRIVAL_GRAIN
 from aggregation.models import Collection, HelperShare, IssuedToken, LeaderShare, PendingReport
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
-from devices.sdk.pacing import plan_draw
+from pfs_device import wire
+from pfs_device.sdk.pacing import plan_draw
 from tests.unit.test_device_http import CENTRAL, PHONES_SPEC, Device, upload, verify
 
 DEVICES = 60

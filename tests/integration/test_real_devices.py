@@ -1,6 +1,6 @@
 """Real devices end to end: device processes speaking HTTP to a live server, a real worker and Redis.
 
-1,800 devices in 6 processes (`python -m devices.sdk`, which imports no Django) fetch the round
+1,800 devices in 6 processes (`python -m pfs_device.sdk`, which imports no Django) fetch the round
 an analyst started over the API, decide, charge their own ledgers, privatize with their own OS
 randomness, obtain blind-signed tokens and upload sealed shares anonymously. The analyst closes
 the round; the worker releases it. The same data, imported as a simulated fleet, runs the same
@@ -115,7 +115,7 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
         creds.write_text(json.dumps({"fleet": "phones", "devices": [c.as_json() for c in credentials[part]]}))
         lines = tmp_path / f"data-{index}.jsonl"
         lines.write_text("".join(json.dumps(r) + "\n" for r in records[part]))
-        command = [sys.executable, "-m", "devices.sdk", "--server", live_server.url, "--credential", str(creds)]
+        command = [sys.executable, "-m", "pfs_device.sdk", "--server", live_server.url, "--credential", str(creds)]
         command += ["--data", str(lines), "--state", str(tmp_path / "ledgers"), "--once"]
         # The SDK needs no Django settings: leave none for it to find.
         env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}

@@ -8,9 +8,9 @@ import pytest
 
 from analyses import tasks
 from analyses.models import Round
-from devices.budget import to_units
 from devices.models import ShardRun
 from devices.services import ledger_totals
+from pfs_device.budget import to_units
 from pfs_web.celery import app as celery_app
 from tests.conftest import FLEET_SIZE
 

@@ -14,9 +14,9 @@ from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.recipes import recipe_create, recipe_validate
 from analyses.services.releases import release_as_json
 from analyses.services.rounds import round_create_and_start
-from devices.budget import to_units
 from devices.services import ledger_totals
 from pfs_base.errors import ValidationFailed
+from pfs_device.budget import to_units
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.encoding import BucketedType
 from tests.conftest import RECIPE, SPEC

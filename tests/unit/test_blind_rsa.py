@@ -1,4 +1,4 @@
-"""aggregation.blind_rsa: RFC 9474 Appendix A test vectors, round trips and refusals.
+"""pfs_device.blind_rsa: RFC 9474 Appendix A test vectors, round trips and refusals.
 
 The vectors (vectors/rfc9474.json) fix each variant's randomness (msg_prefix, salt, inv), so every
 intermediate value of the protocol is checked, down to the exact signature.
@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from aggregation import blind_rsa
+from pfs_device import blind_rsa
 
 RFC9474 = json.loads((Path(__file__).parent / "vectors" / "rfc9474.json").read_text())
 VECTORS = {vector["name"]: vector for vector in RFC9474["vectors"]}

@@ -15,10 +15,10 @@ from analyses.models import Recipe, Round
 from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.recipes import recipe_device_task
 from analyses.services.rounds import round_create_and_start
-from devices.budget import Decision, ledger_empty
-from devices.decision import decide
 from devices.fleet_io import fleet_create
 from pfs_base.errors import ValidationFailed
+from pfs_device.budget import Decision, ledger_empty
+from pfs_device.decision import decide
 from privacy.amplification import min_cohort_closed_form
 from tests.conftest import RECIPE, SPEC
 

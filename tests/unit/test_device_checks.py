@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from devices.budget import (
+from pfs_device.budget import (
     RENYI_ORDERS,
     Accountant,
     AdvancedComposition,
@@ -20,7 +20,7 @@ from devices.budget import (
     query_rdp,
     to_units,
 )
-from devices.query import QueryRefused, parse_query, verify_query
+from pfs_device.query import QueryRefused, parse_query, verify_query
 
 QUERY_CLASS = {"stream": "KeyboardNGrams", "fields": ["age", "ngrams"], "cohortFields": ["locale"]}
 POLICY = {
@@ -145,7 +145,7 @@ def test_charge_spends_only_for_answering_devices_on_analysis_and_field() -> Non
 
 
 def test_the_device_charges_a_deletion_model_mechanism_at_twice_its_epsilon0() -> None:
-    from devices.decision import DeviceTask, budget_request
+    from pfs_device.decision import DeviceTask, budget_request
 
     task = DeviceTask(
         task_key="k",

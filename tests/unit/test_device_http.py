@@ -1,7 +1,7 @@
 """Real devices over HTTP: tasks, tokens and anonymous uploads, rejections, closing and releasing a round.
 
 The devices here are the test itself, speaking the wire format with the device code
-(devices.report_client, aggregation.wire) through DRF's APIClient, and once through the WSGI
+(pfs_device.report_client, pfs_device.wire) through DRF's APIClient, and once through the WSGI
 fast path (pfs_web.wsgi). An upload is received (202) and verified later in bulk
 (aggregation.ingest): what the aggregators reject shows in the counters after ``verify``.
 """
@@ -23,19 +23,19 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token as AuthToken
 from rest_framework.test import APIClient
 
-from aggregation import hpke, wire
 from aggregation.aggregators import HELPER, LEADER, rules_shape
 from aggregation.ingest import reports_ingest
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, HelperShare, LeaderShare, PendingReport
 from aggregation.reports import rejections, upload_body_limit
-from aggregation.tokens import Token, token_obtain
 from analyses.models import Round
 from analyses.reaper import rounds_reap
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.models import CollectionWindow, DeviceCredential, Fleet
-from devices.report_client import AggregatorKeys, report_seal
+from pfs_device import hpke, wire
+from pfs_device.report_client import AggregatorKeys, report_seal
+from pfs_device.tokens import Token, token_obtain
 from privacy.report_vdaf import ReportShape
 from tests.conftest import RECIPE
 

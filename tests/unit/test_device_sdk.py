@@ -16,16 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregation import hpke
-from aggregation.tokens import issuer_key_generate, sign_blinded, verify
 from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine
-from aggregation.wire import Report
-from devices.decision import DeviceTask, snapshot_digest
-from devices.report_client import AggregatorKeys
-from devices.sdk.__main__ import main
-from devices.sdk.client import ClientError
-from devices.sdk.device import TASK_INVALID, Offer, ServerKeys, data_read, report_compute, task_answer
-from devices.sdk.ledger import Ledger
+from pfs_device import hpke
+from pfs_device.decision import DeviceTask, snapshot_digest
+from pfs_device.report_client import AggregatorKeys
+from pfs_device.sdk.__main__ import main
+from pfs_device.sdk.client import ClientError
+from pfs_device.sdk.device import TASK_INVALID, Offer, ServerKeys, data_read, report_compute, task_answer
+from pfs_device.sdk.ledger import Ledger
+from pfs_device.tokens import issuer_key_generate, sign_blinded, verify
+from pfs_device.wire import Report
 from privacy.report_vdaf import report_nonce, report_shape
 from privacy.vdaf.field import Field128
 
@@ -248,7 +248,7 @@ def test_the_sdk_runs_without_django() -> None:
         "        if name == 'django' or name.startswith(('django.', 'rest_framework')):\n"
         "            raise ImportError(name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import devices.sdk.__main__\n"
+        "import pfs_device.sdk.__main__\n"
     )
     result = subprocess.run([sys.executable, "-c", blocker], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

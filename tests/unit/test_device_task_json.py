@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from devices.decision import DeviceTask
+from pfs_device.decision import DeviceTask
 
 
 def task() -> DeviceTask:

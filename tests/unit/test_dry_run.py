@@ -7,9 +7,9 @@ import copy
 import pytest
 
 from analyses.services.rounds import round_dry_run
-from devices.budget import ledger_empty
-from devices.columns import pack
 from devices.models import ShardLedger, ShardRun
+from pfs_device.budget import ledger_empty
+from pfs_device.columns import pack
 from tests.conftest import FLEET_SIZE
 from tests.unit.test_dashboard import FORM
 

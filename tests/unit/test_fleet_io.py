@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
-from devices.columns import pack, unpack
 from devices.fleet_io import FleetInvalid, fleet_create, fleet_import
 from devices.models import Fleet, FleetShard
 from devices.synthetic import HISTORY_DAYS, LOCALES, TOKENS, generate_shard
+from pfs_device.columns import pack, unpack
 
 NOW = 1_714_521_600.0  # 2024-05-01T00:00:00Z
 

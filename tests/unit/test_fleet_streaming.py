@@ -15,9 +15,9 @@ import pytest
 from django.core.management import call_command
 
 from devices import fleet_io
-from devices.columns import pack
 from devices.models import Fleet
 from devices.synthetic import generate_shard
+from pfs_device.columns import pack
 
 SHARD_SIZE = 1_000
 SHARDS_PER_INSERT = 8

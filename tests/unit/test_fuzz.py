@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from analyses.adaptive.spec import adaptive_validate
 from analyses.models import Recipe
 from analyses.services.recipes import recipe_validate
-from devices.query import QueryRefused, parse_query
 from pfs_base.errors import ValidationFailed
+from pfs_device.query import QueryRefused, parse_query
 from privacy.encoding import content_encoding
 from privacy.ngrams import SchemaError
 from tests.conftest import DISCOVERY_SPEC, RECIPE

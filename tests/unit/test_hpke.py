@@ -1,4 +1,4 @@
-"""aggregation.hpke on cryptography's HPKE: RFC 9180 conformance, interop with the pyhpke it replaced, refusals.
+"""pfs_device.hpke on cryptography's HPKE: RFC 9180 conformance, interop with the pyhpke it replaced, refusals.
 
 The interop fixture (vectors/hpke_pyhpke_interop.json) was sealed by pyhpke 0.6.5, the previous
 implementation, so shares sealed before the switch still open after it.
@@ -14,7 +14,7 @@ from cryptography.hazmat.bindings._rust import openssl as rust_openssl
 from cryptography.hazmat.primitives.asymmetric import x25519
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from aggregation import hpke
+from pfs_device import hpke
 
 VECTORS = Path(__file__).parent / "vectors"
 INTEROP = json.loads((VECTORS / "hpke_pyhpke_interop.json").read_text())
@@ -64,7 +64,7 @@ def test_open_sealed_opens_what_pyhpke_sealed(name: str) -> None:
 
 
 def test_open_sealed_does_not_take_aad_from_the_aead_associated_data() -> None:
-    # The fixture's aad went into pyhpke's Context.Seal as RFC 9180 AEAD aad; aggregation.hpke binds
+    # The fixture's aad went into pyhpke's Context.Seal as RFC 9180 AEAD aad; pfs_device.hpke binds
     # aad through the Setup info instead (RFC 9180 Section 8.1), so this ciphertext must not open.
     case = CASES["leader share, rfc 9180 aead aad"]
     with pytest.raises(hpke.OpenFailed):
@@ -84,7 +84,7 @@ def test_rfc9180_recipient_key_pair() -> None:
 
 def test_open_sealed_derives_the_rfc9180_key_schedule() -> None:
     # cryptography fixes neither the ephemeral key nor (publicly) the AEAD aad, so the vector's own
-    # sealing cannot be replayed through aggregation.hpke. Instead: encrypt the vector's plaintext
+    # sealing cannot be replayed through pfs_device.hpke. Instead: encrypt the vector's plaintext
     # under the vector's key and base_nonce with an empty aad; open_sealed finds the plaintext only
     # if it derives that very key and nonce from skRm, enc and info (RFC 9180 Section 5.1).
     ciphertext = ChaCha20Poly1305(rfc("key")).encrypt(rfc("base_nonce"), rfc("pt"), b"")

@@ -9,10 +9,10 @@ from django.test import Client
 from analyses.services.policy import analysis_approve, analysis_create, analysis_spent
 from analyses.services.releases import release_as_json
 from analyses.services.rounds import round_create_and_start
-from devices.columns import unpack
 from devices.fleet_io import fleet_create
 from devices.models import ShardLedger
 from pfs_base.errors import ValidationFailed
+from pfs_device.columns import unpack
 from privacy.encoding import CombinationType, content_encoding
 
 FIGURE_4_TYPES = {

@@ -1,32 +1,38 @@
 """What each distribution lists is what the code needs (docs/packaging.md).
 
-pyproject.toml lists the server's packages by name, and clients/device links the device SDK's
-modules one by one: a new package, or a new import in the SDK, must be added there too. These
-tests say which. tests/integration/test_packaging.py builds and installs the three wheels.
+pyproject.toml lists the server's packages by name, and clients/device/pyproject.toml the device SDK's:
+a new package must be added there too, and the device's code may import nothing beyond the pure DP
+core, the standard library and the SDK's four dependencies. These tests say which.
+tests/integration/test_packaging.py builds and installs the three wheels.
 """
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER_ROOTS = ("privacy", "pfs_base", "devices", "aggregation", "analyses", "pfs_web", "pfs_client")
+SERVER_ROOTS = ("privacy", "pfs_base", "pfs_device", "devices", "aggregation", "analyses", "pfs_web", "pfs_client")
 DEVICE = ROOT / "clients" / "device"
+# What the device SDK's distribution depends on (clients/device/pyproject.toml), by import name.
+DEVICE_DEPENDENCIES = {"numpy", "scipy", "cryptography", "Crypto"}
+
+
+def packages_under(root: Path, name: str) -> list[str]:
+    return sorted(
+        ".".join(init.parent.relative_to(root).parts)
+        for init in (root / name).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    )
 
 
 def test_the_server_distribution_lists_every_package_of_the_repository() -> None:
     listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    found = sorted(
-        ".".join(init.parent.relative_to(ROOT).parts)
-        for root in SERVER_ROOTS
-        for init in (ROOT / root).rglob("__init__.py")
-        if "__pycache__" not in init.parts
-    )
-    assert sorted(listed) == found
+    assert sorted(listed) == sorted(p for root in SERVER_ROOTS for p in packages_under(ROOT, root))
 
 
 def test_the_server_distribution_reads_its_dependencies_from_requirements_in() -> None:
@@ -38,44 +44,25 @@ def test_the_server_distribution_reads_its_dependencies_from_requirements_in() -
     assert not [line for line in lines if line.startswith("-") or (" #" in line and not line.startswith("#"))]
 
 
-def sdk_closure() -> set[str]:
-    """The repository's modules the device SDK imports, directly or not."""
-    graph = grimp.build_graph("devices", "aggregation", "privacy", include_external_packages=False, cache_dir=None)
-    seen: set[str] = set()
-    todo = [m for m in graph.modules if m == "devices.sdk" or m.startswith("devices.sdk.")]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(graph.find_modules_directly_imported_by(module))
-    return seen
+def test_the_device_sdk_lists_its_package_with_the_dp_core_inside() -> None:
+    listed = tomllib.loads((DEVICE / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    staged = packages_under(ROOT, "pfs_device") + [f"pfs_device.{p}" for p in packages_under(ROOT, "privacy")]
+    assert sorted(listed) == sorted(staged)
 
 
-def linked_modules() -> set[str]:
-    """The modules clients/device packages: each .py under its package folders, links followed."""
-    modules = set()
-    for package in ("devices", "aggregation", "privacy"):
-        for folder, _, files in os.walk(DEVICE / package, followlinks=True):
-            for name in files:
-                if name.endswith(".py") and "__pycache__" not in folder:
-                    parts = (Path(folder) / name).relative_to(DEVICE).with_suffix("").parts
-                    modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return modules
+def test_the_device_package_imports_only_the_dp_core_the_standard_library_and_its_dependencies() -> None:
+    graph = grimp.build_graph("pfs_device", "privacy", include_external_packages=True, cache_dir=None)
+    imported = {
+        target.split(".")[0]
+        for module in graph.modules
+        if module.split(".")[0] in ("pfs_device", "privacy")
+        for target in graph.find_modules_directly_imported_by(module)
+    }
+    allowed = {"pfs_device", "privacy"} | DEVICE_DEPENDENCIES | set(sys.stdlib_module_names)
+    assert imported - allowed == set(), "pfs_device/ must run on a device without the server's packages"
 
 
-def test_the_device_sdk_links_exactly_the_modules_it_imports() -> None:
-    needed = {m for m in sdk_closure() if not m.startswith("privacy")}  # privacy/ is linked whole
-    linked = {m for m in linked_modules() if not m.startswith("privacy")}
-    missing, unneeded = sorted(needed - linked), sorted(linked - needed - {"devices", "aggregation"})
-    assert not missing, f"the SDK imports these: link them into clients/device ({missing})"
-    assert not unneeded, f"the SDK no longer imports these: unlink them from clients/device ({unneeded})"
-
-
-def test_the_device_sdk_links_the_pure_dp_core_whole_and_the_client_its_package() -> None:
-    assert (DEVICE / "privacy").resolve() == ROOT / "privacy"
-    assert (DEVICE / "devices" / "sdk").resolve() == ROOT / "devices" / "sdk"
-    assert (ROOT / "clients" / "python" / "pfs_client").resolve() == ROOT / "pfs_client"
-    for path in (DEVICE / "devices").iterdir():
-        assert path.is_symlink() and path.resolve() == ROOT / "devices" / path.name, path
-    for path in (DEVICE / "aggregation").iterdir():
-        assert path.is_symlink() and path.resolve() == ROOT / "aggregation" / path.name, path
+def test_the_repository_holds_no_links() -> None:
+    """The distributions package the repository's own folders: nothing is linked in (mode 120000)."""
+    files = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert [line.split("\t")[1] for line in files.splitlines() if line.startswith("120000")] == []

@@ -1,13 +1,13 @@
-"""A shard's columns read from their packed bytes one at a time (devices.columns.PackedColumns)."""
+"""A shard's columns read from their packed bytes one at a time (pfs_device.columns.PackedColumns)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from devices.columns import PackedColumns, pack, unpack
-from devices.streams import apply_retention
 from devices.synthetic import generate_shard
+from pfs_device.columns import PackedColumns, pack, unpack
+from pfs_device.streams import apply_retention
 
 NOW = 1_800_000_000.0
 

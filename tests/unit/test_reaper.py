@@ -14,9 +14,9 @@ from analyses.models import Round
 from analyses.reaper import rounds_reap
 from analyses.services.recipes import recipe_create
 from analyses.services.rounds import round_create_and_start, round_dispatch, round_start
-from devices.budget import to_units
 from devices.models import ShardRun
 from devices.services import ledger_totals
+from pfs_device.budget import to_units
 from tests.conftest import FLEET_SIZE
 
 pytestmark = pytest.mark.django_db

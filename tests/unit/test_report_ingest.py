@@ -15,14 +15,15 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from aggregation import hpke, ingest, intake, wire
+from aggregation import ingest, intake
 from aggregation.aggregators import HELPER
 from aggregation.ingest import reports_ingest
 from aggregation.models import HelperJob, HelperShare, LeaderShare, PendingReport, SpentToken
 from aggregation.reports import rejections, report_submit
 from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
 from aggregation.upload import SealedShare
-from devices.report_client import report_seal
+from pfs_device import hpke, wire
+from pfs_device.report_client import report_seal
 from privacy.mechanisms import report_weight_bound
 from privacy.vdaf.field import Field128
 from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, keys, one_hot, proven, report, shape_for, token

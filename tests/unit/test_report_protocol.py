@@ -1,6 +1,6 @@
 """Individually uploaded reports: HPKE-sealed Prio3 shares, anonymous single-use tokens, validity proofs, rate rules.
 
-Real crypto throughout (HPKE and RSA blind signatures from `cryptography`); the devices are devices.report_client.
+Real crypto throughout (HPKE and RSA blind signatures from `cryptography`); the devices are pfs_device.report_client.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from aggregation import hpke, wire
 from aggregation.aggregators import HELPER, LEADER, rules_shape
 from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
 from aggregation.models import CollectionRules, HelperShare, LeaderShare, SpentToken
 from aggregation.reports import rejections, report_submit
 from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
-from aggregation.tokens import Token, token_obtain
 from aggregation.upload import SealedShare
-from devices.report_client import AggregatorKeys, report_seal, report_vector, shares_seal
+from pfs_device import hpke, wire
+from pfs_device.report_client import AggregatorKeys, report_seal, report_vector, shares_seal
+from pfs_device.tokens import Token, token_obtain
 from privacy.mechanisms import mechanism_get, report_weight_bound
 from privacy.report_vdaf import ReportShape, context, input_share_sizes, report_nonce
 from privacy.vdaf.field import Field128

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from devices.streams import RETENTION_DAYS, SECONDS_PER_DAY, STREAMS, apply_retention
 from devices.synthetic import generate_shard
+from pfs_device.streams import RETENTION_DAYS, SECONDS_PER_DAY, STREAMS, apply_retention
 
 NOW = 1_714_521_600.0  # 2024-05-01T00:00:00Z
 CUTOFF = int(NOW) - RETENTION_DAYS["KeyboardNGrams"] * SECONDS_PER_DAY

@@ -23,10 +23,10 @@ from analyses.services.rounds import (
     round_progress,
     round_shard_run,
 )
-from devices.budget import to_units
 from devices.models import ShardRun
 from devices.services import ledger_totals, shard_answer
 from pfs_base.errors import NotAllowed
+from pfs_device.budget import to_units
 from tests.conftest import FLEET_SIZE
 
 pytestmark = pytest.mark.django_db
@@ -176,7 +176,7 @@ def test_phrases_past_retention_are_deleted_from_the_shard_before_the_query_runs
 ) -> None:
     import time as clock
 
-    from devices.streams import RETENTION_DAYS, SECONDS_PER_DAY
+    from pfs_device.streams import RETENTION_DAYS, SECONDS_PER_DAY
 
     shard = analysis.fleet.shards.order_by("index").first()
     cutoff = clock.time() - RETENTION_DAYS["KeyboardNGrams"] * SECONDS_PER_DAY

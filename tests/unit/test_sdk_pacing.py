@@ -1,4 +1,4 @@
-"""The device SDK asks for its token and uploads at independent random times (devices.sdk.pacing):
+"""The device SDK asks for its token and uploads at independent random times (pfs_device.sdk.pacing):
 a fake clock and sleep record what the device waits, and seeded draws check the distribution."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from devices.decision import snapshot_digest
-from devices.sdk import __main__ as sdk_main
-from devices.sdk.device import Offer, data_read, task_answer
-from devices.sdk.ledger import Ledger
-from devices.sdk.pacing import DEADLINE_MARGIN, TOKEN_SHARE, Pacing, plan_draw
+from pfs_device.decision import snapshot_digest
+from pfs_device.sdk import __main__ as sdk_main
+from pfs_device.sdk.device import Offer, data_read, task_answer
+from pfs_device.sdk.ledger import Ledger
+from pfs_device.sdk.pacing import DEADLINE_MARGIN, TOKEN_SHARE, Pacing, plan_draw
 from tests.unit.test_device_sdk import ISSUER, POLICY, TASK, Aggregators, device_line, offer
 
 SPREAD = 3600.0

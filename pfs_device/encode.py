@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from devices.columns import Columns
-from devices.streams import field_kind
+from pfs_device.columns import Columns
+from pfs_device.streams import field_kind
 from privacy.encoding import CombinationType, Encoding, content_encoding
 from privacy.ngrams import HashedNgramType, PrefixTreeType, Sequences, choose_per_device, windows
 
-# The schema each field kind can be encoded with (devices.streams): anything else is refused.
+# The schema each field kind can be encoded with (pfs_device.streams): anything else is refused.
 SCHEMAS_BY_KIND = {"number": ("BucketedType",), "text": ("PrefixTree", "HashedNgrams")}
 
 

@@ -33,7 +33,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from devices.columns import Columns
+from pfs_device.columns import Columns
 from privacy.aggregator_noise import HISTOGRAM_L2_SENSITIVITY, AggregatorGaussian
 from privacy.composition import gaussian_rdp, pure_dp_rdp, rdp_to_dp
 from privacy.enforced_cohort import min_cohort_enforced

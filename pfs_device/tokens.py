@@ -1,5 +1,5 @@
 """Anonymous single-use tokens: RSA blind signatures as RFC 9474 specifies them
-(RSABSSA-SHA384-PSS-Randomized, aggregation.blind_rsa), one issuer key per collection.
+(RSABSSA-SHA384-PSS-Randomized, pfs_device.blind_rsa), one issuer key per collection.
 
 The device prepares the token message (RFC 9474 Section 4.1: a fresh random 32-byte prefix, which
 is also the token's nonce, before "pfs-studio token v2|<collection>"), blinds it and asks the
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from aggregation import blind_rsa
+from pfs_device import blind_rsa
 
 KEY_BITS = blind_rsa.KEY_BITS
 NONCE_BYTES = blind_rsa.PREFIX_BYTES

@@ -15,9 +15,9 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from aggregation.tokens import IssuerPublicKey
-from aggregation.wire import Report, report_bytes
-from devices.report_client import AggregatorKeys
+from pfs_device.report_client import AggregatorKeys
+from pfs_device.tokens import IssuerPublicKey
+from pfs_device.wire import Report, report_bytes
 
 USER_AGENT = "pfs-device-sdk/1"
 RETRY_STATUSES = {429, 500, 502, 503, 504}

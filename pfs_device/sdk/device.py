@@ -1,9 +1,9 @@
 """One real device answering one task: decide, charge, encode, privatize, seal, token, upload.
 
 Every step is the code the simulator runs, on a one-device slice of columns: the decision
-(devices.decision.decide: snapshot, query class, checks 1-3 of the policy's accountant), the
-encoding (devices.encode), retention (devices.streams), the batch key (devices.decision), the
-randomizer (privacy.mechanisms through devices.report_client) and the shares (privacy.field).
+(pfs_device.decision.decide: snapshot, query class, checks 1-3 of the policy's accountant), the
+encoding (pfs_device.encode), retention (pfs_device.streams), the batch key (pfs_device.decision), the
+randomizer (privacy.mechanisms through pfs_device.report_client) and the shares (privacy.field).
 Only the coins differ: the device's own OS randomness, not a round's seed.
 
 Fail closed: the device charges its ledger and writes it to disk before it asks for a token or
@@ -21,18 +21,18 @@ from typing import Protocol
 
 import numpy as np
 
-from aggregation.tokens import IssuerPublicKey, token_obtain
-from aggregation.wire import Report
-from devices.budget import Accountant, Decision
-from devices.columns import Columns
-from devices.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
-from devices.encode import encode_devices
-from devices.records import Parsed, columns_slice, parse_line, parsed_columns
-from devices.report_client import AggregatorKeys, report_seal, report_vector
-from devices.sdk.client import ClientError, issuer_key
-from devices.sdk.ledger import Ledger
-from devices.sdk.pacing import Pacing
-from devices.streams import apply_retention
+from pfs_device.budget import Accountant, Decision
+from pfs_device.columns import Columns
+from pfs_device.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
+from pfs_device.encode import encode_devices
+from pfs_device.records import Parsed, columns_slice, parse_line, parsed_columns
+from pfs_device.report_client import AggregatorKeys, report_seal, report_vector
+from pfs_device.sdk.client import ClientError, issuer_key
+from pfs_device.sdk.ledger import Ledger
+from pfs_device.sdk.pacing import Pacing
+from pfs_device.streams import apply_retention
+from pfs_device.tokens import IssuerPublicKey, token_obtain
+from pfs_device.wire import Report
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
 from privacy.report_vdaf import ReportShape, report_shape
@@ -81,7 +81,7 @@ class Offer:
     policy_digest: str
     report_length: int
     issuer: IssuerPublicKey  # the collection's token key as served; checked against task.token_key
-    # Seconds over which the collection expects its uploads (devices.sdk.pacing), and its deadline.
+    # Seconds over which the collection expects its uploads (pfs_device.sdk.pacing), and its deadline.
     spread_seconds: float = 0.0
     closes_at: float | None = None  # seconds since the epoch
 
@@ -107,7 +107,7 @@ class ServerKeys:
 
 
 class Service(Protocol):
-    """The server, as the device sees it (devices.sdk.client.DeviceClient over HTTP)."""
+    """The server, as the device sees it (pfs_device.sdk.client.DeviceClient over HTTP)."""
 
     def token(self, collection_key: str, blinded: int) -> int: ...
 
@@ -138,7 +138,7 @@ def task_answer(
     """Decide on ``offer`` once; when answering, charge the ledger, then upload one sealed report.
 
     ``pacing``: ask for the token and upload at random times over the collection's spread
-    (devices.sdk.pacing; the CLI always paces). None sends both at once, which lets the issuer's
+    (pfs_device.sdk.pacing; the CLI always paces). None sends both at once, which lets the issuer's
     and the aggregators' orders be joined: for tests of everything else."""
     task = offer.task
     earlier = ledger.decision(task.task_key)
@@ -194,7 +194,7 @@ def _task_problem(offer: Offer) -> str:
 
 
 def _decide(offer: Offer, fleet: str, columns: Columns, rng: np.random.Generator) -> tuple[Decision, Accountant | None]:
-    """The device's decision (devices.decision.decide) on the snapshot whose hash it checked itself."""
+    """The device's decision (pfs_device.decision.decide) on the snapshot whose hash it checked itself."""
     task = offer.task
     sampled = np.array([rng.random() < task.sampling_rate])
     held = offer.policy_digest == task.snapshot_digest and snapshot_digest(offer.policy) == offer.policy_digest

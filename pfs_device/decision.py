@@ -1,9 +1,9 @@
 """What a device decides about a task, before it reads any data; pure (numpy, no Django).
 
 The one implementation of the device's decision, vectorised over devices: a simulated shard
-(devices.services) calls it for thousands at once, a real device (devices.sdk) for itself alone.
+(devices.services) calls it for thousands at once, a real device (pfs_device.sdk) for itself alone.
 In order: sampled?; the snapshot it holds?; the query in the approved class?; checks 1-3 of the
-budget accountant (devices.budget). Also here: the task as devices receive it, the snapshot
+budget accountant (pfs_device.budget). Also here: the task as devices receive it, the snapshot
 digest, and each device's batch key.
 """
 
@@ -18,10 +18,10 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from devices.budget import Accountant, BudgetRequest, Decision
-from devices.columns import Columns
-from devices.encode import ParsedContent, content_fits
-from devices.query import QueryRefused, verify_query
+from pfs_device.budget import Accountant, BudgetRequest, Decision
+from pfs_device.columns import Columns
+from pfs_device.encode import ParsedContent, content_fits
+from pfs_device.query import QueryRefused, verify_query
 from privacy.encoding import content_encoding
 from privacy.parameters import PrivacyParameters
 
@@ -56,7 +56,7 @@ class DeviceTask:
     min_cohort: int
     seed: int  # seeds a simulated shard's coins; real devices use their own OS randomness
     noise: str = "client"  # or "aggregator": no local randomizer, each aggregator adds noise
-    # Real devices: the SHA-256 of the issuer key of this collection (aggregation.tokens). Every
+    # Real devices: the SHA-256 of the issuer key of this collection (pfs_device.tokens). Every
     # device is sent the same task, so a key served to one device alone is refused by it.
     token_key: str = ""
 

@@ -23,10 +23,10 @@ import json
 import math
 from dataclasses import dataclass
 
-from aggregation.tokens import NONCE_BYTES, Token
+from pfs_device.tokens import NONCE_BYTES, Token
 
 VERSION = 2  # 2: Prio3 input shares and a public share (1 carried bare Field64 vectors)
-ENC_BYTES = 32  # an X25519 encapsulated key (aggregation.hpke)
+ENC_BYTES = 32  # an X25519 encapsulated key (pfs_device.hpke)
 AEAD_TAG_BYTES = 16  # ChaCha20-Poly1305
 MAX_KEY_LENGTH = 200  # CollectionRules.key and Collection.batch_key are 200-character columns
 # Room for the JSON punctuation, the keys and a 4,096-bit issuer's signature.

@@ -1,6 +1,6 @@
-"""python -m devices.sdk: run one or more real devices against a PFS Studio server.
+"""python -m pfs_device.sdk: run one or more real devices against a PFS Studio server.
 
-    python -m devices.sdk --server http://127.0.0.1:8000 --credential creds.json --data devices.jsonl --once
+    python -m pfs_device.sdk --server http://127.0.0.1:8000 --credential creds.json --data devices.jsonl --once
 
 --credential: the file manage.py device_register wrote ({"fleet", "devices": [{"id", "secret"}]}),
 or one device's {"id", "secret", "fleet"}. --data: the devices' data in the fleet JSONL format
@@ -8,7 +8,7 @@ or one device's {"id", "secret", "fleet"}. --data: the devices' data in the flee
 --state (one JSON file per device). Prints one JSON summary per pass; with --verbose one line per
 device and task too. Bad input exits with code 2; a server that cannot be reached with --once, 1.
 Each device asks for its token and uploads at random times over the spread its task is served
-with (devices.sdk.pacing; --spread overrides it), so a pass lasts up to that long.
+with (pfs_device.sdk.pacing; --spread overrides it), so a pass lasts up to that long.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from devices.sdk.client import ClientError, Credential, DeviceClient, server_keys
-from devices.sdk.device import DataInvalid, DeviceData, Offer, ServerKeys, data_read, task_answer
-from devices.sdk.ledger import Ledger, LedgerCorrupt
-from devices.sdk.pacing import Pacing
+from pfs_device import __version__
+from pfs_device.sdk.client import ClientError, Credential, DeviceClient, server_keys
+from pfs_device.sdk.device import DataInvalid, DeviceData, Offer, ServerKeys, data_read, task_answer
+from pfs_device.sdk.ledger import Ledger, LedgerCorrupt
+from pfs_device.sdk.pacing import Pacing
 
 # Devices waiting at once in one process: each mostly sleeps until its random times.
 MAX_THREADS = 1000
@@ -59,7 +60,8 @@ class UsageError(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devices.sdk", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pfs_device.sdk", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"pfs-device {__version__}")
     parser.add_argument("--server", help="the server's URL (default: the credential file's 'server')")
     parser.add_argument("--credential", required=True, help="credentials file from manage.py device_register")
     parser.add_argument("--data", required=True, help="the devices' data, fleet JSONL, one line per credential")
@@ -112,7 +114,7 @@ def _pass(
     spread: float | None = None,
 ):
     """One pass: every device at once, each in its own thread, since each waits its own random
-    times (devices.sdk.pacing) before its token and its upload."""
+    times (pfs_device.sdk.pacing) before its token and its upload."""
     decisions: Counter[str] = Counter()
     uploads: Counter[str] = Counter()
     unreachable = 0

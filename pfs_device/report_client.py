@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aggregation import hpke
-from aggregation.tokens import Token
-from aggregation.wire import Report, SealedShare
+from pfs_device import hpke
+from pfs_device.tokens import Token
+from pfs_device.wire import Report, SealedShare
 from privacy.mechanisms import FrequencyOracle
 from privacy.report_vdaf import ReportShape, context, measurement, report_nonce
 from privacy.vdaf import VdafError

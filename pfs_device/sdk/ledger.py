@@ -1,6 +1,6 @@
 """A device's own budget ledger and decision log, kept in a JSON file on the device.
 
-Per analysis, the columns of devices.budget's ledger for one device (epsilon in integer
+Per analysis, the columns of pfs_device.budget's ledger for one device (epsilon in integer
 nano-epsilon, reports, per field, and the accountant's extra columns). Per task, the decision the
 device took, so that it decides once: a device asked again neither samples itself again nor
 answers twice. Every change is written to a temporary file, flushed to disk and renamed over
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from devices.budget import ledger_empty
-from devices.columns import Columns
+from pfs_device.budget import ledger_empty
+from pfs_device.columns import Columns
 
 VERSION = 1
 
@@ -43,7 +43,7 @@ class Ledger:
     # ------------------------------------------------------------ budget
 
     def columns(self, analysis: str) -> Columns:
-        """The device's ledger for ``analysis`` as devices.budget reads it: one-element columns."""
+        """The device's ledger for ``analysis`` as pfs_device.budget reads it: one-element columns."""
         columns = ledger_empty(1)
         for name, value in self.state["analyses"].get(analysis, {}).items():
             dtype = np.int64 if isinstance(value, int) else np.float64

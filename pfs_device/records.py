@@ -1,7 +1,7 @@
 """Device records as the fleet JSONL format writes them (docs/fleets.md), read into shard columns.
 
 Pure (numpy, no Django): the server imports a fleet with it (devices.fleet_io) and a real
-device's SDK reads its own data with it (devices.sdk), so both see the same values from the same
+device's SDK reads its own data with it (pfs_device.sdk), so both see the same values from the same
 line: lowercased words, a missing age as NaN, a missing locale as "unknown".
 """
 
@@ -15,7 +15,7 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
-from devices.columns import Columns
+from pfs_device.columns import Columns
 
 MAX_ID_LENGTH = 64
 MAX_AGE = 150.0

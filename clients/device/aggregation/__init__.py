@@ -1,1 +1,0 @@
-../../../aggregation/__init__.py

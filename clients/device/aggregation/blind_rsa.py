@@ -1,1 +1,0 @@
-../../../aggregation/blind_rsa.py

@@ -1,1 +1,0 @@
-../../../aggregation/hpke.py

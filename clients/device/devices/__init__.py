@@ -1,1 +1,0 @@
-../../../devices/__init__.py

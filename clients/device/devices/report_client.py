@@ -1,1 +1,0 @@
-../../../devices/report_client.py
