@@ -10,6 +10,7 @@ verifier_shares_to_message and verify_next on the encoded messages, as deployed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -47,6 +48,17 @@ def test_the_official_test_vectors_are_all_there() -> None:
     for kind in ("Prio3Count", "Prio3Histogram", "Prio3MultihotCountVec", "Prio3SumVec"):
         assert any(name.startswith(f"{kind}_") for name in names), kind
     assert any("_bad_" in name for name in names)
+
+
+def test_the_official_test_vectors_are_the_published_bytes() -> None:
+    """Unmodified, as their README says: SHA256SUMS holds the hashes of the files as the draft's repository has them."""
+    vdaf_vectors_required()
+    published = dict(
+        reversed(line.split("  ", 1)) for line in (VDAF_VECTORS / "SHA256SUMS").read_text().splitlines() if line
+    )
+    assert sorted(published) == sorted(VDAF_VECTOR_NAMES)
+    for name, digest in published.items():
+        assert hashlib.sha256((VDAF_VECTORS / name).read_bytes()).hexdigest() == digest, name
 
 
 # The files are a fixed list, so a missing one is a failing parameter, never an empty (skipped) parametrisation.
