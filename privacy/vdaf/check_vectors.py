@@ -1,6 +1,10 @@
 """Replay draft-irtf-cfrg-vdaf-20's test vectors (Appendix C, "Test Vectors") against this package.
 
     python -m privacy.vdaf.check_vectors FILE.json...
+    python -m privacy.vdaf.check_vectors tests/vectors/vdaf/XofTurboShake128.json tests/vectors/vdaf/vdaf/*.json
+
+The second line checks the repository's own copy of the draft's vectors (tests/vectors/vdaf/README.md says where
+they come from).
 
 A ``vdaf/Prio3*.json`` file is replayed operation by operation, each step taking its inputs from the
 file (as the schema says) and its output compared byte for byte with the file's; an operation marked

@@ -8,7 +8,6 @@ tests/integration/test_packaging.py builds and installs the three wheels.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -60,9 +59,3 @@ def test_the_device_package_imports_only_the_dp_core_the_standard_library_and_it
     }
     allowed = {"pfs_device", "privacy"} | DEVICE_DEPENDENCIES | set(sys.stdlib_module_names)
     assert imported - allowed == set(), "pfs_device/ must run on a device without the server's packages"
-
-
-def test_the_repository_holds_no_links() -> None:
-    """The distributions package the repository's own folders: nothing is linked in (mode 120000)."""
-    files = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert [line.split("\t")[1] for line in files.splitlines() if line.startswith("120000")] == []

@@ -1,17 +1,16 @@
 """pfs_client against a scripted HTTP server in a thread: retries, idempotency keys, pagination,
-error parsing, waiting, CSV, and the command line's exit codes. No Django, no database."""
+error parsing, waiting, CSV, and the command line's exit codes. No Django, no database, no other process: the
+client in a process of its own (no Django imported, ``python -m pfs_client``) is tested in
+tests/integration/test_python_client_processes.py."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from pfs_client.cli import main
 from pfs_client.models import CSV_COLUMNS
 from pfs_client.transport import Transport
 
-ROOT = Path(__file__).resolve().parents[2]
 DROP = object()  # answer nothing and close the connection, as a crashed proxy does
 
 
@@ -150,11 +148,6 @@ def test_login_does_not_send_a_stale_token(fake) -> None:
     client = Client(fake.url, token="stale")
     assert client.login("alice", "secret") == "fresh"
     assert "Authorization" not in fake.requests("POST", "/api/token/")[0].headers
-
-
-def test_the_client_is_importable_without_django() -> None:
-    code = "import sys, pfs_client, pfs_client.cli; assert not [m for m in sys.modules if m.startswith('django')]"
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
 # ---------------------------------------------------------------------- pagination
@@ -541,10 +534,3 @@ def test_cli_usage_errors_exit_2(fake) -> None:
     with pytest.raises(SystemExit) as raised:
         main(["status"], stdout=io.StringIO(), stderr=io.StringIO())  # no ROUND
     assert raised.value.code == 2
-
-
-def test_python_dash_m_runs_the_cli() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pfs_client", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert "run a recipe, wait for its release" in done.stdout

@@ -1,4 +1,7 @@
-"""Prio3 (privacy.vdaf): the draft's official test vectors, the CLI, honest reports, and malicious clients.
+"""Prio3 (privacy.vdaf): the draft's official test vectors, the checker, honest reports, and malicious clients.
+
+The vectors are the repository's copy (tests/vectors/vdaf/); the checker's command line, run as a process, is
+tested in tests/integration/test_check_vectors_cli.py.
 
 The malicious clients go through the public functions only: ``Prio3.shard_encoded`` proves an invalid
 vector honestly (what a cheating device can do), and both aggregators then run verify_init,
@@ -7,10 +10,9 @@ verifier_shares_to_message and verify_next on the encoded messages, as deployed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,56 +33,44 @@ from privacy.vdaf import (
 )
 from privacy.vdaf.check_vectors import main as check_vectors_main
 from privacy.vdaf.field import Field128
+from tests.vectors import VDAF_VECTOR_FILES, VDAF_VECTOR_NAMES, VDAF_VECTORS, vdaf_vectors_required
 
-REPO = Path(__file__).resolve().parents[3]
-# In CI the repository is a fresh clone with shared/ beside it.
-VECTOR_DIR = REPO.parent / "shared" / "vdaf" / "test_vec"
-VECTOR_FILES = sorted(VECTOR_DIR.rglob("*.json")) if VECTOR_DIR.is_dir() else []
-MISSING = VECTOR_DIR / "MISSING"
 CTX = b"pfs studio tests"
 # A malicious client's proof is honest about an invalid vector: the FLP's decision is what refuses it.
 PROOF_REJECTED = "proof verifier check failed"
 P128 = Field128.MODULUS
 
 
-def _require_vectors() -> None:
-    assert VECTOR_DIR.is_dir(), (
-        f"the draft's test vectors are missing: expected {VECTOR_DIR} (shared/vdaf/test_vec beside the repository)"
-    )
-
-
 def test_the_official_test_vectors_are_all_there() -> None:
-    _require_vectors()
-    names = {path.name for path in VECTOR_FILES}
-    assert "XofTurboShake128.json" in names
+    vdaf_vectors_required()
+    names = {path.name for path in VDAF_VECTORS.rglob("*.json")}
+    assert names == {Path(name).name for name in VDAF_VECTOR_NAMES}  # nothing more than the code conforms to
     for kind in ("Prio3Count", "Prio3Histogram", "Prio3MultihotCountVec", "Prio3SumVec"):
         assert any(name.startswith(f"{kind}_") for name in names), kind
     assert any("_bad_" in name for name in names)
 
 
-# A missing directory must fail, never skip: an empty parameter list would make pytest skip.
-@pytest.mark.parametrize("path", VECTOR_FILES or [MISSING], ids=lambda path: path.name)
+def test_the_official_test_vectors_are_the_published_bytes() -> None:
+    """Unmodified, as their README says: SHA256SUMS holds the hashes of the files as the draft's repository has them."""
+    vdaf_vectors_required()
+    published = dict(
+        reversed(line.split("  ", 1)) for line in (VDAF_VECTORS / "SHA256SUMS").read_text().splitlines() if line
+    )
+    assert sorted(published) == sorted(VDAF_VECTOR_NAMES)
+    for name, digest in published.items():
+        assert hashlib.sha256((VDAF_VECTORS / name).read_bytes()).hexdigest() == digest, name
+
+
+# The files are a fixed list, so a missing one is a failing parameter, never an empty (skipped) parametrisation.
+@pytest.mark.parametrize("path", VDAF_VECTOR_FILES, ids=lambda path: path.name)
 def test_check_vectors_accepts_each_official_file(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _require_vectors()
+    vdaf_vectors_required()
     assert check_vectors_main([str(path)]) == 0, capsys.readouterr().out
 
 
-def test_check_vectors_cli_over_every_file_exits_zero() -> None:
-    _require_vectors()
-    result = subprocess.run(
-        [sys.executable, "-m", "privacy.vdaf.check_vectors", *map(str, VECTOR_FILES)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"{len(VECTOR_FILES)} of {len(VECTOR_FILES)} files match" in result.stdout
-
-
 def _tampered_copy(tmp_path: Path, name: str, edit) -> Path:  # noqa: ANN001 - a small local callback
-    _require_vectors()
-    data = json.loads((VECTOR_DIR / "vdaf" / name).read_text())
+    vdaf_vectors_required()
+    data = json.loads((VDAF_VECTORS / "vdaf" / name).read_text())
     edit(data)
     path = tmp_path / name
     path.write_text(json.dumps(data))
