@@ -357,8 +357,8 @@ def test_a_malformed_share_is_counted_as_rejected_once_verified(phones, central_
     _, (device, *_) = phones
     key = central_round.task_key
     good = device.report(key, 0)
-    info = hpke.share_info(key, "helper", batch_key="", token_digest=good.token.digest)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, info, aad=good.public)  # a helper share is 64 bytes
+    aad = hpke.share_aad(key, batch_key="", token_digest=good.token.digest, public_share=good.public)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, hpke.share_info("helper"), aad=aad)  # a helper's is 64 bytes
     assert (
         upload(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short), good.public)).status_code == 202
     )

@@ -108,8 +108,8 @@ def test_bulk_sums_equal_the_per_report_sums(rules) -> None:
 def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rules) -> None:
     good = report("d1", one_hot(2))
     bad = report("d2", one_hot(0))
-    info = hpke.share_info(KEY, "helper", batch_key=bad.batch_key, token_digest=bad.token.digest)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, info, aad=bad.public)  # a helper share is 64 bytes
+    aad = hpke.share_aad(KEY, batch_key=bad.batch_key, token_digest=bad.token.digest, public_share=bad.public)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, hpke.share_info("helper"), aad=aad)  # a helper's is 64 bytes
     receive(replace(bad, helper=SealedShare(*short)))
     weight_bits = shape_for(KEY).vdaf().flp.MEAS_LEN - DOMAIN
     receive(proven("d3", [1] * DOMAIN + [0] * weight_bits))  # every bucket, its weight claimed 0

@@ -160,8 +160,8 @@ def test_a_report_sealed_for_another_round_does_not_open(rules) -> None:
 
 def test_a_malformed_share_is_rejected_and_nothing_is_stored(rules) -> None:
     good = report("d1", one_hot(0))
-    info = hpke.share_info(KEY, "helper", batch_key=good.batch_key, token_digest=good.token.digest)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, info, aad=good.public)  # a helper share is 64 bytes
+    aad = hpke.share_aad(KEY, batch_key=good.batch_key, token_digest=good.token.digest, public_share=good.public)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, hpke.share_info("helper"), aad=aad)  # a helper's is 64 bytes
     outcome = report_submit(replace(good, helper=SealedShare(*short)))
     assert outcome.reason == "share_malformed"
     assert rejections(KEY) == {"helper": {"share_malformed": 1}}
