@@ -15,7 +15,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import x25519
 
 from aggregation import hpke_v2
-from pfs_device import hpke
+from pfs_device import hpke, wire
+from pfs_device.report_client import AggregatorKeys
+from pfs_device.tokens import Token
 
 INTEROP = json.loads((Path(__file__).parent / "vectors" / "hpke_pyhpke_interop.json").read_text())
 CASES = {case["name"]: case for case in INTEROP["cases"]}
@@ -37,6 +39,31 @@ def seal_v2(public_key: bytes, plaintext: bytes, info: bytes, *, aad: bytes = b"
         plaintext, x25519.X25519PublicKey.from_public_bytes(public_key), info=hpke_v2.setup_info(info, aad)
     )
     return sealed[: hpke.ENC_BYTES], sealed[hpke.ENC_BYTES :]
+
+
+def shares_seal_v2(
+    *,
+    collection_key: str,
+    batch_key: str,
+    token: Token,
+    keys: AggregatorKeys,
+    public: bytes,
+    leader: bytes,
+    helper: bytes,
+) -> wire.Report:
+    """A report as a v2 device sealed it (pfs_device.report_client.shares_seal before v3)."""
+    sealed = {
+        role: wire.SealedShare(
+            *seal_v2(
+                key,
+                share,
+                hpke_v2.share_info(collection_key, role, batch_key=batch_key, token_digest=token.digest),
+                aad=public,
+            )
+        )
+        for role, key, share in (("leader", keys.leader, leader), ("helper", keys.helper, helper))
+    }
+    return wire.Report(collection_key, batch_key, token, sealed["leader"], sealed["helper"], public, version=2)
 
 
 @pytest.fixture
