@@ -1,7 +1,8 @@
 """The leader and helper aggregators: each holds its own key, its own shares, and enforces batch rules alone.
 
 Neither trusts the other. Each, on its own:
-- opens only the report share sealed to its own HPKE key (pfs_device.hpke);
+- opens only the report share sealed to its own HPKE key (pfs_device.hpke; a v2 report stored
+  before the upgrade to v3: aggregation.hpke_v2);
 - accepts an anonymous token once per collection (pfs_device.tokens);
 - refuses to release the aggregate share of a batch smaller than the minimum cohort — the larger
   of its collection rules' and the one the devices routed with;
@@ -20,12 +21,14 @@ does not hold.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 from django.db import IntegrityError, transaction
 
+from aggregation import hpke_v2
 from aggregation.batch_rules import rate_exceeded
 from aggregation.keys import DATABASE, ENVIRONMENT, key_source, source_keys
 from aggregation.models import (
@@ -39,7 +42,7 @@ from aggregation.models import (
     StoredShare,
 )
 from pfs_base.db_router import aggregator_store
-from pfs_device import hpke
+from pfs_device import hpke, wire
 from privacy import field as prime_field
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, add, field_sum
@@ -47,6 +50,9 @@ from privacy.report_vdaf import ReportShape, input_share_sizes
 from privacy.vdaf.field import Field128
 
 REPORT_SOURCE = "report:"  # source prefix of individually uploaded reports
+# The wire versions of the reports an aggregator opens: the one devices send, and v2 for the
+# PendingReport rows received before the upgrade to v3 (aggregation.hpke_v2 says when 2 can go).
+STORED_VERSIONS = (hpke_v2.VERSION, wire.VERSION)
 
 
 @dataclass(frozen=True)
@@ -141,29 +147,48 @@ class Aggregator:
         token_digest: str,
         public_share: bytes = b"",
         private_key: bytes | None = None,
+        version: int = wire.VERSION,
     ) -> bytes:
         """This aggregator's Prio3 input share of one report, encoded: opened, and of its length.
 
-        Raises hpke.OpenFailed for a share not sealed to this aggregator for this collection, batch,
-        token (hpke.share_info) and public share (the aad), and ValueError for one of the wrong
-        length (its contents are checked by the proof's verification). ``private_key``: this
-        aggregator's key when the caller has read it already.
+        Raises hpke.OpenFailed for a share not sealed to this aggregator (hpke.share_info) for this
+        collection, batch, token and public share (hpke.share_aad), and ValueError for one of the
+        wrong length (its contents are checked by the proof's verification). ``private_key``: this
+        aggregator's key when the caller has read it already. ``version``: the report's wire
+        version; a v2 report (stored before the upgrade to v3) is opened as v2 sealed it.
         """
         if private_key is None:
             private_key = self.private_key()
-        info = hpke.share_info(rules.key, self.role, batch_key=batch_key, token_digest=token_digest)
+        opener = self._opener(
+            version, rules.key, batch_key=batch_key, token_digest=token_digest, public_share=public_share
+        )
         try:
-            plaintext = hpke.open_sealed(private_key, enc, ciphertext, info, aad=public_share)
+            plaintext = opener(private_key, enc, ciphertext)
         except hpke.OpenFailed:
-            plaintext = self._open_retired(enc, ciphertext, info, public_share, opened=rules.created_at)
+            plaintext = self._open_retired(opener, enc, ciphertext, opened=rules.created_at)
         leader, helper, _ = input_share_sizes(rules_shape(rules).vdaf())
         expected = leader if self.role == "leader" else helper
         if len(plaintext) != expected:
             raise ValueError(f"input share of {len(plaintext)} bytes, expected {expected}")
         return plaintext
 
+    def _opener(
+        self, version: int, collection_key: str, *, batch_key: str, token_digest: str, public_share: bytes
+    ) -> Callable[[bytes, bytes, bytes], bytes]:
+        """How a share of this wire version opens under a private key: (key, enc, ciphertext) -> plaintext."""
+        if version == wire.VERSION:
+            info = hpke.share_info(self.role)
+            aad = hpke.share_aad(
+                collection_key, batch_key=batch_key, token_digest=token_digest, public_share=public_share
+            )
+            return lambda key, enc, ciphertext: hpke.open_sealed(key, enc, ciphertext, info, aad=aad)
+        if version == hpke_v2.VERSION:
+            info = hpke_v2.share_info(collection_key, self.role, batch_key=batch_key, token_digest=token_digest)
+            return lambda key, enc, ciphertext: hpke_v2.open_sealed(key, enc, ciphertext, info, aad=public_share)
+        raise hpke.OpenFailed(f"no aggregator opens a share of wire version {version}")
+
     def _open_retired(
-        self, enc: bytes, ciphertext: bytes, info: bytes, public_share: bytes, *, opened: datetime
+        self, opener: Callable[[bytes, bytes, bytes], bytes], enc: bytes, ciphertext: bytes, *, opened: datetime
     ) -> bytes:
         """A share sealed before a rotation, by a device that fetched its task then: only keys
         retired after the collection opened are tried, so a device served a long-retired key (to
@@ -171,7 +196,7 @@ class Aggregator:
         flood of bad shares cannot make this a hot path."""
         for key in self.retired_keys(for_collection_opened=opened):
             try:
-                return hpke.open_sealed(key, enc, ciphertext, info, aad=public_share)
+                return opener(key, enc, ciphertext)
             except hpke.OpenFailed:
                 continue
         raise hpke.OpenFailed("the share opens under none of this aggregator's keys")

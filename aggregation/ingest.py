@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.db import IntegrityError, connection, transaction
 
-from aggregation.aggregators import AGGREGATORS, HELPER, LEADER, REPORT_SOURCE, Aggregator, rules_shape
+from aggregation.aggregators import (
+    AGGREGATORS,
+    HELPER,
+    LEADER,
+    REPORT_SOURCE,
+    STORED_VERSIONS,
+    Aggregator,
+    rules_shape,
+)
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, PendingReport, SpentToken
 from aggregation.reports import REPORT_MALFORMED, TOKEN_REUSED, helper_job_begin, rejections_add, reports_check
@@ -273,6 +281,7 @@ def _job_store(
 
 def _parse(body: bytes) -> wire.Report | None:
     try:
-        return wire.report_parse(json.loads(body))
+        # A stored body may predate the current wire version: the aggregators still open those.
+        return wire.report_parse(json.loads(body), versions=STORED_VERSIONS)
     except (UnicodeDecodeError, ValueError):  # WireError is a ValueError
         return None

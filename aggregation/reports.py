@@ -155,6 +155,7 @@ def _open_shares(
                     token_digest=report.token.digest,
                     public_share=report.public,
                     private_key=key,
+                    version=report.version,
                 )
             except hpke.OpenFailed:
                 reasons[aggregator.role] = SHARE_UNOPENED

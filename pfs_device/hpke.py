@@ -1,35 +1,40 @@
-"""HPKE (RFC 9180) for report shares: each share is sealed to one aggregator's public key.
+"""HPKE (RFC 9180) for report shares: each share is sealed to one aggregator's public key, with the
+report's context as the AEAD's associated data.
 
 Suite: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, ChaCha20-Poly1305 (RFC 9180 Section 7: KEM 0x0020,
-KDF 0x0001, AEAD 0x0003), base mode, through the single-shot API of ``cryptography``'s HPKE
-(Section 6.1: SealBase / OpenBase). The wire format is the one used before the move to
-``cryptography``: a 32-byte encapsulated key and the AEAD ciphertext (plaintext length + 16-byte
-tag), kept apart.
+KDF 0x0001, AEAD 0x0003), base mode: SealBase and OpenBase of Section 6.1, through ``pyhpke``,
+whose contexts take the AEAD's associated data (``cryptography``'s single-shot HPKE takes none:
+pyca/cryptography #14203). The wire format keeps the 32-byte encapsulated key and the AEAD
+ciphertext (plaintext length + 16-byte tag) apart.
 
-The HPKE ``info`` binds a ciphertext to its collection and its aggregator, so a share sealed for
-another round, or for the other aggregator, does not open.
+What binds a share is what binds a DAP input share (draft-ietf-ppm-dap, "Input share encryption"),
+in the same places:
 
-Additional authenticated data (``aad``) is bound through the key schedule, not the AEAD: RFC 9180
-Section 8.1 tells applications that use only the single-shot API to put auxiliary authenticated
-information in the Setup ``info``, and ``cryptography`` follows it by exposing no ``aad`` argument
-(pyca/cryptography #14203). So a non-empty ``aad`` is folded into the info (``_setup_info``); an
-empty one leaves the info exactly as before, so every share sealed without aad still opens. Another
-implementation interoperates by computing the same info and sealing with an empty AEAD aad.
+- the info names the protocol and the recipient (``share_info``): a share sealed for the helper
+  does not open as the leader's, nor anything sealed by another protocol as a share;
+- the aad is the report's context (``share_aad``): its collection, batch, token and Prio3 public
+  share, each length-prefixed, so a share moved to another report does not open.
+
+Another HPKE implementation opens these shares by building the same info and aad. Shares of wire
+format v2 carried their context in the info instead; only the aggregators still open those
+(aggregation.hpke_v2), for reports stored before the upgrade.
 """
 
 from __future__ import annotations
 
-import json
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import x25519
+from pyhpke import AEADId, CipherSuite, KDFId, KEMId, PyHPKEError
 
-SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
-ENC_BYTES = hpke.KEM.X25519.enc_length()  # Nenc = 32 for DHKEM(X25519, HKDF-SHA256), RFC 9180 Section 7.1
-# Starts every info that carries aad; share_info's infos (and any info this project builds) start
-# with other bytes, so an info with aad never equals an info without.
-_AAD_LABEL = b"pfs-studio hpke aad v1"
+SUITE = CipherSuite.new(KEMId.DHKEM_X25519_HKDF_SHA256, KDFId.HKDF_SHA256, AEADId.CHACHA20_POLY1305)
+ENC_BYTES = 32  # Nenc of DHKEM(X25519, HKDF-SHA256), RFC 9180 Section 7.1
+# The info of a share: this label, the sender's role, the recipient's role. DAP's is
+# "dap-NN input share" || 0x01 || server_role, with its Role values (client 1, leader 2, helper 3);
+# the label's version is the wire format's (pfs_device.wire.VERSION).
+SHARE_INFO_LABEL = b"pfs-studio input share v3"
+CLIENT_ROLE = 0x01
+AGGREGATOR_ROLES = {"leader": 0x02, "helper": 0x03}
+# Length prefixes of the aad's fields: 4 bytes, as DAP's public_share<0..2^32-1>.
+LENGTH_BYTES = 4
 
 
 class OpenFailed(ValueError):
@@ -50,47 +55,44 @@ def public_key_of(private_key: bytes) -> bytes:
     return x25519.X25519PrivateKey.from_private_bytes(private_key).public_key().public_bytes_raw()
 
 
-def share_info(collection_key: str, role: str, *, batch_key: str, token_digest: str) -> bytes:
-    """The HPKE info of one report's share: its aggregator, collection, batch and token, unambiguously
-    encoded (a JSON array). A share sealed for another report does not open under this one's
-    envelope: replayed under another token, or moved into another batch, it fails to open."""
-    return json.dumps(["pfs-studio report share v2", role, collection_key, batch_key, token_digest]).encode()
+def share_info(role: str) -> bytes:
+    """The HPKE info of a share sealed for the aggregator ``role``: the protocol, the sender (a
+    client), the recipient. ValueError for a role that is no aggregator's."""
+    if role not in AGGREGATOR_ROLES:
+        raise ValueError(f"no aggregator has the role {role!r}")
+    return SHARE_INFO_LABEL + bytes([CLIENT_ROLE, AGGREGATOR_ROLES[role]])
 
 
-def _setup_info(info: bytes, aad: bytes) -> bytes:
-    """The Setup info that authenticates ``aad`` too (RFC 9180 Section 8.1).
+def share_aad(collection_key: str, *, batch_key: str, token_digest: str, public_share: bytes) -> bytes:
+    """The AEAD associated data of a report's shares: its collection, batch, token and public share.
 
-    ``label || I2OSP(len(info), 4) || info || aad``: the length prefix makes the split between
-    info and aad unambiguous, so no two (info, aad) pairs share a key schedule.
+    Each field is length-prefixed, so no two contexts share an encoding: bytes moved from one
+    field to the next (a batch key ending where the token digest starts) are another aad.
     """
-    if not aad:
-        return info
-    return _AAD_LABEL + len(info).to_bytes(4, "big") + info + aad
+    fields = (collection_key.encode(), batch_key.encode(), token_digest.encode(), public_share)
+    return b"".join(len(field).to_bytes(LENGTH_BYTES, "big") + field for field in fields)
 
 
 def seal(public_key: bytes, plaintext: bytes, info: bytes, *, aad: bytes = b"") -> tuple[bytes, bytes]:
-    """(encapsulated key, ciphertext) of ``plaintext`` for the holder of ``public_key`` (SealBase).
+    """(encapsulated key, ciphertext) of ``plaintext`` for the holder of ``public_key``:
+    SealBase(pkR, info, aad, pt).
 
     Raises ValueError for a public key that is not 32 bytes.
     """
-    recipient = x25519.X25519PublicKey.from_public_bytes(public_key)
-    # The single-shot API returns enc || ct (RFC 9180 Section 6.1 returns the pair); enc has a fixed length.
-    sealed = SUITE.encrypt(plaintext, recipient, info=_setup_info(info, aad))
-    return sealed[:ENC_BYTES], sealed[ENC_BYTES:]
+    recipient = SUITE.kem.deserialize_public_key(public_key)
+    enc, sender = SUITE.create_sender_context(recipient, info)
+    return enc, sender.seal(plaintext, aad)
 
 
 def open_sealed(private_key: bytes, enc: bytes, ciphertext: bytes, info: bytes, *, aad: bytes = b"") -> bytes:
-    """The plaintext of ``(enc, ciphertext)`` (OpenBase); OpenFailed if it does not open.
+    """The plaintext of ``(enc, ciphertext)``: OpenBase(enc, skR, info, aad, ct); OpenFailed if it
+    does not open.
 
     Every failure — a malformed key or enc, a low-order enc, a wrong key, info or aad, a
     truncated or altered ciphertext — is the same OpenFailed, so a caller cannot tell them apart.
     """
-    # Checked here because cryptography takes enc || ct as one string: a short enc would
-    # otherwise borrow bytes from the ciphertext instead of failing.
-    if len(enc) != ENC_BYTES:
-        raise OpenFailed(f"the encapsulated key must be {ENC_BYTES} bytes")
     try:
-        recipient = x25519.X25519PrivateKey.from_private_bytes(private_key)
-        return SUITE.decrypt(enc + ciphertext, recipient, info=_setup_info(info, aad))
-    except (InvalidTag, ValueError) as error:
+        recipient = SUITE.kem.deserialize_private_key(private_key)
+        return SUITE.create_recipient_context(enc, recipient, info).open(ciphertext, aad)
+    except (PyHPKEError, ValueError) as error:  # cryptography's X25519 raises ValueError
         raise OpenFailed(str(error) or type(error).__name__) from None

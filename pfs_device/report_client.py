@@ -88,17 +88,11 @@ def shares_seal(
     leader: bytes,
     helper: bytes,
 ) -> Report:
-    """Seal each input share to its aggregator, bound to this report's collection, batch and token
-    (hpke.share_info) and to the public share (the HPKE aad)."""
+    """Seal each input share to its aggregator (hpke.share_info names it), bound to this report's
+    collection, batch, token and public share (hpke.share_aad, the AEAD's associated data)."""
+    aad = hpke.share_aad(collection_key, batch_key=batch_key, token_digest=token.digest, public_share=public)
     sealed = {
-        role: SealedShare(
-            *hpke.seal(
-                key,
-                share,
-                hpke.share_info(collection_key, role, batch_key=batch_key, token_digest=token.digest),
-                aad=public,
-            )
-        )
+        role: SealedShare(*hpke.seal(key, share, hpke.share_info(role), aad=aad))
         for role, key, share in (("leader", keys.leader, leader), ("helper", keys.helper, helper))
     }
     return Report(

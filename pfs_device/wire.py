@@ -3,7 +3,7 @@
 Both ends use this module: the device SDK writes a report with ``report_json`` and the leader's
 upload endpoint reads it with ``report_parse``. Binary fields are standard base64 with padding::
 
-    {"v": 2, "collection": "<key>", "batch": "locale=en_US",
+    {"v": 3, "collection": "<key>", "batch": "locale=en_US",
      "token": {"nonce": "<32 bytes>", "signature": "<issuer key size>"},
      "public": "<the Prio3 public share: 64 bytes, or empty for a Count>",
      "leader": {"enc": "<32 bytes>", "ct": "<the leader's Prio3 input share + 16 bytes>"},
@@ -11,8 +11,9 @@ upload endpoint reads it with ``report_parse``. Binary fields are standard base6
 
 Each share is a Prio3 input share (privacy.report_vdaf names the VDAF): the leader's holds its
 measurement and proof shares, the helper's two 32-byte seeds. The public share holds the joint
-randomness parts and is authenticated as each share's HPKE aad. Nothing else travels: no device
-id, no time, no address the aggregators keep.
+randomness parts. Each share's HPKE info names its aggregator, and its AEAD associated data is the
+report's collection, batch, token and public share (pfs_device.hpke). Nothing else travels: no
+device id, no time, no address the aggregators keep.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ import base64
 import binascii
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from pfs_device.tokens import NONCE_BYTES, Token
 
-VERSION = 2  # 2: Prio3 input shares and a public share (1 carried bare Field64 vectors)
+# 3: each share's context in the AEAD's associated data (2 had it in the HPKE info; 1 carried bare
+# Field64 vectors). A device sends this version, and the upload path takes no other.
+VERSION = 3
 ENC_BYTES = 32  # an X25519 encapsulated key (pfs_device.hpke)
 AEAD_TAG_BYTES = 16  # ChaCha20-Poly1305
 MAX_KEY_LENGTH = 200  # CollectionRules.key and Collection.batch_key are 200-character columns
@@ -47,6 +51,7 @@ class Report:
     leader: SealedShare
     helper: SealedShare
     public: bytes = b""  # the Prio3 public share
+    version: int = VERSION  # how its shares are sealed (an aggregator opens an older one it stored)
 
     def share_for(self, role: str) -> SealedShare:
         return self.leader if role == "leader" else self.helper
@@ -66,7 +71,7 @@ def _b64(data: bytes) -> str:
 
 def report_json(report: Report) -> dict:
     return {
-        "v": VERSION,
+        "v": report.version,
         "collection": report.collection_key,
         "batch": report.batch_key,
         "token": {"nonce": _b64(report.token.nonce), "signature": _b64(report.token.signature)},
@@ -96,8 +101,12 @@ def collection_key_of(data: object) -> str | None:
     return None
 
 
-def report_parse(data: object) -> Report:
-    """The Report in a parsed JSON body; WireError with every bad field otherwise."""
+def report_parse(data: object, *, versions: Collection[int] = (VERSION,)) -> Report:
+    """The Report in a parsed JSON body; WireError with every bad field otherwise.
+
+    ``versions``: the wire versions taken. An upload is of this one only; an aggregator reading a
+    body it stored before an upgrade names the older versions it still opens.
+    """
     if not isinstance(data, dict):
         raise WireError({"non_field_errors": ["The body must be a JSON object."]})
     problems: dict[str, list[str]] = {}
@@ -105,8 +114,12 @@ def report_parse(data: object) -> Report:
     def add(path: str, message: str) -> None:
         problems.setdefault(path, []).append(message)
 
-    if data.get("v") != VERSION:
-        add("v", f"Must be {VERSION} (the version of this wire format).")
+    version = data.get("v")
+    if type(version) is not int or version not in versions:  # not a bool, nor a float that equals one
+        if type(version) is int and 0 < version < VERSION:
+            add("v", f"Must be {VERSION}: version {version} is no longer accepted (update the device SDK).")
+        else:
+            add("v", f"Must be {VERSION} (the version of this wire format).")
     unknown = sorted(set(data) - {"v", "collection", "batch", "token", "public", "leader", "helper"})
     for key in unknown:
         add(key, "Unknown field.")
@@ -158,6 +171,7 @@ def report_parse(data: object) -> Report:
         leader=shares["leader"],
         helper=shares["helper"],
         public=public_bytes,
+        version=version,
     )
 
 

@@ -8,7 +8,8 @@ The attacks, performed through the endpoints a device uses (its credentials, the
 - one key for every device: a server could hand each device its own key and link tokens to devices.
   Now the task commits to the collection's key and the SDK refuses another;
 - shares not bound to their report: a victim's sealed shares were accepted under other tokens and
-  moved into a batch of the attacker's choosing. Now HPKE's info binds collection, batch and token."""
+  moved into a batch of the attacker's choosing. Now each share's AEAD associated data is its
+  report's collection, batch, token and public share (and its HPKE info its aggregator's role)."""
 
 from __future__ import annotations
 
@@ -116,9 +117,10 @@ def test_sealed_shares_replayed_under_another_token_or_batch_do_not_open(phones,
     _, devices = phones
     key = central_round.task_key
     victim = devices[0].report(key, 3, batch="locale=en_US")
-    # The attacker's own tokens, the victim's shares: three copies, and one moved to another batch.
+    # The attacker's own tokens, the victim's shares and public share: three copies, and one moved
+    # to another batch.
     for attacker in devices[1:4]:
-        spliced = wire.Report(key, victim.batch_key, attacker.token(key), victim.leader, victim.helper)
+        spliced = wire.Report(key, victim.batch_key, attacker.token(key), victim.leader, victim.helper, victim.public)
         assert upload(spliced).status_code == 202
     moved = replace(victim, batch_key="locale=fr_FR")
     assert upload(moved).status_code == 202

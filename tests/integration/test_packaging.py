@@ -1,6 +1,6 @@
 """The three distributions build, and the two meant for other machines install on their own
 (docs/packaging.md): the client with nothing but Python, the device SDK with numpy, scipy,
-cryptography and pycryptodome only — no Django, no server — each under its own one top-level
+cryptography, pycryptodome and pyhpke only — no Django, no server — each under its own one top-level
 package, so both install into one environment beside packages named like the server's apps.
 
 Wheels are built without downloading a build backend (setuptools is in the development lock), from a
@@ -143,6 +143,7 @@ def test_the_device_sdk_and_the_client_install_together_beside_packages_named_li
         "cryptography",
         "numpy",
         "pycryptodome",
+        "pyhpke",
         "scipy",
     ]
     assert meta["License-Expression"] == "Apache-2.0"

@@ -34,10 +34,11 @@ from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.models import CollectionWindow, DeviceCredential, Fleet
 from pfs_device import hpke, wire
-from pfs_device.report_client import AggregatorKeys, report_seal
+from pfs_device.report_client import AggregatorKeys, report_seal, report_shard
 from pfs_device.tokens import Token, token_obtain
 from privacy.report_vdaf import ReportShape
 from tests.conftest import RECIPE
+from tests.unit.test_hpke_v2 import shares_seal_v2
 
 pytestmark = pytest.mark.django_db
 
@@ -357,8 +358,8 @@ def test_a_malformed_share_is_counted_as_rejected_once_verified(phones, central_
     _, (device, *_) = phones
     key = central_round.task_key
     good = device.report(key, 0)
-    info = hpke.share_info(key, "helper", batch_key="", token_digest=good.token.digest)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, info, aad=good.public)  # a helper share is 64 bytes
+    aad = hpke.share_aad(key, batch_key="", token_digest=good.token.digest, public_share=good.public)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, hpke.share_info("helper"), aad=aad)  # a helper's is 64 bytes
     assert (
         upload(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short), good.public)).status_code == 202
     )
@@ -388,6 +389,29 @@ def test_garbage_base64_and_bad_json_get_field_messages(phones, central_round) -
     unknown = upload(replace(other.report(key, 0), collection_key="gone"))
     assert unknown.status_code == 400 and unknown.json()["code"] == "unknown_collection"
     assert rejections("gone") == {} and not PendingReport.objects.exists()
+
+
+def test_a_v2_upload_is_refused_with_its_reason_and_nothing_is_stored(phones, central_round) -> None:
+    # A device on an SDK from before wire format v3: its shares carry their context in the HPKE info.
+    _, (device, *_) = phones
+    key = central_round.task_key
+    token = device.token(key)
+    vector = np.eye(BUCKETS, dtype=np.int64)[3]
+    public, leader, helper = report_shard(collection_key=key, vector=vector, shape=shape_of(key), token=token)
+    keys = AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
+    old = shares_seal_v2(
+        collection_key=key, batch_key="", token=token, keys=keys, public=public, leader=leader, helper=helper
+    )
+    response = upload(old)
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid"
+    assert response.json()["fields"] == {
+        "v": [f"Must be {wire.VERSION}: version 2 is no longer accepted (update the device SDK)."]
+    }
+    assert not PendingReport.objects.exists() and rejections(key) == {"leader": {"report_malformed": 1}}
+    # The same device's v3 report, with the same token, is taken: the refusal spent nothing.
+    assert upload(device.report(key, 3, token=token)).status_code == 202
+    assert verify(key) == 1 and LeaderShare.objects.get().reports == 1
 
 
 def test_an_oversize_body_is_refused_with_413_and_counted(phones, central_round) -> None:

@@ -88,20 +88,17 @@ class Aggregators:
             raise ClientError("connection refused", code="unreachable")
         assert verify(ISSUER.public, report.collection_key, report.token)
         shares: list[bytes] = []
+        aad = hpke.share_aad(
+            report.collection_key,
+            batch_key=report.batch_key,
+            token_digest=report.token.digest,
+            public_share=report.public,
+        )
         for (private, _), sealed, role in (
             (self.leader, report.leader, "leader"),
             (self.helper, report.helper, "helper"),
         ):
-            plaintext = hpke.open_sealed(
-                private,
-                sealed.enc,
-                sealed.ciphertext,
-                hpke.share_info(
-                    report.collection_key, role, batch_key=report.batch_key, token_digest=report.token.digest
-                ),
-                aad=report.public,
-            )
-            shares.append(plaintext)
+            shares.append(hpke.open_sealed(private, sealed.enc, sealed.ciphertext, hpke.share_info(role), aad=aad))
         # Both aggregators' Prio3 verification: the report is a one-hot vector of the 8 age buckets.
         shape = report_shape(mechanism=None, epsilon0=None, domain_size=8)
         config = VerifyConfig.of(collection_key=report.collection_key, shape=shape, verify_key=bytes(32))

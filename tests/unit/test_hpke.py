@@ -1,7 +1,9 @@
-"""pfs_device.hpke on cryptography's HPKE: RFC 9180 conformance, interop with the pyhpke it replaced, refusals.
+"""pfs_device.hpke: RFC 9180 conformance, interop with cryptography's HPKE, and what binds a share.
 
-The interop fixture (vectors/hpke_pyhpke_interop.json) was sealed by pyhpke 0.6.5, the previous
-implementation, so shares sealed before the switch still open after it.
+The RFC's own test vector (vectors/rfc9180_a21.json, RFC 9180 Appendix A.2.1) is checked through
+the very suite and opening the module uses; cryptography's independent implementation opens what
+``seal`` seals and the reverse (with an empty aad: its HPKE takes none). Then the attacks: a share
+opened with another role, another report's context, another key, or damaged bytes, is OpenFailed.
 """
 
 from __future__ import annotations
@@ -10,45 +12,32 @@ import json
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.bindings._rust import openssl as rust_openssl
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hpke as cryptography_hpke
 from cryptography.hazmat.primitives.asymmetric import x25519
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from pyhpke import KEMKeyPair
 
 from pfs_device import hpke
 
-VECTORS = Path(__file__).parent / "vectors"
-INTEROP = json.loads((VECTORS / "hpke_pyhpke_interop.json").read_text())
-CASES = {case["name"]: case for case in INTEROP["cases"]}
-
-# RFC 9180 Appendix A.2.1: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, ChaCha20Poly1305, base mode
-# (mode 0, kem_id 32, kdf_id 1, aead_id 3), sequence number 0.
-RFC9180_A21 = {
-    "info": "4f6465206f6e2061204772656369616e2055726e",
-    "pkEm": "1afa08d3dec047a643885163f1180476fa7ddb54c6a8029ea33f95796bf2ac4a",
-    "skEm": "f4ec9b33b792c372c1d2c2063507b684ef925b8c75a42dbcbf57d63ccd381600",
-    "pkRm": "4310ee97d88cc1f088a5576c77ab0cf5c3ac797f3d95139c6c84b5429c59662a",
-    "skRm": "8057991eef8f1f1af18f4a9491d16a1ce333f695d4db8e38da75975c4478e0fb",
-    "enc": "1afa08d3dec047a643885163f1180476fa7ddb54c6a8029ea33f95796bf2ac4a",
-    "key": "ad2744de8e17f4ebba575b3f5f5a8fa1f69c2a07f6e7500bc60ca6e3e3ec1c91",
-    "base_nonce": "5c4d98150661b848853b547f",
-    "pt": "4265617574792069732074727574682c20747275746820626561757479",
-    "aad": "436f756e742d30",
-    "ct": "1c5250d8034ec2b784ba2cfd69dbdb8af406cfe3ff938e131f0def8c8b60b4db21993c62ce81883d2dd1b51a28",
-}
-INFO = hpke.share_info("round-7", "leader", batch_key="cohort-a", token_digest="ab" * 32)
+RFC9180_A21 = json.loads((Path(__file__).parent / "vectors" / "rfc9180_a21.json").read_text())
+CRYPTOGRAPHY_SUITE = cryptography_hpke.Suite(
+    cryptography_hpke.KEM.X25519, cryptography_hpke.KDF.HKDF_SHA256, cryptography_hpke.AEAD.CHACHA20_POLY1305
+)
+CONTEXT = {"batch_key": "cohort-a", "token_digest": "ab" * 32, "public_share": b"\x07" * 64}
+AAD = hpke.share_aad("round-7", **CONTEXT)
+LEADER_INFO = hpke.share_info("leader")
 
 
 def rfc(name: str) -> bytes:
     return bytes.fromhex(RFC9180_A21[name])
 
 
-def fixture_args(case: dict) -> tuple[bytes, bytes, bytes, bytes]:
-    return (
-        bytes.fromhex(case["private_key"]),
-        bytes.fromhex(case["enc"]),
-        bytes.fromhex(case["ciphertext"]),
-        bytes.fromhex(case["info"]),
-    )
+def encryptions() -> list[dict[str, bytes | int]]:
+    return [
+        {name: value if name == "sequence_number" else bytes.fromhex(value) for name, value in encryption.items()}
+        for encryption in RFC9180_A21["encryptions"]
+    ]
 
 
 @pytest.fixture
@@ -56,102 +45,152 @@ def keys() -> tuple[bytes, bytes]:
     return hpke.key_pair_generate()
 
 
-@pytest.mark.parametrize("name", [name for name, case in CASES.items() if case["aad_binding"] != "aead"])
-def test_open_sealed_opens_what_pyhpke_sealed(name: str) -> None:
-    case = CASES[name]
-    opened = hpke.open_sealed(*fixture_args(case), aad=bytes.fromhex(case["aad"]))
-    assert opened == bytes.fromhex(case["plaintext"])
+# ---------------------------------------------------------------- RFC 9180 Appendix A.2.1
 
 
-def test_open_sealed_does_not_take_aad_from_the_aead_associated_data() -> None:
-    # The fixture's aad went into pyhpke's Context.Seal as RFC 9180 AEAD aad; pfs_device.hpke binds
-    # aad through the Setup info instead (RFC 9180 Section 8.1), so this ciphertext must not open.
-    case = CASES["leader share, rfc 9180 aead aad"]
+def test_the_vector_is_of_this_suite_in_base_mode() -> None:
+    assert (RFC9180_A21["mode"], RFC9180_A21["kem_id"], RFC9180_A21["kdf_id"], RFC9180_A21["aead_id"]) == (0, 32, 1, 3)
+    assert (hpke.SUITE.kem.id.value, hpke.SUITE.kdf.id.value, hpke.SUITE.aead.id.value) == (0x20, 0x01, 0x03)
+
+
+def test_rfc9180_key_pairs_are_raw_x25519_keys() -> None:
+    assert hpke.public_key_of(rfc("skRm")) == rfc("pkRm")
+    assert hpke.public_key_of(rfc("skEm")) == rfc("pkEm") == rfc("enc")
+
+
+def test_rfc9180_key_and_base_nonce_give_every_ciphertext() -> None:
+    # The vector checks itself: nonce = base_nonce XOR I2OSP(seq, Nn) (Section 5.2), and each ct is
+    # ChaCha20-Poly1305 under key with that nonce and the aad.
+    aead = ChaCha20Poly1305(rfc("key"))
+    for encryption in encryptions():
+        sequence = int(encryption["sequence_number"]).to_bytes(12, "big")
+        assert encryption["nonce"] == bytes(a ^ b for a, b in zip(rfc("base_nonce"), sequence, strict=True))
+        assert aead.encrypt(encryption["nonce"], encryption["pt"], encryption["aad"]) == encryption["ct"]
+
+
+def test_the_suite_seals_the_rfc9180_encryptions_from_its_ephemeral_key() -> None:
+    # SetupBaseS with the vector's ephemeral key (RFC 9180 Section 5.1.1), then Seal in sequence:
+    # the same enc and the same ciphertext for every sequence number (3 is not in the vector).
+    kem = hpke.SUITE.kem
+    ephemeral = KEMKeyPair(kem.deserialize_private_key(rfc("skEm")), kem.deserialize_public_key(rfc("pkEm")))
+    enc, sender = hpke.SUITE.create_sender_context(kem.deserialize_public_key(rfc("pkRm")), rfc("info"), eks=ephemeral)
+    assert enc == rfc("enc")
+    by_sequence = {int(e["sequence_number"]): e for e in encryptions()}
+    for sequence in range(max(by_sequence) + 1):
+        encryption = by_sequence.get(sequence)
+        if encryption is None:
+            sender.seal(b"", b"")  # only moves the sequence number on
+        else:
+            assert sender.seal(encryption["pt"], encryption["aad"]) == encryption["ct"]
+
+
+def test_open_sealed_opens_the_rfc9180_first_encryption_with_its_aad() -> None:
+    first = encryptions()[0]
+    assert first["sequence_number"] == 0  # open_sealed is single-shot: sequence number 0
+    assert hpke.open_sealed(rfc("skRm"), rfc("enc"), first["ct"], rfc("info"), aad=first["aad"]) == first["pt"]
+
+
+def test_open_sealed_refuses_the_rfc9180_ciphertext_without_its_aad() -> None:
+    first = encryptions()[0]
     with pytest.raises(hpke.OpenFailed):
-        hpke.open_sealed(*fixture_args(case), aad=bytes.fromhex(case["aad"]))
+        hpke.open_sealed(rfc("skRm"), rfc("enc"), first["ct"], rfc("info"))
+    with pytest.raises(hpke.OpenFailed):
+        hpke.open_sealed(rfc("skRm"), rfc("enc"), first["ct"], rfc("info"), aad=encryptions()[1]["aad"])
 
 
-def test_fixture_key_pairs_match_the_raw_x25519_encoding() -> None:
-    for case in INTEROP["cases"]:
-        private = x25519.X25519PrivateKey.from_private_bytes(bytes.fromhex(case["private_key"]))
-        assert private.public_key().public_bytes_raw().hex() == case["public_key"]
+# ---------------------------------------------------------------- interop with cryptography's HPKE
 
 
-def test_rfc9180_recipient_key_pair() -> None:
-    assert x25519.X25519PrivateKey.from_private_bytes(rfc("skRm")).public_key().public_bytes_raw() == rfc("pkRm")
-    assert x25519.X25519PrivateKey.from_private_bytes(rfc("skEm")).public_key().public_bytes_raw() == rfc("pkEm")
+def test_cryptography_opens_what_seal_seals_with_an_empty_aad(keys) -> None:
+    private, public = keys
+    enc, ciphertext = hpke.seal(public, b"a share", LEADER_INFO)
+    recipient = x25519.X25519PrivateKey.from_private_bytes(private)
+    assert CRYPTOGRAPHY_SUITE.decrypt(enc + ciphertext, recipient, info=LEADER_INFO) == b"a share"
 
 
-def test_open_sealed_derives_the_rfc9180_key_schedule() -> None:
-    # cryptography fixes neither the ephemeral key nor (publicly) the AEAD aad, so the vector's own
-    # sealing cannot be replayed through pfs_device.hpke. Instead: encrypt the vector's plaintext
-    # under the vector's key and base_nonce with an empty aad; open_sealed finds the plaintext only
-    # if it derives that very key and nonce from skRm, enc and info (RFC 9180 Section 5.1).
-    ciphertext = ChaCha20Poly1305(rfc("key")).encrypt(rfc("base_nonce"), rfc("pt"), b"")
-    assert hpke.open_sealed(rfc("skRm"), rfc("enc"), ciphertext, rfc("info")) == rfc("pt")
+def test_open_sealed_opens_what_cryptography_seals_with_an_empty_aad(keys) -> None:
+    private, public = keys
+    sealed = CRYPTOGRAPHY_SUITE.encrypt(b"a share", x25519.X25519PublicKey.from_public_bytes(public), info=LEADER_INFO)
+    enc, ciphertext = sealed[: hpke.ENC_BYTES], sealed[hpke.ENC_BYTES :]
+    assert hpke.open_sealed(private, enc, ciphertext, LEADER_INFO) == b"a share"
+    with pytest.raises(hpke.OpenFailed):  # its aad is empty: a share's aad is another one
+        hpke.open_sealed(private, enc, ciphertext, LEADER_INFO, aad=AAD)
 
 
-def test_the_suite_opens_the_rfc9180_ciphertext() -> None:
-    # The vector's ciphertext carries AEAD aad "Count-0", which only cryptography's private,
-    # test-vector entry point accepts; skip rather than fail if a cryptography upgrade renames it.
-    decrypt_with_aad = getattr(rust_openssl.hpke, "_decrypt_with_aad", None)
-    if decrypt_with_aad is None:
-        pytest.skip("cryptography no longer exposes hpke._decrypt_with_aad")
-    recipient = x25519.X25519PrivateKey.from_private_bytes(rfc("skRm"))
-    opened = decrypt_with_aad(hpke.SUITE, rfc("enc") + rfc("ct"), recipient, info=rfc("info"), aad=rfc("aad"))
-    assert opened == rfc("pt")
+def test_cryptography_does_not_open_a_share_sealed_with_its_context_as_aad(keys) -> None:
+    # The context is in the AEAD's associated data, not the key schedule: an implementation that
+    # passes no aad cannot open a share, whatever info it uses.
+    private, public = keys
+    enc, ciphertext = hpke.seal(public, b"a share", LEADER_INFO, aad=AAD)
+    recipient = x25519.X25519PrivateKey.from_private_bytes(private)
+    with pytest.raises(InvalidTag):
+        CRYPTOGRAPHY_SUITE.decrypt(enc + ciphertext, recipient, info=LEADER_INFO)
+
+
+# ---------------------------------------------------------------- the info and the aad of a share
+
+
+def test_share_info_names_the_protocol_the_client_and_the_aggregator() -> None:
+    assert hpke.share_info("leader") == b"pfs-studio input share v3\x01\x02"
+    assert hpke.share_info("helper") == b"pfs-studio input share v3\x01\x03"
+    with pytest.raises(ValueError, match="role"):
+        hpke.share_info("collector")
+
+
+def test_share_aad_length_prefixes_each_field() -> None:
+    aad = hpke.share_aad("c", batch_key="bb", token_digest="", public_share=b"\x00\xff")
+    assert aad == b"\x00\x00\x00\x01c" + b"\x00\x00\x00\x02bb" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x02\x00\xff"
 
 
 def test_seal_then_open_round_trips(keys) -> None:
     private, public = keys
-    enc, ciphertext = hpke.seal(public, b"a share", INFO)
+    enc, ciphertext = hpke.seal(public, b"a share", LEADER_INFO, aad=AAD)
     assert len(enc) == hpke.ENC_BYTES == 32
     assert len(ciphertext) == len(b"a share") + 16
-    assert hpke.open_sealed(private, enc, ciphertext, INFO) == b"a share"
-
-
-def test_seal_then_open_round_trips_with_aad(keys) -> None:
-    private, public = keys
-    enc, ciphertext = hpke.seal(public, b"a share", INFO, aad=b"batch|token")
-    assert hpke.open_sealed(private, enc, ciphertext, INFO, aad=b"batch|token") == b"a share"
+    assert hpke.open_sealed(private, enc, ciphertext, LEADER_INFO, aad=AAD) == b"a share"
 
 
 def test_seal_uses_a_fresh_ephemeral_key_each_time(keys) -> None:
     _, public = keys
-    assert hpke.seal(public, b"same", INFO)[0] != hpke.seal(public, b"same", INFO)[0]
+    assert hpke.seal(public, b"same", LEADER_INFO)[0] != hpke.seal(public, b"same", LEADER_INFO)[0]
 
 
-def test_open_sealed_refuses_another_info(keys) -> None:
+def test_a_share_sealed_for_the_helper_does_not_open_as_the_leaders(keys) -> None:
+    # Even under the one key (an operator running both roles with one key pair): the role is in the info.
     private, public = keys
-    enc, ciphertext = hpke.seal(public, b"a share", INFO)
+    enc, ciphertext = hpke.seal(public, b"a share", hpke.share_info("helper"), aad=AAD)
     with pytest.raises(hpke.OpenFailed):
-        hpke.open_sealed(
-            private, enc, ciphertext, hpke.share_info("round-7", "helper", batch_key="cohort-a", token_digest="ab" * 32)
-        )
+        hpke.open_sealed(private, enc, ciphertext, LEADER_INFO, aad=AAD)
+    assert hpke.open_sealed(private, enc, ciphertext, hpke.share_info("helper"), aad=AAD) == b"a share"
 
 
-@pytest.mark.parametrize(("sealed_aad", "opened_aad"), [(b"batch-a", b"batch-b"), (b"batch-a", b""), (b"", b"batch-a")])
-def test_open_sealed_refuses_another_aad(keys, sealed_aad: bytes, opened_aad: bytes) -> None:
+@pytest.mark.parametrize(
+    "other",
+    [
+        pytest.param({"collection_key": "round-8"}, id="another collection"),
+        pytest.param({"batch_key": "cohort-b"}, id="another batch"),
+        pytest.param({"batch_key": ""}, id="no batch"),
+        pytest.param({"token_digest": "cd" * 32}, id="another token"),
+        pytest.param({"public_share": b"\x08" * 64}, id="another public share"),
+        pytest.param({"public_share": b""}, id="no public share"),
+        # The same bytes with the boundary between two fields moved: length prefixes tell them apart.
+        pytest.param({"batch_key": "cohort-aa", "token_digest": "b" + "ab" * 31}, id="batch/token boundary moved"),
+    ],
+)
+def test_a_share_does_not_open_under_another_reports_context(keys, other: dict) -> None:
     private, public = keys
-    enc, ciphertext = hpke.seal(public, b"a share", INFO, aad=sealed_aad)
+    enc, ciphertext = hpke.seal(public, b"a share", LEADER_INFO, aad=AAD)
+    context = {"collection_key": "round-7", **CONTEXT, **other}
     with pytest.raises(hpke.OpenFailed):
-        hpke.open_sealed(private, enc, ciphertext, INFO, aad=opened_aad)
-
-
-def test_open_sealed_refuses_info_and_aad_split_differently(keys) -> None:
-    # The same bytes split elsewhere between info and aad are another key schedule.
-    private, public = keys
-    enc, ciphertext = hpke.seal(public, b"a share", b"info|", aad=b"aad")
-    with pytest.raises(hpke.OpenFailed):
-        hpke.open_sealed(private, enc, ciphertext, b"info", aad=b"|aad")
+        hpke.open_sealed(private, enc, ciphertext, LEADER_INFO, aad=hpke.share_aad(**context))
 
 
 def test_open_sealed_refuses_another_key(keys) -> None:
     _, public = keys
     other_private, _ = hpke.key_pair_generate()
-    enc, ciphertext = hpke.seal(public, b"a share", INFO)
+    enc, ciphertext = hpke.seal(public, b"a share", LEADER_INFO, aad=AAD)
     with pytest.raises(hpke.OpenFailed):
-        hpke.open_sealed(other_private, enc, ciphertext, INFO)
+        hpke.open_sealed(other_private, enc, ciphertext, LEADER_INFO, aad=AAD)
 
 
 @pytest.mark.parametrize(
@@ -161,6 +200,7 @@ def test_open_sealed_refuses_another_key(keys) -> None:
         pytest.param(lambda enc, ct: (enc, ct[:15]), id="shorter than the tag"),
         pytest.param(lambda enc, ct: (enc, b""), id="empty ciphertext"),
         pytest.param(lambda enc, ct: (enc, ct[:1] + bytes([ct[1] ^ 1]) + ct[2:]), id="flipped ciphertext bit"),
+        pytest.param(lambda enc, ct: (enc, ct[:-1] + bytes([ct[-1] ^ 0x80])), id="flipped tag bit"),
         pytest.param(lambda enc, ct: (enc, ct + b"\x00"), id="extended ciphertext"),
         pytest.param(lambda enc, ct: (bytes([enc[0] ^ 1]) + enc[1:], ct), id="flipped enc bit"),
         pytest.param(lambda enc, ct: (enc[:31], ct), id="short enc"),
@@ -172,19 +212,27 @@ def test_open_sealed_refuses_another_key(keys) -> None:
 )
 def test_open_sealed_refuses_damaged_input(keys, damage) -> None:
     private, public = keys
-    enc, ciphertext = damage(*hpke.seal(public, b"a share", INFO))
+    enc, ciphertext = damage(*hpke.seal(public, b"a share", LEADER_INFO, aad=AAD))
     with pytest.raises(hpke.OpenFailed):
-        hpke.open_sealed(private, enc, ciphertext, INFO)
+        hpke.open_sealed(private, enc, ciphertext, LEADER_INFO, aad=AAD)
+
+
+def test_a_ciphertext_spliced_onto_another_shares_enc_does_not_open(keys) -> None:
+    private, public = keys
+    enc, _ = hpke.seal(public, b"a share", LEADER_INFO, aad=AAD)
+    _, other_ciphertext = hpke.seal(public, b"a share", LEADER_INFO, aad=AAD)
+    with pytest.raises(hpke.OpenFailed):
+        hpke.open_sealed(private, enc, other_ciphertext, LEADER_INFO, aad=AAD)
 
 
 @pytest.mark.parametrize("private", [b"", b"\x01" * 31, b"\x01" * 33])
 def test_open_sealed_refuses_a_malformed_private_key(keys, private: bytes) -> None:
     _, public = keys
-    enc, ciphertext = hpke.seal(public, b"a share", INFO)
+    enc, ciphertext = hpke.seal(public, b"a share", LEADER_INFO, aad=AAD)
     with pytest.raises(hpke.OpenFailed):
-        hpke.open_sealed(private, enc, ciphertext, INFO)
+        hpke.open_sealed(private, enc, ciphertext, LEADER_INFO, aad=AAD)
 
 
 def test_seal_refuses_a_malformed_public_key() -> None:
     with pytest.raises(ValueError):
-        hpke.seal(b"\x01" * 31, b"a share", INFO)
+        hpke.seal(b"\x01" * 31, b"a share", LEADER_INFO, aad=AAD)

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVER_ROOTS = ("privacy", "pfs_base", "pfs_device", "devices", "aggregation", "analyses", "pfs_web", "pfs_client")
 DEVICE = ROOT / "clients" / "device"
 # What the device SDK's distribution depends on (clients/device/pyproject.toml), by import name.
-DEVICE_DEPENDENCIES = {"numpy", "scipy", "cryptography", "Crypto"}
+DEVICE_DEPENDENCIES = {"numpy", "scipy", "cryptography", "Crypto", "pyhpke"}
 
 
 def packages_under(root: Path, name: str) -> list[str]:

@@ -18,14 +18,16 @@ from django.utils import timezone
 from aggregation import ingest, intake
 from aggregation.aggregators import HELPER
 from aggregation.ingest import reports_ingest
+from aggregation.key_rotation import keys_rotate
 from aggregation.models import HelperJob, HelperShare, LeaderShare, PendingReport, SpentToken
 from aggregation.reports import rejections, report_submit
 from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
 from aggregation.upload import SealedShare
 from pfs_device import hpke, wire
-from pfs_device.report_client import report_seal
+from pfs_device.report_client import report_seal, report_shard
 from privacy.mechanisms import report_weight_bound
 from privacy.vdaf.field import Field128
+from tests.unit.test_hpke_v2 import shares_seal_v2
 from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, keys, one_hot, proven, report, shape_for, token
 
 pytestmark = pytest.mark.django_db
@@ -55,6 +57,21 @@ def batched(device: str, value: int, batch: str) -> wire.Report:
         keys=keys(),
         token=token(device),
         shape=shape_for(KEY),
+    )
+
+
+def stored_v2(sealed: wire.Report) -> None:
+    """A body as the leader stored it before the upgrade to v3 (aggregation.intake's row), which
+    the upload path would refuse now."""
+    PendingReport.objects.create(collection_key=sealed.collection_key, body=wire.report_bytes(sealed))
+
+
+def report_v2(device: str, value: int, batch: str = "") -> wire.Report:
+    """A v2 device's report: sharded as today (Prio3 did not change), sealed the v2 way."""
+    tok = token(device)
+    public, leader, helper = report_shard(collection_key=KEY, vector=one_hot(value), shape=shape_for(KEY), token=tok)
+    return shares_seal_v2(
+        collection_key=KEY, batch_key=batch, token=tok, keys=keys(), public=public, leader=leader, helper=helper
     )
 
 
@@ -108,8 +125,8 @@ def test_bulk_sums_equal_the_per_report_sums(rules) -> None:
 def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rules) -> None:
     good = report("d1", one_hot(2))
     bad = report("d2", one_hot(0))
-    info = hpke.share_info(KEY, "helper", batch_key=bad.batch_key, token_digest=bad.token.digest)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, info, aad=bad.public)  # a helper share is 64 bytes
+    aad = hpke.share_aad(KEY, batch_key=bad.batch_key, token_digest=bad.token.digest, public_share=bad.public)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, hpke.share_info("helper"), aad=aad)  # a helper's is 64 bytes
     receive(replace(bad, helper=SealedShare(*short)))
     weight_bits = shape_for(KEY).vdaf().flp.MEAS_LEN - DOMAIN
     receive(proven("d3", [1] * DOMAIN + [0] * weight_bits))  # every bucket, its weight claimed 0
@@ -287,3 +304,56 @@ def test_a_run_never_verifies_part_of_a_job_it_waits_for_a_row_another_run_holds
     assert HelperJob.objects.count() == 2 and HelperShare.objects.filter(pair=job).get().reports == 2
     (batch,) = collection_release(collection_key=KEY, estimator=KARY)
     assert batch.reports == 3 and not batch.suppressed  # every pair the leader names, the helper holds
+
+
+# ---------------------------------------------------------------- v2 reports stored before the upgrade to v3
+
+
+def test_a_v2_report_stored_before_the_upgrade_is_ingested_and_counted(rules) -> None:
+    old = report_v2("d1", 2, batch="locale=en_US")
+    assert wire.report_json(old)["v"] == 2
+    stored_v2(old)
+    receive(batched("d2", 5, "locale=en_US"))  # a v3 upload beside it, in the same chunk
+    result = reports_ingest(collection_key=KEY)
+    assert (result.accepted, result.rejected) == (2, 0)
+    leader, helper, reports = stored_sums()["locale=en_US"]
+    assert reports == 2
+    assert [(a + b) % Field128.MODULUS for a, b in zip(leader, helper, strict=True)] == (
+        one_hot(2) + one_hot(5)
+    ).tolist()
+    assert spent_tokens() == 2 * 2 and not PendingReport.objects.exists()
+
+
+def test_a_stored_v2_report_still_opens_after_a_key_rotation(rules) -> None:
+    stored_v2(report_v2("d1", 3))  # sealed to the keys current then
+    keys_rotate(role="leader")
+    keys_rotate(role="helper")
+    assert reports_ingest(collection_key=KEY).accepted == 1
+    assert LeaderShare.objects.get().reports == 1
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda v2, v3: replace(v2, token=v3.token), id="v2 shares under another token"),
+        pytest.param(lambda v2, v3: replace(v2, batch_key="locale=fr_FR"), id="v2 shares moved to another batch"),
+        pytest.param(lambda v2, v3: replace(v2, public=v3.public), id="v2 shares with another public share"),
+        pytest.param(lambda v2, v3: replace(v2, leader=v2.helper, helper=v2.leader), id="v2 shares swapped"),
+        pytest.param(lambda v2, v3: replace(v3, version=2), id="v3 shares in a body claiming v2"),
+        pytest.param(lambda v2, v3: replace(v2, version=3), id="v2 shares in a body claiming v3"),
+    ],
+)
+def test_a_stored_v2_report_opens_only_in_its_own_context_and_version(rules, tamper) -> None:
+    v2, v3 = report_v2("d1", 1), batched("d2", 4, "")
+    tampered = tamper(v2, v3)
+    PendingReport.objects.create(collection_key=KEY, body=wire.report_bytes(tampered))
+    result = reports_ingest(collection_key=KEY)
+    assert (result.accepted, result.rejected) == (0, 1)
+    assert rejections(KEY) == {"helper": {"share_unopened": 1}, "leader": {"share_unopened": 1}}
+    assert not LeaderShare.objects.exists() and not SpentToken.objects.exists()
+
+
+def test_a_stored_body_of_a_version_no_aggregator_opens_is_counted_malformed(rules) -> None:
+    stored_v2(replace(report_v2("d1", 1), version=1))
+    assert reports_ingest(collection_key=KEY).rejected == 1
+    assert rejections(KEY) == {"leader": {"report_malformed": 1}}

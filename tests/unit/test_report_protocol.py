@@ -158,10 +158,35 @@ def test_a_report_sealed_for_another_round_does_not_open(rules) -> None:
     assert rejections(KEY) == {"helper": {"share_unopened": 1}, "leader": {"share_unopened": 1}}
 
 
+@pytest.mark.parametrize(
+    ("splice", "unopened_by"),
+    [
+        pytest.param(lambda a, b: replace(a, leader=b.leader), {"leader"}, id="another report's leader share"),
+        pytest.param(lambda a, b: replace(a, helper=b.helper), {"helper"}, id="another report's helper share"),
+        pytest.param(
+            lambda a, b: replace(b, token=a.token), {"leader", "helper"}, id="both shares under another token"
+        ),
+        pytest.param(lambda a, b: replace(a, public=b.public), {"leader", "helper"}, id="another public share"),
+        pytest.param(lambda a, b: replace(a, batch_key="locale=fr_FR"), {"leader", "helper"}, id="another batch"),
+        pytest.param(lambda a, b: replace(a, leader=a.helper, helper=a.leader), {"leader", "helper"}, id="swapped"),
+    ],
+)
+def test_a_share_moved_to_another_report_does_not_open(rules, splice, unopened_by: set[str]) -> None:
+    # Each share's aad is its report's context and its info its aggregator's role: spliced into
+    # another report, or handed to the other aggregator, it does not open; the report is refused.
+    a, b = report("d1", one_hot(1)), report("d2", one_hot(6))
+    outcome = report_submit(splice(a, b))
+    assert (outcome.accepted, outcome.reason) == (False, "share_unopened")
+    assert rejections(KEY) == {role: {"share_unopened": 1} for role in unopened_by}
+    assert not LeaderShare.objects.exists() and not HelperShare.objects.exists() and not SpentToken.objects.exists()
+    # Untouched, both reports are taken: the refusal spent neither token.
+    assert report_submit(a).accepted and report_submit(b).accepted
+
+
 def test_a_malformed_share_is_rejected_and_nothing_is_stored(rules) -> None:
     good = report("d1", one_hot(0))
-    info = hpke.share_info(KEY, "helper", batch_key=good.batch_key, token_digest=good.token.digest)
-    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, info, aad=good.public)  # a helper share is 64 bytes
+    aad = hpke.share_aad(KEY, batch_key=good.batch_key, token_digest=good.token.digest, public_share=good.public)
+    short = hpke.seal(HELPER.public_key(), b"\x00" * 63, hpke.share_info("helper"), aad=aad)  # a helper's is 64 bytes
     outcome = report_submit(replace(good, helper=SealedShare(*short)))
     assert outcome.reason == "share_malformed"
     assert rejections(KEY) == {"helper": {"share_malformed": 1}}
