@@ -88,11 +88,14 @@ class DeviceTask:
 
     @classmethod
     def from_json(cls, data: dict) -> DeviceTask:
-        """The task ``as_json`` wrote (a task from before aggregator noise has no "noise": client noise)."""
+        """The task ``as_json`` wrote (a task from before aggregator noise has no "noise": client noise).
+        Any other key is refused (TypeError), "parsed" too: a device parses the schema itself."""
+        if "parsed" in data:
+            raise TypeError("a task's JSON has no key 'parsed'")
         data = {"noise": CLIENT, **data}
         privacy = PrivacyParameters.from_json(data)
         rest = {k: v for k, v in data.items() if k not in PRIVACY_KEYS}
-        return cls(**{**rest, "cohorts": tuple(data["cohorts"]), "privacy": privacy})
+        return cls(privacy=privacy, **{**rest, "cohorts": tuple(data["cohorts"])})  # a "privacy" key: TypeError
 
     @classmethod
     def from_wire(cls, data: dict) -> DeviceTask:

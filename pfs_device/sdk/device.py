@@ -208,8 +208,9 @@ def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> 
     """(the privatized report vector, the batch key): retention, encoding and randomizer, as the simulator."""
     task = offer.task
     columns, _ = apply_retention(data.columns, now=time.time())
-    _, encoding = content_encoding(task.data_types)
-    value = int(encode_devices(task.data_types, columns, data.vocabularies, rng)[0])
+    parsed = task.parsed_content or content_encoding(task.data_types)  # unparseable: raises here
+    _, encoding = parsed
+    value = int(encode_devices(task.data_types, columns, data.vocabularies, rng, parsed)[0])
     privacy = task.privacy
     oracle = None if privacy.aggregator_noise else mechanism_get(privacy.mechanism, privacy.epsilon0)
     vector = report_vector(oracle, value, encoding.size, rng)
@@ -220,7 +221,8 @@ def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> 
 def report_shape_of(offer: Offer) -> ReportShape:
     """The Prio3 the aggregators verify this task's reports with, from the recipe alone (privacy.report_vdaf)."""
     task = offer.task
-    _, encoding = content_encoding(task.data_types)
+    # Parsed once per task (report_compute and the upload ask again); unparseable: raises here, with its reason.
+    _, encoding = task.parsed_content or content_encoding(task.data_types)
     privacy = task.privacy
     mechanism = None if privacy.aggregator_noise else privacy.mechanism
     return report_shape(mechanism=mechanism, epsilon0=privacy.epsilon0, domain_size=encoding.size)

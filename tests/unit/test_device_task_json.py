@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from pfs_device.decision import DeviceTask
 from privacy.encoding import content_encoding
 from privacy.parameters import PRIVACY_KEYS, PrivacyParameters
@@ -59,3 +61,9 @@ def test_a_parse_handed_over_is_used_and_never_sent() -> None:
     handed = dataclasses.replace(task(), parsed=parsed)
     assert handed.parsed_content is parsed
     assert handed == task() and handed.as_json() == task().as_json()
+
+
+@pytest.mark.parametrize("key", ["parsed", "privacy", "typo"])
+def test_a_task_with_a_key_devices_do_not_read_is_refused(key: str) -> None:
+    with pytest.raises(TypeError):
+        DeviceTask.from_wire({**task().audit_json(), key: {}})
