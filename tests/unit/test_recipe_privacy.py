@@ -118,3 +118,15 @@ def test_the_migration_moves_the_seven_columns_into_one_and_back(analysis, analy
         executor = MigrationExecutor(connection)
         executor.loader.build_graph()
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def test_the_admin_lists_a_recipes_parameters_and_shows_them_as_json(
+    client, analysis, recipe, analyst, officer
+) -> None:
+    round_create_and_start(analysis=analysis, content=recipe, user=analyst)
+    stored = Recipe.objects.get()
+    client.force_login(officer)
+    listed = client.get("/admin/analyses/recipe/").content.decode()
+    assert "asymmetric_ohe" in listed and "736" in listed and "Min cohort" in listed
+    shown = client.get(f"/admin/analyses/recipe/{stored.pk}/change/").content.decode()
+    assert "&quot;min_cohort&quot;: 736" in shown and "PrivacyParameters(" not in shown
