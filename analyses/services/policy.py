@@ -147,6 +147,7 @@ def analyses_spent(analyses: Iterable[Analysis]) -> dict[int, dict[str, Any]]:
     by_encoding = (
         Round.objects.filter(recipe__analysis__in=list(spent))
         .values("recipe__analysis_id", "recipe__encoded_field")
+        # Each round's epsilon is a key of its recipe's privacy column (JSON): summed in the database all the same.
         .annotate(epsilon=Sum(Cast(KeyTextTransform("epsilon", "recipe__privacy"), FloatField())), reports=Count("id"))
         .order_by("recipe__analysis_id", "recipe__encoded_field")
     )
