@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -141,18 +142,24 @@ class AnalysisAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/analyses/analysis/approve.html", context)
 
 
+def _privacy_column(name: str) -> Callable[[Recipe], Any]:
+    """A column of the recipe list showing one of its privacy parameters (held in one value, Recipe.privacy)."""
+
+    @admin.display(description=name.replace("_", " "))
+    def column(recipe: Recipe) -> Any:
+        return getattr(recipe.privacy, name)
+
+    column.__name__ = name
+    return column
+
+
 @admin.register(Recipe)
 class RecipeAdmin(admin.ModelAdmin):
     list_display = [
         "identifier",
         "analysis",
         "encoded_field",
-        "noise",
-        "mechanism",
-        "epsilon0",
-        "epsilon",
-        "delta",
-        "min_cohort",
+        *(_privacy_column(name) for name in ("noise", "mechanism", "epsilon0", "epsilon", "delta", "min_cohort")),
         "created_by",
     ]
     list_filter = ["analysis"]

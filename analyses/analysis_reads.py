@@ -61,8 +61,8 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
         for key in (None, *fields_of(recipe.encoded_field)):
             # A field charged without a policy of its own still shows, with no allowed line.
             scope = scopes.setdefault(key, _scope(f"field {key}", key, None, None))
-            units[key] = units.get(key, 0) + to_units(recipe.epsilon)
-            device_units[key] = device_units.get(key, 0) + (to_units(recipe.epsilon) if charged else 0)
+            units[key] = units.get(key, 0) + to_units(recipe.privacy.epsilon)
+            device_units[key] = device_units.get(key, 0) + (to_units(recipe.privacy.epsilon) if charged else 0)
             scope["devices_reports"] = scope.get("devices_reports", 0) + (1 if charged else 0)
             scope["points"].append(
                 {
@@ -70,7 +70,7 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
                     "recipe": recipe.identifier,
                     "status": round_.status,
                     "created_at": round_.created_at,
-                    "epsilon_round": recipe.epsilon,
+                    "epsilon_round": recipe.privacy.epsilon,
                     "epsilon": units[key] / NANO,
                     "reports": len(scope["points"]) + 1,
                     "devices_answered": charged,
@@ -448,9 +448,9 @@ def _compare_notes(round_a: Round, round_b: Round, batches: dict) -> list[str]:
             f"The releases histogram different fields ({a.encoded_field} and {b.encoded_field}): "
             "buckets are matched by label only."
         )
-    if a.sampling_rate != b.sampling_rate:
+    if a.privacy.sampling_rate != b.privacy.sampling_rate:
         notes.append(
-            f"Sampling rates differ ({a.sampling_rate:g} and {b.sampling_rate:g}): estimates count "
+            f"Sampling rates differ ({a.privacy.sampling_rate:g} and {b.privacy.sampling_rate:g}): estimates count "
             "reporting devices, so they scale with the rate."
         )
     # A release whose every batch was suppressed (or that has none) released no count at all: that,

@@ -105,7 +105,7 @@ def refinable_buckets(round_: Round) -> list[bool]:
     if unused_cohort_fields(round_.recipe):
         return [True] * len(labels)
     data_types = round_.recipe.content["dataTypeContent"]
-    parsed = content_encoding(data_types)
+    parsed = round_.recipe.parsed_content
     return [_structure_step(data_types, i, parsed, build=False).schema is not None for i in range(len(labels))]
 
 
@@ -113,7 +113,7 @@ def plain_labels(round_: Round) -> list[str]:
     """The round's bucket labels as the pages show them: "OOV" said as what it holds (below the
     first boundary or missing; no n-gram under the tree). Downloads and the API keep the labels."""
     try:
-        _, encoding = content_encoding(round_.recipe.content["dataTypeContent"])
+        encoding = round_.recipe.encoding
     except (KeyError, TypeError, ValueError):
         return []
     return _plain(encoding)
@@ -166,8 +166,8 @@ def refinement_cost(*, round_: Round, recipe: dict) -> dict[str, Any]:
             }
         )
     return {
-        "epsilon": round_.recipe.epsilon,
-        "delta": round_.recipe.delta,
+        "epsilon": round_.recipe.privacy.epsilon,
+        "delta": round_.recipe.privacy.delta,
         "analysis": {
             "epsilon_left": enforced.epsilon_allowed - spent["epsilon"],
             "epsilon_allowed": enforced.epsilon_allowed,

@@ -5,6 +5,7 @@ Models hold invariants; workflows (validate, approve, start, aggregate) live in 
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
@@ -12,8 +13,11 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from analyses.enforced_policy import EnforcedPolicy, pending_changes
+from analyses.privacy_field import PrivacyParametersField
+from analyses.recipe_content import recipe_content_parsed
 from devices.models import Fleet, PolicySnapshot
-from privacy.parameters import PrivacyParameters
+from pfs_device.encode import ParsedContent
+from privacy.encoding import CombinationType, Encoding
 
 
 class Analysis(models.Model):
@@ -183,17 +187,11 @@ class Recipe(models.Model):
         AGGREGATOR = "aggregator", "Aggregator (discrete Gaussian)"
 
     encoded_field = models.CharField(max_length=100)
-    noise = models.CharField(max_length=16, choices=Noise.choices, default=Noise.CLIENT)
-    mechanism = models.CharField(
-        max_length=50, blank=True, help_text="The local randomizer; blank with aggregator noise."
-    )
-    epsilon0 = models.FloatField(null=True, blank=True, help_text="Local epsilon; none with aggregator noise.")
-    epsilon = models.FloatField()
-    delta = models.FloatField()
-    sampling_rate = models.FloatField()
-    min_cohort = models.PositiveIntegerField(
-        help_text="Client noise: computed from epsilon0, epsilon and delta (or the recipe's larger one). "
-        "Aggregator noise: the recipe's, a hardening the guarantee does not depend on."
+    privacy = PrivacyParametersField(
+        help_text="The privacy parameters, one JSON object (privacy.parameters.PrivacyParameters): noise, "
+        "mechanism (blank with aggregator noise), epsilon0 (none with aggregator noise), epsilon, delta, "
+        "sampling_rate and min_cohort (client noise: computed from epsilon0, epsilon and delta, or the "
+        "recipe's larger one; aggregator noise: the recipe's, a hardening the guarantee does not depend on)."
     )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -205,21 +203,22 @@ class Recipe(models.Model):
     def __str__(self) -> str:
         return f"{self.analysis}/{self.identifier}"
 
-    @property
-    def privacy(self) -> PrivacyParameters:
-        """The recipe's privacy parameters as one value (privacy.parameters)."""
-        return PrivacyParameters.of(self)
+    @cached_property
+    def parsed_content(self) -> ParsedContent:
+        """The fields and encoding of the recipe's dataTypeContent, parsed once per recipe
+        (analyses.recipe_content); its errors for content that does not parse."""
+        return recipe_content_parsed(self.pk, self.created_at, self.content["dataTypeContent"])
 
     @property
-    def aggregator_noise(self) -> bool:
-        return self.noise == self.Noise.AGGREGATOR
+    def encoding(self) -> Encoding | CombinationType:
+        return self.parsed_content[1]
 
     @property
     def noise_label(self) -> str:
         """How the recipe's noise reads in a page: the randomizer and its epsilon0, or aggregator noise."""
-        if self.aggregator_noise:
+        if self.privacy.aggregator_noise:
             return "aggregator noise (discrete Gaussian)"
-        return f"{self.mechanism}, ε₀ = {self.epsilon0:g}"
+        return f"{self.privacy.mechanism}, ε₀ = {self.privacy.epsilon0:g}"
 
 
 class Round(models.Model):

@@ -89,7 +89,7 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
             shard=shard,
             answered=int(counts[Decision.ANSWERED]),
             outcomes=outcomes,
-            epsilon_spent=task.epsilon,
+            epsilon_spent=task.privacy.epsilon,
             task=task.audit_json(),
             decisions=decision.astype(np.int8).tobytes(),
         )
@@ -163,7 +163,7 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarr
     Nothing here reads the devices' data.
     """
     rng = _coins(task, shard, 0)
-    sampled = rng.random(shard.size) < task.sampling_rate
+    sampled = rng.random(shard.size) < task.privacy.sampling_rate
     # Devices enforce only the snapshot they were enrolled with for this analysis.
     enrollment = (
         Enrollment.objects.filter(fleet_id=shard.fleet_id, analysis_identifier=task.analysis)
@@ -186,7 +186,8 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
     _, encoding = parsed
     encode_rng = _coins(task, shard, 3)
     values = encode_devices(task.data_types, columns, shard.fleet.vocabularies, encode_rng, parsed)
-    oracle = None if task.aggregator_noise else mechanism_get(task.mechanism, task.epsilon0)
+    privacy = task.privacy
+    oracle = None if privacy.aggregator_noise else mechanism_get(privacy.mechanism, privacy.epsilon0)
     privatize_rng = _coins(task, shard, 1)
     share_rng = _coins(task, shard, 2)
 
@@ -212,7 +213,7 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
             leader_share=leader,
             helper_share=helper,
             reports=int(members.sum()),
-            min_cohort=task.min_cohort,
+            min_cohort=privacy.min_cohort,
         )
 
 
@@ -229,8 +230,9 @@ def _prio3_reports_upload(
     """A fleet with ``prio3_reports``: each answering device privatizes and shards its own report with
     its validity proof (pfs_device.report_client, as a real device does), and both aggregators verify
     every report (aggregation.upload.verified_reports_upload). The coins are the shard's, keyed."""
+    privacy = task.privacy
     shape = report_shape(
-        mechanism=None if oracle is None else task.mechanism, epsilon0=task.epsilon0, domain_size=domain_size
+        mechanism=None if oracle is None else privacy.mechanism, epsilon0=privacy.epsilon0, domain_size=domain_size
     )
     if oracle is None:
         vectors = np.eye(domain_size, dtype=np.int64)[values]
@@ -255,7 +257,7 @@ def _prio3_reports_upload(
         public_shares=publics,
         leader_shares=leaders,
         helper_shares=helpers,
-        min_cohort=task.min_cohort,
+        min_cohort=privacy.min_cohort,
     )
 
 

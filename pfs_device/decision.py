@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from functools import cached_property
 
@@ -23,7 +23,7 @@ from pfs_device.columns import Columns
 from pfs_device.encode import ParsedContent, content_fits
 from pfs_device.query import QueryRefused, verify_query
 from privacy.encoding import content_encoding
-from privacy.parameters import PrivacyParameters
+from privacy.parameters import CLIENT, PRIVACY_KEYS, PrivacyParameters
 
 
 def snapshot_digest(content: dict) -> str:
@@ -48,21 +48,14 @@ class DeviceTask:
     cohorts: tuple[str, ...]
     encoded_field: str  # the encoded field, or the joined fields "age,ngrams" of a CombinationType
     data_types: dict  # the recipe's dataTypeContent, as Figure 4 sends it
-    mechanism: str  # "" with aggregator noise
-    epsilon0: float | None  # None with aggregator noise
-    epsilon: float
-    delta: float
-    sampling_rate: float
-    min_cohort: int
+    privacy: PrivacyParameters
     seed: int  # seeds a simulated shard's coins; real devices use their own OS randomness
-    noise: str = "client"  # or "aggregator": no local randomizer, each aggregator adds noise
     # Real devices: the SHA-256 of the issuer key of this collection (pfs_device.tokens). Every
     # device is sent the same task, so a key served to one device alone is refused by it.
     token_key: str = ""
-
-    @property
-    def aggregator_noise(self) -> bool:
-        return self.noise == "aggregator"
+    # content_encoding(data_types) when the sender parsed it already (the server: its recipe's,
+    # parsed once per recipe); never sent, and not part of what the task is.
+    parsed: ParsedContent | None = field(default=None, compare=False, repr=False)
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -70,29 +63,24 @@ class DeviceTask:
 
     @cached_property
     def parsed_content(self) -> ParsedContent | None:
-        """content_encoding(data_types), parsed once per task object (a shard reads it three times,
-        and a recipe's 1,023 boundaries take a third of a millisecond to parse); None: unparseable."""
+        """content_encoding(data_types), parsed at most once per task object (a shard reads it three
+        times, and a recipe's 1,023 boundaries take a third of a millisecond to parse); None: unparseable."""
+        if self.parsed is not None:
+            return self.parsed
         try:
             return content_encoding(self.data_types)
         except ValueError:
             return None
 
-    @property
-    def privacy(self) -> PrivacyParameters:
-        return PrivacyParameters.of(self)
-
-    @classmethod
-    def for_privacy(cls, privacy: PrivacyParameters, **task: object) -> DeviceTask:
-        """A task carrying ``privacy`` (the wire format keeps the parameters flat)."""
-        return cls(**task, **privacy.as_json())  # type: ignore[arg-type]
-
     def as_json(self) -> dict:
+        """The task as devices receive it. The privacy parameters are flat keys beside the others, as
+        devices have always read them (docs/devices-sdk.md), and as ShardRun's audit keeps them."""
         # Not dataclasses.asdict: its element-by-element deep copy costs 5 ms per shard for a recipe
         # of 1,023 boundaries. The only mutable field is data_types, plain JSON: new dicts and lists
         # around the same immutable numbers and strings are a deep copy (0.05 ms).
-        data = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
+        data = {f.name: getattr(self, f.name) for f in dataclass_fields(self) if f.name not in _NOT_FLAT}
         data["data_types"] = _json_copy(self.data_types)
-        return data
+        return {**data, **self.privacy.as_json()}
 
     def audit_json(self) -> dict:
         """What a device logs of the task, and what a real device is sent: everything but the seed."""
@@ -100,12 +88,23 @@ class DeviceTask:
 
     @classmethod
     def from_json(cls, data: dict) -> DeviceTask:
-        return cls(**{**data, "cohorts": tuple(data["cohorts"])})
+        """The task ``as_json`` wrote (a task from before aggregator noise has no "noise": client noise).
+        Any other key is refused (TypeError), "parsed" too: a device parses the schema itself."""
+        if "parsed" in data:
+            raise TypeError("a task's JSON has no key 'parsed'")
+        data = {"noise": CLIENT, **data}
+        privacy = PrivacyParameters.from_json(data)
+        rest = {k: v for k, v in data.items() if k not in PRIVACY_KEYS}
+        return cls(privacy=privacy, **{**rest, "cohorts": tuple(data["cohorts"])})  # a "privacy" key: TypeError
 
     @classmethod
     def from_wire(cls, data: dict) -> DeviceTask:
         """The task a real device received (audit_json): it has no seed, the device has its own coins."""
         return cls.from_json({**data, "seed": 0})
+
+
+# Fields as_json does not write as they are: the parameters are spread flat, the parse is not sent.
+_NOT_FLAT = frozenset({"privacy", "parsed"})
 
 
 def _json_copy(value: object) -> object:

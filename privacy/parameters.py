@@ -50,9 +50,9 @@ class PrivacyParameters:
         return asdict(self)
 
     @classmethod
-    def of(cls, holder: Any) -> PrivacyParameters:
-        """The parameters of anything that carries them as flat attributes (a stored recipe, a device task)."""
-        return cls(**{name: getattr(holder, name) for name in PRIVACY_KEYS})
+    def from_json(cls, data: dict[str, Any]) -> PrivacyParameters:
+        """The parameters as ``as_json`` wrote them (a recipe's column, a task's keys); other keys are not read."""
+        return cls(**{name: data[name] for name in PRIVACY_KEYS})
 
 
 # The parameters' names, in the order every table, form and export lists them.

@@ -196,9 +196,9 @@ def _level_record(spec: Spec, run: AdaptiveRun, round_: Round) -> dict[str, Any]
         "recipe": round_.recipe.identifier,
         "buckets": int(estimates.size),
         "reports": reports,
-        "epsilon0": round_.recipe.epsilon0,
-        "epsilon": round_.recipe.epsilon,
-        "delta": round_.recipe.delta,
+        "epsilon0": round_.recipe.privacy.epsilon0,
+        "epsilon": round_.recipe.privacy.epsilon,
+        "delta": round_.recipe.privacy.delta,
     }
     if spec.kind == AdaptiveRun.Kind.BUCKET_REFINEMENT:
         level = levels.refinement_level(

@@ -100,6 +100,26 @@ class AnalysisSerializer(serializers.ModelSerializer):
 
 class RecipeSerializer(serializers.ModelSerializer):
     analysis = serializers.CharField(source="analysis.identifier")
+    # The privacy parameters: one value on the model (Recipe.privacy), flat keys here as ever.
+    noise = serializers.ChoiceField(choices=Recipe.Noise.choices, source="privacy.noise", read_only=True)
+    mechanism = serializers.CharField(
+        source="privacy.mechanism", read_only=True, help_text="The local randomizer; blank with aggregator noise."
+    )
+    epsilon0 = serializers.FloatField(
+        source="privacy.epsilon0",
+        read_only=True,
+        allow_null=True,
+        help_text="Local epsilon; none with aggregator noise.",
+    )
+    epsilon = serializers.FloatField(source="privacy.epsilon", read_only=True)
+    delta = serializers.FloatField(source="privacy.delta", read_only=True)
+    sampling_rate = serializers.FloatField(source="privacy.sampling_rate", read_only=True)
+    min_cohort = serializers.IntegerField(
+        source="privacy.min_cohort",
+        read_only=True,
+        help_text="Client noise: computed from epsilon0, epsilon and delta (or the recipe's larger one). "
+        "Aggregator noise: the recipe's, a hardening the guarantee does not depend on.",
+    )
 
     class Meta:
         model = Recipe

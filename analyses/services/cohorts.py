@@ -46,7 +46,7 @@ def _from_earlier_release(
     for round_ in earlier[:50]:
         if list(round_.recipe.content.get("cohorts", [])) != list(cohorts):
             continue
-        scale = sampling_rate / round_.recipe.sampling_rate
+        scale = sampling_rate / round_.recipe.privacy.sampling_rate
         source = f"round {round_.pk}'s release, scaled by the sampling rates"
         rows = []
         for batch in round_.release.content["batches"]:

@@ -7,7 +7,9 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Count, Sum
+from django.db.models import Count, FloatField, Sum
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from analyses.models import Analysis, FieldPolicy, PolicyApproval, Round
@@ -145,7 +147,8 @@ def analyses_spent(analyses: Iterable[Analysis]) -> dict[int, dict[str, Any]]:
     by_encoding = (
         Round.objects.filter(recipe__analysis__in=list(spent))
         .values("recipe__analysis_id", "recipe__encoded_field")
-        .annotate(epsilon=Sum("recipe__epsilon"), reports=Count("id"))
+        # Each round's epsilon is a key of its recipe's privacy column (JSON): summed in the database all the same.
+        .annotate(epsilon=Sum(Cast(KeyTextTransform("epsilon", "recipe__privacy"), FloatField())), reports=Count("id"))
         .order_by("recipe__analysis_id", "recipe__encoded_field")
     )
     for row in by_encoding:

@@ -22,10 +22,11 @@ from aggregation.services import (
 )
 from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Round
+from analyses.recipe_content import recipe_content_keep
 from analyses.services.budget import budget_precheck, budget_request_for
 from analyses.validation import Problems, sentence
 from pfs_base.errors import ValidationFailed
-from pfs_device.decision import DeviceTask
+from pfs_device.decision import DeviceTask, fields_of
 from pfs_device.encode import SCHEMAS_BY_KIND, schema_fits
 from pfs_device.query import QueryRefused, verify_query
 from pfs_device.streams import field_kind
@@ -299,23 +300,23 @@ def recipe_create(*, analysis: Analysis, content: Any, user: AbstractBaseUser) -
         raise
     recipe = recipe_unsaved(analysis, content, parsed, user)
     recipe.save()
+    # Its rounds' shards and aggregation load it anew: they find the parse validation made.
+    recipe_content_keep(recipe.pk, recipe.created_at, recipe.parsed_content)
     return recipe
 
 
 def recipe_unsaved(analysis: Analysis, content: dict, parsed: ParsedRecipe, user: AbstractBaseUser | None) -> Recipe:
-    """The (unsaved) recipe ``recipe_validate`` parsed from ``content``."""
-    return Recipe(
+    """The (unsaved) recipe ``recipe_validate`` parsed from ``content``, holding that parse."""
+    recipe = Recipe(
         analysis=analysis,
         identifier=parsed.identifier,
         content=content,
         encoded_field=parsed.field,
+        privacy=parsed.privacy,
         created_by=user,
-        **parsed.privacy.as_json(),
     )
-
-
-def recipe_encoding(recipe: Recipe) -> Encoding | CombinationType:
-    return content_encoding(recipe.content["dataTypeContent"])[1]
+    recipe.__dict__["parsed_content"] = (fields_of(parsed.field), parsed.encoding)  # the cached_property's slot
+    return recipe
 
 
 def _estimator_check(problems: Problems, mechanism: str, epsilon0: float, size: int, reports: int) -> None:
@@ -330,7 +331,7 @@ def _estimator_check(problems: Problems, mechanism: str, epsilon0: float, size: 
 
 
 def recipe_estimator(recipe: Recipe) -> Estimator:
-    size = recipe_encoding(recipe).size
+    size = recipe.encoding.size
     privacy = recipe.privacy
     if privacy.aggregator_noise:
         return AggregatorNoiseEstimator(epsilon=privacy.epsilon, delta=privacy.delta, domain_size=size)
@@ -343,8 +344,7 @@ def device_task(round_: Round) -> DeviceTask:
 
 def recipe_device_task(recipe: Recipe, *, task_key: str, seed: int) -> DeviceTask:
     """What the devices are sent for ``recipe``: the recipe as the device sees it."""
-    return DeviceTask.for_privacy(
-        recipe.privacy,
+    return DeviceTask(
         task_key=task_key,
         analysis=recipe.analysis.identifier,
         snapshot_digest=recipe.analysis.snapshot.digest,
@@ -352,5 +352,7 @@ def recipe_device_task(recipe: Recipe, *, task_key: str, seed: int) -> DeviceTas
         cohorts=tuple(recipe.content.get("cohorts", [])),
         encoded_field=recipe.encoded_field,
         data_types=recipe.content["dataTypeContent"],
+        privacy=recipe.privacy,
         seed=seed,
+        parsed=recipe.parsed_content,  # parsed once per recipe, not once per shard
     )

@@ -31,7 +31,6 @@ from analyses.services.recipes import (
     device_task,
     recipe_create,
     recipe_device_task,
-    recipe_encoding,
     recipe_estimator,
     recipe_unsaved,
     recipe_validate,
@@ -82,7 +81,7 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser, confirm_small_cohorts
             )
             raise ValidationFailed({"privacy.budget": refusal[1]})
         cohorts = list(recipe.content.get("cohorts", []))
-        forecast = cohort_forecast(recipe.analysis, cohorts, recipe.sampling_rate, recipe.min_cohort)
+        forecast = cohort_forecast(recipe.analysis, cohorts, recipe.privacy.sampling_rate, recipe.privacy.min_cohort)
         small_cohorts_check(forecast, confirmed=confirm_small_cohorts)
         round_ = Round.objects.create(recipe=recipe, seed=secrets.randbits(63), created_by=user)
         _collection_rules_open(round_)
@@ -94,7 +93,7 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser, confirm_small_cohorts
 
 def _collection_rules_open(round_: Round) -> None:
     """Configure both aggregators with the round's public batch rules."""
-    size = recipe_encoding(round_.recipe).size
+    size = round_.recipe.encoding.size
     privacy = round_.recipe.privacy
     # The shape of a report (length, weight bound, the Prio3 it is verified with) comes from the
     # recipe alone, by the code the devices run (privacy.report_vdaf).
@@ -209,15 +208,16 @@ def round_aggregate(*, round_id: int) -> Round | None:
         if progress["shards_done"] < round_.shards_total:
             raise ShardsPending(f"{progress['shards_done']} of {round_.shards_total} shards answered")
         recipe = round_.recipe
-        encoding = recipe_encoding(recipe)
         batches = collection_release(collection_key=round_.task_key, estimator=recipe_estimator(recipe))
-        Release.objects.create(round=round_, content=release_content(round_, encoding, batches, progress))
+        Release.objects.create(round=round_, content=release_content(round_, recipe.encoding, batches, progress))
         # A round no batch of which reached its minimum cohort released nothing: its status says
         # so (the stored content keeps the devices' reasons), and no chart is drawn from it.
         released = any(not batch.suppressed for batch in batches)
         round_.status = Round.Status.RELEASED if released else Round.Status.WITHHELD
         if not released:
-            round_.error = f"no batch reached its minimum cohort of {recipe.min_cohort:,} reports: nothing released"
+            round_.error = (
+                f"no batch reached its minimum cohort of {recipe.privacy.min_cohort:,} reports: nothing released"
+            )
         round_.finished_at = timezone.now()
         round_.save(update_fields=["status", "error", "finished_at"])
         metrics.round_counted(round_.status)  # released, or withheld

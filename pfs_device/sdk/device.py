@@ -166,7 +166,7 @@ def task_answer(
         task.task_key,
         decision=decision.label,
         snapshot=offer.policy_digest,
-        epsilon=task.epsilon,
+        epsilon=task.privacy.epsilon,
         token_key=offer.issuer.digest,  # logged: the key this device's token is signed with
     )
     ledger.save()
@@ -196,7 +196,7 @@ def _task_problem(offer: Offer) -> str:
 def _decide(offer: Offer, fleet: str, columns: Columns, rng: np.random.Generator) -> tuple[Decision, Accountant | None]:
     """The device's decision (pfs_device.decision.decide) on the snapshot whose hash it checked itself."""
     task = offer.task
-    sampled = np.array([rng.random() < task.sampling_rate])
+    sampled = np.array([rng.random() < task.privacy.sampling_rate])
     held = offer.policy_digest == task.snapshot_digest and snapshot_digest(offer.policy) == offer.policy_digest
     decision, accountant = decide(
         task=task, policy=offer.policy if held else None, fleet_name=fleet, ledger=columns, sampled=sampled
@@ -208,9 +208,11 @@ def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> 
     """(the privatized report vector, the batch key): retention, encoding and randomizer, as the simulator."""
     task = offer.task
     columns, _ = apply_retention(data.columns, now=time.time())
-    _, encoding = content_encoding(task.data_types)
-    value = int(encode_devices(task.data_types, columns, data.vocabularies, rng)[0])
-    oracle = None if task.aggregator_noise else mechanism_get(task.mechanism, task.epsilon0)
+    parsed = task.parsed_content or content_encoding(task.data_types)  # unparseable: raises here
+    _, encoding = parsed
+    value = int(encode_devices(task.data_types, columns, data.vocabularies, rng, parsed)[0])
+    privacy = task.privacy
+    oracle = None if privacy.aggregator_noise else mechanism_get(privacy.mechanism, privacy.epsilon0)
     vector = report_vector(oracle, value, encoding.size, rng)
     batch_key = str(cohort_keys(task.cohorts, columns, data.vocabularies)[0])
     return vector, batch_key
@@ -219,9 +221,11 @@ def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> 
 def report_shape_of(offer: Offer) -> ReportShape:
     """The Prio3 the aggregators verify this task's reports with, from the recipe alone (privacy.report_vdaf)."""
     task = offer.task
-    _, encoding = content_encoding(task.data_types)
-    mechanism = None if task.aggregator_noise else task.mechanism
-    return report_shape(mechanism=mechanism, epsilon0=task.epsilon0, domain_size=encoding.size)
+    # Parsed once per task (report_compute and the upload ask again); unparseable: raises here, with its reason.
+    _, encoding = task.parsed_content or content_encoding(task.data_types)
+    privacy = task.privacy
+    mechanism = None if privacy.aggregator_noise else privacy.mechanism
+    return report_shape(mechanism=mechanism, epsilon0=privacy.epsilon0, domain_size=encoding.size)
 
 
 def _send(

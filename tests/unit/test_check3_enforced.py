@@ -20,6 +20,7 @@ from pfs_base.errors import ValidationFailed
 from pfs_device.budget import Decision, ledger_empty
 from pfs_device.decision import decide
 from privacy.amplification import min_cohort_closed_form
+from privacy.parameters import PrivacyParameters
 from tests.conftest import RECIPE, SPEC
 
 pytestmark = pytest.mark.django_db
@@ -60,13 +61,15 @@ def test_one_device_below_the_enforced_bound_does_not(analyst, officer) -> None:
         identifier="past-the-server",
         content=_recipe(),
         encoded_field="age",
-        noise="client",
-        mechanism="asymmetric_ohe",
-        epsilon0=2.0,
-        epsilon=0.3,
-        delta=1e-6,
-        sampling_rate=1.0,
-        min_cohort=1_669,
+        privacy=PrivacyParameters(
+            noise="client",
+            mechanism="asymmetric_ohe",
+            epsilon0=2.0,
+            epsilon=0.3,
+            delta=1e-6,
+            sampling_rate=1.0,
+            min_cohort=1_669,
+        ),
     )
     task = recipe_device_task(recipe, task_key="t.few/past-the-server/round-1", seed=1)
     decision, _ = decide(

@@ -146,6 +146,7 @@ def test_charge_spends_only_for_answering_devices_on_analysis_and_field() -> Non
 
 def test_the_device_charges_a_deletion_model_mechanism_at_twice_its_epsilon0() -> None:
     from pfs_device.decision import DeviceTask, budget_request
+    from privacy.parameters import PrivacyParameters
 
     task = DeviceTask(
         task_key="k",
@@ -155,12 +156,15 @@ def test_the_device_charges_a_deletion_model_mechanism_at_twice_its_epsilon0() -
         cohorts=(),
         encoded_field="age",
         data_types={"age": {"dataType": "BucketedType", "boundaries": [20.0]}},
-        mechanism="symmetric_rappor",
-        epsilon0=1.5,
-        epsilon=1.0,
-        delta=1e-6,
-        sampling_rate=1.0,
-        min_cohort=2935,
+        privacy=PrivacyParameters(
+            noise="client",
+            mechanism="symmetric_rappor",
+            epsilon0=1.5,
+            epsilon=1.0,
+            delta=1e-6,
+            sampling_rate=1.0,
+            min_cohort=2935,
+        ),
         seed=1,
     )
     assert budget_request(task).epsilon0 == 3.0

@@ -497,7 +497,7 @@ def test_a_client_noise_round_with_too_few_reports_releases_nothing(
 ) -> None:
     _, (device, *_) = phones
     round_ = start(api, CLIENT)
-    assert round_.recipe.min_cohort == 206
+    assert round_.recipe.privacy.min_cohort == 206
     offered = device.tasks()["tasks"][0]
     assert offered["task"]["mechanism"] == "asymmetric_ohe" and offered["report_length"] == BUCKETS
     assert upload(device.report(round_.task_key, 0)).status_code == 202

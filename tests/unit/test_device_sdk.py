@@ -25,6 +25,7 @@ from pfs_device.sdk.device import TASK_INVALID, Offer, ServerKeys, data_read, re
 from pfs_device.sdk.ledger import Ledger
 from pfs_device.tokens import issuer_key_generate, sign_blinded, verify
 from pfs_device.wire import Report
+from privacy.parameters import PrivacyParameters
 from privacy.report_vdaf import report_nonce, report_shape
 from privacy.vdaf.field import Field128
 
@@ -45,14 +46,10 @@ TASK = DeviceTask(
     cohorts=("locale",),
     encoded_field="age",
     data_types=AGES,
-    mechanism="",
-    epsilon0=None,
-    epsilon=1.0,
-    delta=1e-6,
-    sampling_rate=1.0,
-    min_cohort=3,
+    privacy=PrivacyParameters(
+        noise="aggregator", mechanism="", epsilon0=None, epsilon=1.0, delta=1e-6, sampling_rate=1.0, min_cohort=3
+    ),
     seed=0,
-    noise="aggregator",
     token_key=ISSUER.public.digest,
 )
 
@@ -204,7 +201,7 @@ def test_the_charge_is_on_disk_before_the_upload_and_stays_when_it_fails(ledger)
 
 def test_a_device_decides_once_per_task(ledger) -> None:
     server = Aggregators()
-    sampled_out = offer(replace(TASK, sampling_rate=1e-12))
+    sampled_out = offer(replace(TASK, privacy=replace(TASK.privacy, sampling_rate=1e-12)))
     first = answer(ledger, server, sampled_out)
     assert first.decision == "not_sampled"
     # Asked again, the device does not draw its participation again: it keeps its decision.
@@ -222,7 +219,7 @@ def test_a_task_whose_report_length_is_not_the_recipes_is_refused_before_anythin
 
 
 def test_client_noise_reports_are_privatized_with_the_mechanism() -> None:
-    task = replace(TASK, noise="client", mechanism="asymmetric_ohe", epsilon0=2.0)
+    task = replace(TASK, privacy=replace(TASK.privacy, noise="client", mechanism="asymmetric_ohe", epsilon0=2.0))
     (data,) = data_read([device_line(age=34)])
     rng = np.random.default_rng(7)
     vectors = np.array([report_compute(offer(task), data, rng)[0] for _ in range(4000)])

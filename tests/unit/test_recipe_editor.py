@@ -253,7 +253,7 @@ def test_the_form_runs_the_json_when_the_json_is_the_source(
         response = client.post("/analyses/test.ages/", post)
     assert response.status_code == 302
     stored = Recipe.objects.get()
-    assert (stored.identifier, stored.epsilon0) == ("written-as-json", 2.5)
+    assert (stored.identifier, stored.privacy.epsilon0) == ("written-as-json", 2.5)
     assert stored.content == recipe
 
 

@@ -7,6 +7,7 @@ from django.test.utils import CaptureQueriesContext
 
 from analyses.models import Recipe, Round
 from analyses.services.rounds import round_progress
+from privacy.parameters import PrivacyParameters
 
 
 def _rounds(analysis, analyst, count: int) -> list[Round]:
@@ -15,12 +16,15 @@ def _rounds(analysis, analyst, count: int) -> list[Round]:
         identifier="listed",
         content={},
         encoded_field="age",
-        mechanism="asymmetric_ohe",
-        epsilon0=2.0,
-        epsilon=0.3,
-        delta=1e-6,
-        sampling_rate=1.0,
-        min_cohort=100,
+        privacy=PrivacyParameters(
+            noise="client",
+            mechanism="asymmetric_ohe",
+            epsilon0=2.0,
+            epsilon=0.3,
+            delta=1e-6,
+            sampling_rate=1.0,
+            min_cohort=100,
+        ),
         created_by=analyst,
     )
     return [Round.objects.create(recipe=recipe, seed=i, created_by=analyst) for i in range(count)]
