@@ -721,7 +721,7 @@ READING = """
   the machine (load 4 to 8), the same bench gave at best 1,863 reports/s with p99 79 ms: the margin
   is thin, and a busy machine misses the target. Rows of one table differ run to run by about as
   much as the configurations do. gthread beats sync here, because threads overlap the commit waits.
-- **Verification** runs the per-report checks (`report_check`: two RSA verifications and two HPKE
+- **Verification** runs the per-report checks (`reports_check`: two RSA verifications and two HPKE
   opens per report) with a few statements and one commit per chunk of 500: about 1,850 reports/s on
   one core, so one worker process keeps up with the uploads it can receive; Celery workers on more
   cores verify different chunks side by side (`SELECT ... FOR UPDATE SKIP LOCKED`).
