@@ -34,12 +34,12 @@ from django.db.models import F
 from aggregation.aggregators import AGGREGATORS, rules_shape
 from aggregation.aggregators import HELPER as HELPER_AGGREGATOR
 from aggregation.models import CollectionRules, HelperJob, ReportRejection
-from aggregation.upload import Report
 from aggregation.verification import VerifyConfig, verify_reports
 from pfs_base import metrics
 from pfs_base.db_router import DEFAULT, HELPER, aggregator_store
 from pfs_device import hpke, wire
 from pfs_device.tokens import IssuerPublicKey, verify
+from pfs_device.wire import Report
 from privacy.report_vdaf import input_share_sizes, report_nonce
 
 # Why a report is rejected; each aggregator counts its own.
