@@ -20,8 +20,9 @@ from aggregation.aggregators import HELPER
 from aggregation.ingest import reports_ingest
 from aggregation.models import HelperJob, HelperShare, LeaderShare, PendingReport, SpentToken
 from aggregation.reports import rejections
-from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
+from aggregation.services import collection_rules_open
 from aggregation.upload import SealedShare
+from analyses.services.collector import ClientNoiseEstimator, collection_release
 from pfs_device import hpke, wire
 from pfs_device.report_client import report_seal
 from privacy.mechanisms import report_weight_bound

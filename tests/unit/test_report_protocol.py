@@ -17,8 +17,9 @@ from aggregation.aggregators import HELPER, LEADER, rules_shape
 from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
 from aggregation.models import CollectionRules, HelperShare, LeaderShare, SpentToken
 from aggregation.reports import rejections
-from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
+from aggregation.services import collection_rules_open
 from aggregation.upload import SealedShare
+from analyses.services.collector import ClientNoiseEstimator, collection_release
 from pfs_device import hpke, wire
 from pfs_device.report_client import AggregatorKeys, report_seal, report_vector, shares_seal
 from pfs_device.tokens import Token, token_obtain
