@@ -20,7 +20,8 @@ from django.db.models.functions import Cast
 from analyses import selectors
 from analyses.enforced_policy import EnforcedPolicy
 from analyses.models import AdaptiveRun, Analysis, Round
-from analyses.services.releases import ReleaseView, release_as_json
+from analyses.presenters.releases import release_as_json
+from analyses.services.releases import ReleaseView
 from analyses.services.rounds import rounds_progress
 from analyses.validation import Problems
 from devices.models import PolicySnapshot

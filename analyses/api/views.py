@@ -37,10 +37,11 @@ from analyses.api.serializers import (
     RoundSerializer,
 )
 from analyses.models import Analysis, Recipe, Round
+from analyses.presenters.releases import PAGE_BUCKETS, release_page
 from analyses.recipe_preview import recipe_preview
 from analyses.services.policy import analyses_spent
 from analyses.services.recipes import recipe_create
-from analyses.services.releases import PAGE_BUCKETS, ReleaseView, release_page
+from analyses.services.releases import ReleaseView
 from analyses.services.rounds import round_cancel, round_dry_run, round_start, rounds_progress
 from devices.models import Fleet
 from pfs_base.api_bodies import StrictSerializer, refuse_unknown_keys

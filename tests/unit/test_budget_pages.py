@@ -11,8 +11,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from analyses.models import AdaptiveRun, FieldPolicy, Round
+from analyses.presenters.releases import release_as_json
 from analyses.services.policy import analysis_approve, analysis_create, analysis_spent
-from analyses.services.releases import release_as_json
 from analyses.services.rounds import round_cancel, round_create_and_start
 from tests.conftest import FLEET_SIZE, RECIPE, SPEC
 
