@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from analyses import device_rounds, drilldown, release_cache, selectors
-from analyses.forms import RecipeForm
+from analyses.forms.recipe_editor import RecipeForm
 from analyses.models import Round
 from analyses.recipe_preview import recipe_preview
 from analyses.roles import check_may_run, check_may_stop

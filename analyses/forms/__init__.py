@@ -1,0 +1,1 @@
+"""The dashboard's forms, by what they are for: the recipe editor (recipe_editor) and adaptive runs (adaptive)."""
