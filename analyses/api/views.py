@@ -25,7 +25,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analyses import release_cache, selectors
 from analyses.api.idempotent import idempotent_response
 from analyses.api.schema import IDEMPOTENCY_KEY, JSON_OBJECT, body_errors, errors, status_parameter
 from analyses.api.serializers import (
@@ -38,7 +37,8 @@ from analyses.api.serializers import (
 )
 from analyses.models import Analysis, Recipe, Round
 from analyses.presenters.releases import PAGE_BUCKETS, release_page
-from analyses.recipe_preview import recipe_preview
+from analyses.reads import release_cache, selectors
+from analyses.reads.recipe_preview import recipe_preview
 from analyses.services.policy import analyses_spent
 from analyses.services.recipes import recipe_create
 from analyses.services.releases import ReleaseView

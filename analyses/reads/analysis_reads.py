@@ -17,10 +17,10 @@ from django.db.models import IntegerField, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from analyses import selectors
 from analyses.enforced_policy import EnforcedPolicy
 from analyses.models import AdaptiveRun, Analysis, Round
 from analyses.presenters.releases import release_as_json
+from analyses.reads import selectors
 from analyses.services.releases import ReleaseView
 from analyses.services.rounds import rounds_progress
 from analyses.validation import Problems

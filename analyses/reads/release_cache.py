@@ -24,9 +24,9 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 
-from analyses import drilldown
 from analyses.models import Release, Round
 from analyses.presenters import releases
+from analyses.reads import drilldown
 from analyses.services.releases import ReleaseView
 from privacy.intervals import INTERVALS, VIEWS
 
