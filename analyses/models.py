@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from analyses.enforced_policy import EnforcedPolicy, pending_changes
+from analyses.rules.enforced_policy import EnforcedPolicy, pending_changes
 from devices.models import Fleet, PolicySnapshot
 from privacy.parameters import PrivacyParameters
 

@@ -30,7 +30,7 @@ def setup(count: int, buckets: int = 8) -> list[str]:
     from django.contrib.auth.models import User
 
     from analyses.models import Recipe
-    from analyses.roles import make_privacy_officer
+    from analyses.rules.roles import make_privacy_officer
     from analyses.services.policy import analysis_approve, analysis_create
     from analyses.services.recipes import recipe_create
     from analyses.services.rounds import round_start

@@ -20,7 +20,7 @@ from analyses.forms.recipe_editor import RecipeForm
 from analyses.models import Round
 from analyses.reads import drilldown, release_cache, selectors
 from analyses.reads.recipe_preview import recipe_preview
-from analyses.roles import check_may_run, check_may_stop
+from analyses.rules.roles import check_may_run, check_may_stop
 from analyses.services import rounds
 from analyses.services.budget import recipe_budget_request, rounds_affordable
 from analyses.services.policy import analyses_spent, analysis_spent

@@ -17,13 +17,13 @@ from django.utils import timezone
 
 from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Round
+from analyses.rules.validation import Problems, sentence
 from analyses.services.budget import budget_precheck, budget_request_for
 from analyses.services.collector import (
     AggregatorNoiseEstimator,
     ClientNoiseEstimator,
     Estimator,
 )
-from analyses.validation import Problems, sentence
 from pfs_base.errors import ValidationFailed
 from pfs_device.decision import DeviceTask
 from pfs_device.encode import SCHEMAS_BY_KIND, schema_fits

@@ -10,7 +10,7 @@ from typing import Any
 
 from aggregation.reports import rejections
 from analyses.models import Release, Round
-from analyses.validation import Problems
+from analyses.rules.validation import Problems
 from pfs_base.errors import ValidationFailed
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.encoding import CombinationType, Encoding
