@@ -303,19 +303,3 @@ class Aggregator:
 LEADER = Aggregator("leader", LeaderShare)
 HELPER = Aggregator("helper", HelperShare)
 AGGREGATORS = (LEADER, HELPER)
-
-
-def combine_aggregates(leader: AggregateShare, helper: AggregateShare) -> FieldVector:
-    """The collector's step: the sum of the two aggregate shares is the sum of the reports.
-
-    Returned as Field64 residues, what the estimators read: a Field128 sum is lifted to the integers
-    (centred: a residue above p/2 is negative noise) and taken modulo the Field64 prime, exact for
-    every sum the estimators accept (they refuse one outside [-slack, reports + slack]).
-    """
-    if leader.field != helper.field:
-        raise ValueError("the aggregate shares are of different fields")
-    if leader.field == FIELD64:
-        return add(leader.vector, helper.vector)
-    p = Field128.MODULUS
-    sums = [(a + b) % p for a, b in zip(leader.vector, helper.vector, strict=True)]
-    return np.array([(v if v <= p // 2 else v - p) % prime_field.MODULUS for v in sums], dtype=np.uint64)

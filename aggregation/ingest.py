@@ -20,7 +20,7 @@ failure before T1 commits leaves the rows assigned: the next run resumes the sam
 report is counted exactly once.
 
 Runs from a task while the collection is open (aggregation.tasks, for progress), and always
-before a collection is released (aggregation.services.collection_release drains it first).
+before a collection is released (aggregation.services.collection_aggregate drains it first).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ passes the helper its sealed share; each aggregator then, on its own:
    bound's ones (multi-hot), exactly one (one-hot), or a single bit — and neither aggregator learns
    more about the report than that. It cannot establish that the device randomized honestly.
 
-A report is stored only if both accept: as an aggregation job of one report (aggregation.ingest
-runs the same protocol on a chunk), the helper's output share and spent token first, in one
+A report is stored only if both accept: in an aggregation job (aggregation.ingest runs the
+protocol on a chunk of reports), the helper's output share and spent token first, in one
 transaction on its own store (a replay of a job it has stored writes nothing), then the leader's
 in one on the default store; a rejection
 changes nothing but the rejecting aggregators' counters (none for a collection that does not
@@ -28,19 +28,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connections, transaction
+from django.db import transaction
 from django.db.models import F
 
-from aggregation.aggregators import AGGREGATORS, LEADER, REPORT_SOURCE, rules_shape
+from aggregation.aggregators import AGGREGATORS, rules_shape
 from aggregation.aggregators import HELPER as HELPER_AGGREGATOR
-from aggregation.issuer import issuer_public_key
-from aggregation.models import CollectionRules, HelperJob, ReportRejection, SpentToken
-from aggregation.upload import CollectionClosed, Report, output_share_store
+from aggregation.models import CollectionRules, HelperJob, ReportRejection
 from aggregation.verification import VerifyConfig, verify_reports
 from pfs_base import metrics
 from pfs_base.db_router import DEFAULT, HELPER, aggregator_store
 from pfs_device import hpke, wire
 from pfs_device.tokens import IssuerPublicKey, verify
+from pfs_device.wire import Report
 from privacy.report_vdaf import input_share_sizes, report_nonce
 
 # Why a report is rejected; each aggregator counts its own.
@@ -53,17 +52,10 @@ SHARE_MALFORMED = "share_malformed"
 # The Prio3 proof did not verify: not a valid report of the collection's form (an entry not 0/1, too
 # many ones, shares spliced from other reports), or the joint randomness did not match.
 PROOF_INVALID = "proof_invalid"
-OVER_WEIGHT = "over_weight"  # counted before Prio3 (the weight-share exchange); kept for old counters
 # Rejected by the leader before any aggregator's check: the upload is not a report (bad JSON or
 # base64, wrong sizes) or is larger than any honest report of the collection.
 REPORT_MALFORMED = "report_malformed"
 REPORT_TOO_LARGE = "report_too_large"
-
-
-@dataclass(frozen=True)
-class ReportOutcome:
-    accepted: bool
-    reason: str = ""  # the first aggregator's reason when rejected
 
 
 @dataclass(frozen=True)
@@ -167,64 +159,6 @@ def _open_shares(
     return reasons
 
 
-def report_check(
-    report: Report,
-    *,
-    rules: CollectionRules,
-    issuer: IssuerPublicKey,
-    spent_at: set[str],
-    private_keys: dict[str, bytes] | None = None,
-) -> ReportCheck:
-    """reports_check of one report."""
-    return reports_check([report], rules=rules, issuer=issuer, spent_at=[spent_at], private_keys=private_keys)[0]
-
-
-def report_submit(report: Report, *, rules: CollectionRules | None = None) -> ReportOutcome:
-    """Run both aggregators' checks on one report and store its shares if both accept.
-
-    The per-report path (tests, and a reference for aggregation.ingest, which verifies uploads in
-    bulk). ``rules``: the collection's rules when the caller has read them already (saves a query).
-    """
-    if rules is None or rules.key != report.collection_key:
-        rules = collection_rules_get(collection_key=report.collection_key)
-    if rules is None:
-        return ReportOutcome(accepted=False, reason=UNKNOWN_COLLECTION)
-    if rules.closed:
-        return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
-    issuer = issuer_public_key(report.collection_key)
-    job = f"{REPORT_SOURCE}{report.token.digest}"  # a job of one report: a replay is the same job
-    check = report_check(report, rules=rules, issuer=issuer, spent_at=_spent_at(report, job=job))
-    if not check.accepted:
-        return _rejected(report.collection_key, check.reasons)
-    try:
-        for aggregator in (HELPER_AGGREGATOR, LEADER):  # the helper's first, committed
-            with transaction.atomic(using=aggregator.store):
-                _hold_open(report.collection_key, using=aggregator.store)
-                if aggregator is HELPER_AGGREGATOR and not helper_job_begin(report.collection_key, job):
-                    continue  # stored by an earlier attempt of this job
-                SpentToken.objects.using(aggregator.store).create(
-                    role=aggregator.role,
-                    collection_key=report.collection_key,
-                    token_digest=report.token.digest,
-                    job=job,
-                )
-                output_share_store(
-                    role=aggregator.role,
-                    rules=rules,
-                    batch_key=report.batch_key,
-                    source=job,
-                    pair=job,
-                    output=check.outputs[aggregator.role],
-                    reports=1,
-                )
-    except IntegrityError:  # the same token raced in concurrently: it was spent meanwhile
-        return _rejected(report.collection_key, {a.role: TOKEN_REUSED for a in AGGREGATORS})
-    except CollectionClosed:  # closed while the report was being checked
-        return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
-    metrics.reports_counted(accepted=1)
-    return ReportOutcome(accepted=True)
-
-
 def report_refuse(*, collection_key: str, reason: str) -> bool:
     """Count an upload the leader refused before the protocol (REPORT_MALFORMED, REPORT_TOO_LARGE).
 
@@ -232,7 +166,7 @@ def report_refuse(*, collection_key: str, reason: str) -> bool:
     """
     if not CollectionRules.objects.filter(key=collection_key).exists():
         return False
-    _rejected(collection_key, {"leader": reason})
+    rejections_add(collection_key=collection_key, counts={("leader", reason): 1})
     return True
 
 
@@ -248,7 +182,7 @@ def upload_body_limit(rules: CollectionRules) -> int:
 def collection_close(*, collection_key: str) -> None:
     """Stop accepting reports now, at both aggregators; the shares already stored wait for aggregation.
 
-    The update waits for the uploads holding the rules row (``_hold_open``), so no report is stored
+    The update waits for the uploads holding the rules row (aggregation.intake), so no report is stored
     after this returns. The helper's first: a report it stores meanwhile the leader then refuses,
     and the helper's share is never named.
     """
@@ -262,39 +196,6 @@ def helper_job_begin(collection_key: str, job: str) -> bool:
         return False
     HelperJob.objects.using(HELPER).create(collection_key=collection_key, job=job)
     return True
-
-
-def _hold_open(collection_key: str, *, using: str = DEFAULT) -> None:
-    """Inside the storing transaction: keep the collection from closing until it commits.
-
-    PostgreSQL: a FOR SHARE row lock, which uploads share with each other but an UPDATE that
-    closes the collection waits for (share_pair_upload then checks ``closed`` again). SQLite takes
-    the database's write lock when the transaction starts, which serialises the same way.
-    """
-    if connections[using].vendor == "postgresql":
-        with connections[using].cursor() as cursor:
-            cursor.execute(
-                f"SELECT 1 FROM {CollectionRules._meta.db_table} WHERE key = %s FOR SHARE",  # noqa: S608 (a model's table)
-                [collection_key],
-            )
-
-
-def _spent_at(report: Report, *, job: str) -> set[str]:
-    """The aggregators that have accepted the report's token before, in another job than ``job``
-    (each reads its own record in its own store)."""
-    return {
-        aggregator.role
-        for aggregator in AGGREGATORS
-        if SpentToken.objects.using(aggregator.store)
-        .filter(role=aggregator.role, collection_key=report.collection_key, token_digest=report.token.digest)
-        .exclude(job=job)
-        .exists()
-    }
-
-
-def _rejected(collection_key: str, reasons: dict[str, str]) -> ReportOutcome:
-    rejections_add(collection_key=collection_key, counts={(role, reason): 1 for role, reason in reasons.items()})
-    return ReportOutcome(accepted=False, reason=next(iter(reasons.values())))
 
 
 def rejections_add(*, collection_key: str, counts: dict[tuple[str, str], int]) -> None:

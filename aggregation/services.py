@@ -1,82 +1,22 @@
-"""The collector: aggregate every batch of a collection with both aggregators, then estimate."""
+"""The aggregators' side of a collection: open its rules, aggregate its batches, or discard it.
+
+Each batch's aggregate shares (or refusals) go to the collector (analyses.services.collector), which
+combines them and estimates: nothing here reads an estimate.
+"""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
 from django.db import transaction
 
 from aggregation.aggregators import HELPER as HELPER_AGGREGATOR
-from aggregation.aggregators import LEADER, AggregateShare, combine_aggregates
+from aggregation.aggregators import LEADER, AggregateShare, BatchRefused
 from aggregation.ingest import reports_ingest
 from aggregation.models import Collection, CollectionRules, HelperJob, HelperShare, LeaderShare, PendingReport
 from pfs_base.db_router import DEFAULT, HELPER
 from privacy.aggregator_noise import AggregatorGaussian
-from privacy.field import FieldVector, to_counts, to_signed
-from privacy.mechanisms import mechanism_get
 from privacy.report_vdaf import KINDS, MULTIHOT
-
-
-@dataclass(frozen=True)
-class BatchEstimate:
-    batch_key: str
-    reports: int | None  # None when suppressed: a suppressed batch's size is never released
-    min_cohort: int
-    suppressed: bool
-    reason: str = ""
-    answered: bool = True  # some device's report is in it (it spent budget); never more than that
-    estimates: np.ndarray | None = None  # float64 per bucket
-    standard_errors: np.ndarray | None = None
-
-    def as_json(self) -> dict:
-        result = {
-            "cohort": self.batch_key,
-            "reports": self.reports,
-            "min_cohort": self.min_cohort,
-            "suppressed": self.suppressed,
-        }
-        if self.suppressed:
-            result["reason"] = self.reason
-            return result
-        # Intervals are derived when the release is shown (privacy.intervals), not stored.
-        result.update(estimates=self.estimates.tolist(), standard_errors=self.standard_errors.tolist())
-        return result
-
-
-class ClientNoiseEstimator:
-    """Reports were randomized on the devices: debias the sum with the mechanism's estimator."""
-
-    def __init__(self, *, mechanism: str, epsilon0: float, domain_size: int) -> None:
-        self.oracle = mechanism_get(mechanism, epsilon0)
-        self.domain_size = domain_size
-
-    def estimate(self, total: FieldVector, reports: int) -> tuple[np.ndarray, np.ndarray]:
-        counts = to_counts(total, bound=reports)
-        estimates = self.oracle.debias(counts, reports, self.domain_size)
-        return estimates, np.sqrt(self.oracle.variance(estimates, reports, self.domain_size))
-
-
-class AggregatorNoiseEstimator:
-    """Each aggregator added discrete Gaussian noise: the noisy sum is the (unbiased) estimate."""
-
-    # Beyond 40 standard deviations the noise has probability below 1e-300: a value there means
-    # mixed-up shares, not noise.
-    TAIL = 40
-
-    def __init__(self, *, epsilon: float, delta: float, domain_size: int) -> None:
-        self.noise = AggregatorGaussian(epsilon, delta)
-        self.domain_size = domain_size
-
-    def estimate(self, total: FieldVector, reports: int) -> tuple[np.ndarray, np.ndarray]:
-        error = self.noise.standard_error()
-        slack = math.ceil(self.TAIL * error)
-        estimates = to_signed(total, low=-slack, high=reports + slack).astype(np.float64)
-        return estimates, np.full(estimates.size, error)
-
-
-Estimator = ClientNoiseEstimator | AggregatorNoiseEstimator
 
 
 def collection_rules_open(
@@ -139,18 +79,31 @@ def collection_discard(*, collection_key: str) -> None:
         PendingReport.objects.filter(collection_key=collection_key).delete()
 
 
-def collection_release(*, collection_key: str, estimator: Estimator) -> list[BatchEstimate]:
-    """Aggregate, combine and estimate each batch of a collection; batches below the cohort are suppressed.
+@dataclass(frozen=True)
+class BatchAggregates:
+    """One batch's aggregate share from each aggregator, or its refusal to release the batch."""
 
-    Runs in one transaction on each store with the deletion of the shares, so that a failure
-    releases nothing and loses nothing, and a caller that stores the release in the same transaction
-    makes a retried aggregation a no-op. (The helper's commits first: should the leader's commit
+    collection_key: str
+    batch_key: str
+    leader: AggregateShare | BatchRefused
+    helper: AggregateShare | BatchRefused
+
+    def __str__(self) -> str:
+        return f"{self.collection_key} [{self.batch_key or 'all'}]"  # as the batch's Collection row says it
+
+
+def collection_aggregate(*, collection_key: str) -> list[BatchAggregates]:
+    """Close a collection and aggregate every batch with both aggregators (each deletes its shares).
+
+    The collector's transaction: call this inside one transaction on each store
+    (analyses.services.collector.collection_release opens them), which also holds the collector's
+    estimates and the caller's stored release, so that a failure releases nothing and loses nothing
+    and a retried aggregation is a no-op. (The helper's commits first: should the leader's commit
     then fail, the helper lacks the pairs the leader names, and a retry refuses those batches —
     fail closed.) The uploads still pending are verified first (aggregation.ingest): a collection
     is closed before its release, so they are all the reports it received.
     """
-    results: list[BatchEstimate] = []
-    with transaction.atomic(using=DEFAULT), transaction.atomic(using=HELPER):
+    with transaction.atomic(using=DEFAULT, savepoint=False), transaction.atomic(using=HELPER, savepoint=False):
         # From here on late reports are rejected: their shares would never be aggregated. (A device
         # round's collection is closed already: no row lock then, so late uploads are answered at once.)
         for aggregator in (LEADER, HELPER_AGGREGATOR):
@@ -163,34 +116,12 @@ def collection_release(*, collection_key: str, estimator: Estimator) -> list[Bat
         )
         HelperJob.objects.using(HELPER).filter(collection_key=collection_key).delete()
         collections = list(Collection.objects.filter(key=collection_key).order_by("batch_key"))
-        for collection in collections:
-            leader, helper = leaders[collection.batch_key], helpers[collection.batch_key]
-            if not isinstance(leader, AggregateShare) or not isinstance(helper, AggregateShare):
-                refusal = leader if not isinstance(leader, AggregateShare) else helper
-                results.append(
-                    BatchEstimate(
-                        batch_key=collection.batch_key,
-                        reports=None,
-                        min_cohort=refusal.min_cohort,
-                        suppressed=True,
-                        reason=refusal.reason,
-                        answered=not refusal.empty,
-                    )
-                )
-                continue
-            if leader.reports != helper.reports:
-                raise RuntimeError(f"aggregators disagree on the report count of {collection}")
-            estimates, errors = estimator.estimate(combine_aggregates(leader, helper), leader.reports)
-            if not (np.isfinite(estimates).all() and np.isfinite(errors).all()):
-                raise ValueError(f"an estimate of {collection} is not finite")
-            results.append(
-                BatchEstimate(
-                    batch_key=collection.batch_key,
-                    reports=leader.reports,
-                    min_cohort=leader.min_cohort,
-                    suppressed=False,
-                    estimates=estimates,
-                    standard_errors=errors,
-                )
+        return [
+            BatchAggregates(
+                collection_key=collection_key,
+                batch_key=collection.batch_key,
+                leader=leaders[collection.batch_key],
+                helper=helpers[collection.batch_key],
             )
-    return results
+            for collection in collections
+        ]

@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 
 from aggregation.aggregators import rules_shape
 from aggregation.models import FIELD64, FIELD128, Collection, CollectionRules, HelperShare, LeaderShare
+from aggregation.reports import PROOF_INVALID, rejections_add
 from aggregation.verification import VerifyConfig, output_sum, verify_reports
 from pfs_base.db_router import DEFAULT, HELPER, aggregator_store
 from pfs_device.wire import Report, SealedShare
@@ -182,8 +183,6 @@ def verified_reports_upload(
     summed. No token or HPKE: the simulator's devices hand their shares over directly. Returns how many
     were accepted.
     """
-    from aggregation.reports import PROOF_INVALID, rejections_add  # here: aggregation.reports imports this module
-
     rules = CollectionRules.objects.get(key=collection_key)
     config = VerifyConfig.of(
         collection_key=collection_key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key)

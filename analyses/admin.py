@@ -13,9 +13,9 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from analyses.admin_forms import AnalysisAdminForm, FieldPolicyAdminForm, FieldPolicyFormSet
-from analyses.enforced_policy import pending_changes
+from analyses.forms.admin import AnalysisAdminForm, FieldPolicyAdminForm, FieldPolicyFormSet
 from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
+from analyses.rules.enforced_policy import pending_changes
 from analyses.services.policy import analysis_approve
 from pfs_base.errors import NotAllowed
 

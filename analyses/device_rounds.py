@@ -30,7 +30,7 @@ from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, LeaderShare, PendingReport
 from aggregation.reports import collection_close, rejections
 from analyses.models import Round
-from analyses.roles import check_may_run
+from analyses.rules.roles import check_may_run
 from analyses.task_names import AGGREGATE_ROUND
 from devices.models import CollectionWindow, Enrollment
 from pfs_base.errors import Conflict

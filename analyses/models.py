@@ -12,9 +12,9 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from analyses.enforced_policy import EnforcedPolicy, pending_changes
 from analyses.privacy_field import PrivacyParametersField
 from analyses.recipe_content import recipe_content_parsed
+from analyses.rules.enforced_policy import EnforcedPolicy, pending_changes
 from devices.models import Fleet, PolicySnapshot
 from pfs_device.encode import ParsedContent
 from privacy.encoding import CombinationType, Encoding

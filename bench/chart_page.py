@@ -58,7 +58,7 @@ def seed(env: dict[str, str]) -> int:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from analyses.roles import make_privacy_officer
+    from analyses.rules.roles import make_privacy_officer
     from analyses.services.policy import analysis_approve, analysis_create
     from analyses.services.rounds import round_create_and_start
     from devices.fleet_io import fleet_create

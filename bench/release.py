@@ -35,8 +35,8 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from aggregation.services import ClientNoiseEstimator, collection_release
     from aggregation.upload import share_pair_upload
+    from analyses.services.collector import ClientNoiseEstimator, collection_release
     from privacy import field
     from privacy.intervals import present, z_value
     from privacy.mechanisms import AsymmetricOHE

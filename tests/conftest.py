@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 from rest_framework.test import APIClient
 
-from analyses.roles import make_privacy_officer
+from analyses.rules.roles import make_privacy_officer
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
 from devices.synthetic import TOKENS

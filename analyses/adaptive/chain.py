@@ -27,12 +27,12 @@ from analyses.adaptive.spec import (
 )
 from analyses.audit_log import refusal_log
 from analyses.models import AdaptiveRun, Analysis, Round
-from analyses.roles import check_may_run, check_may_stop
+from analyses.rules.roles import check_may_run, check_may_stop
+from analyses.rules.validation import Problems
 from analyses.services.policy import analysis_lock
 from analyses.services.recipes import recipe_create, recipe_validate
 from analyses.services.rounds import round_start
 from analyses.task_names import ADVANCE_ADAPTIVE_RUN, COMPARE_ADAPTIVE_RUN
-from analyses.validation import Problems
 from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
 from pfs_base.task_queue import enqueue
 from privacy.ngrams import PrefixTreeType

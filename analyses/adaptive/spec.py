@@ -9,9 +9,9 @@ from typing import Any
 from django.utils import timezone
 
 from analyses.models import AdaptiveRun, Analysis
+from analyses.rules.validation import Problems, sentence
 from analyses.services.budget import budget_plan_refusal, budget_request_for
 from analyses.services.recipes import recipe_validate
-from analyses.validation import Problems, sentence
 from pfs_base.errors import ValidationFailed
 from pfs_device.streams import field_kind
 from privacy.encoding import encoding_from_json

@@ -21,14 +21,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analyses import selectors
 from analyses.adaptive.chain import adaptive_next_edit, adaptive_pause, adaptive_resume, adaptive_start
 from analyses.adaptive.presenters import adaptive_output
 from analyses.api.idempotent import idempotent_response
 from analyses.api.schema import IDEMPOTENCY_KEY, JSON_OBJECT, body_errors, errors, status_parameter
 from analyses.api.serializers import AdaptiveRunSerializer, RoundSerializer
 from analyses.models import AdaptiveRun
-from analyses.selectors import adaptive_run_get, adaptive_run_list
+from analyses.reads import selectors
+from analyses.reads.selectors import adaptive_run_get, adaptive_run_list
 from pfs_base.api_parsers import JSONParser
 
 _DATETIME = serializers.DateTimeField()

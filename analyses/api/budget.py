@@ -1,6 +1,6 @@
 """REST API, read-only: budget burn-down, audit, policy of an analysis, and two releases compared.
 
-The same analyses.analysis_reads functions as the dashboard pages. An analysis or round the user
+The same analyses.reads.analysis_reads functions as the dashboard pages. An analysis or round the user
 may not read is a 404; bad or missing round ids, or a round not released, a 400 by parameter.
 """
 
@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analyses import analysis_reads, selectors
+from analyses.reads import analysis_reads, selectors
 from pfs_base.errors import ValidationFailed
 
 

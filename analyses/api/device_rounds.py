@@ -11,9 +11,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analyses import selectors
 from analyses.api.serializers import RoundSerializer
 from analyses.device_rounds import round_close
+from analyses.reads import selectors
 from pfs_base.api_bodies import StrictSerializer
 from pfs_base.api_errors import ConflictError
 from pfs_base.errors import Conflict

@@ -8,7 +8,7 @@ from typing import Any
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from analyses.idempotency import HEADER, Answer, KeyReused, idempotent_answer
+from analyses.rules.idempotency import HEADER, Answer, KeyReused, idempotent_answer
 from pfs_base.api_errors import IdempotencyConflict
 
 REPLAYED_HEADER = "Idempotent-Replayed"

@@ -271,7 +271,7 @@ class ReleaseJointSerializer(serializers.Serializer):
 
 
 class ReleaseSerializer(serializers.Serializer):
-    """analyses.services.release_as_json; keys added since some releases were stored may be missing."""
+    """analyses.presenters.releases.release_as_json; keys added since some releases were stored may be missing."""
 
     analysis = serializers.CharField()
     recipe = serializers.CharField()

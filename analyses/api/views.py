@@ -25,7 +25,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from analyses import release_cache, selectors
 from analyses.api.idempotent import idempotent_response
 from analyses.api.schema import IDEMPOTENCY_KEY, JSON_OBJECT, body_errors, errors, status_parameter
 from analyses.api.serializers import (
@@ -37,10 +36,12 @@ from analyses.api.serializers import (
     RoundSerializer,
 )
 from analyses.models import Analysis, Recipe, Round
-from analyses.recipe_preview import recipe_preview
+from analyses.presenters.releases import PAGE_BUCKETS, release_page
+from analyses.reads import release_cache, selectors
+from analyses.reads.recipe_preview import recipe_preview
 from analyses.services.policy import analyses_spent
 from analyses.services.recipes import recipe_create
-from analyses.services.releases import PAGE_BUCKETS, ReleaseView, release_page
+from analyses.services.releases import ReleaseView
 from analyses.services.rounds import round_cancel, round_dry_run, round_start, rounds_progress
 from devices.models import Fleet
 from pfs_base.api_bodies import StrictSerializer, refuse_unknown_keys

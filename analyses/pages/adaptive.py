@@ -14,12 +14,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from analyses import selectors
 from analyses.adaptive.chain import adaptive_next_edit, adaptive_pause, adaptive_resume, adaptive_start
 from analyses.adaptive.presenters import adaptive_output
 from analyses.adaptive.spec import adaptive_rounds_started, adaptive_validate
-from analyses.forms import AdaptiveJsonForm, AdaptiveSpecForm
+from analyses.forms.adaptive import AdaptiveJsonForm, AdaptiveSpecForm
 from analyses.models import AdaptiveRun, Analysis
+from analyses.reads import selectors
 from analyses.services.policy import analysis_spent
 from analyses.services.rounds import round_progress
 from devices.synthetic import TOKENS

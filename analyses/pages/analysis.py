@@ -15,11 +15,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from analyses import device_rounds, drilldown, release_cache, selectors
-from analyses.forms import RecipeForm
+from analyses import device_rounds
+from analyses.forms.recipe_editor import RecipeForm
 from analyses.models import Round
-from analyses.recipe_preview import recipe_preview
-from analyses.roles import check_may_run, check_may_stop
+from analyses.reads import drilldown, release_cache, selectors
+from analyses.reads.recipe_preview import recipe_preview
+from analyses.rules.roles import check_may_run, check_may_stop
 from analyses.services import rounds
 from analyses.services.budget import recipe_budget_request, rounds_affordable
 from analyses.services.policy import analyses_spent, analysis_spent

@@ -1,6 +1,6 @@
 """Analyst pages beside the releases: budget burn-down, audit, policy, and comparing two releases.
 
-Thin views over analyses.analysis_reads; each page reads as HTML alone (charts are drawn from the
+Thin views over analyses.reads.analysis_reads; each page reads as HTML alone (charts are drawn from the
 same numbers the tables show).
 """
 
@@ -16,8 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from analyses import analysis_reads, drilldown, selectors
 from analyses.models import Round
+from analyses.reads import analysis_reads, drilldown, selectors
 from pfs_base.errors import ValidationFailed
 
 AUDIT_PAGE_SIZE = 50

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyses.models import Analysis, Recipe
-from analyses.validation import Problems
+from analyses.rules.validation import Problems
 from pfs_device.budget import COMPOSITIONS, NANO, Accountant, BudgetRequest, Decision, ledger_empty
 from pfs_device.decision import fields_of, privacy_budget_request
 from privacy.parameters import PrivacyParameters

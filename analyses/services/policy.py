@@ -13,7 +13,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from analyses.models import Analysis, FieldPolicy, PolicyApproval, Round
-from analyses.validation import Problems
+from analyses.rules.validation import Problems
 from devices.models import Fleet
 from devices.services import fleet_enroll, policy_snapshot_create
 from pfs_base.errors import NotAllowed, ValidationFailed

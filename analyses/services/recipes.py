@@ -15,16 +15,16 @@ import numpy as np
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from aggregation.services import (
+from analyses.audit_log import refusal_log
+from analyses.models import Analysis, Recipe, Round
+from analyses.recipe_content import recipe_content_keep
+from analyses.rules.validation import Problems, sentence
+from analyses.services.budget import budget_precheck, budget_request_for
+from analyses.services.collector import (
     AggregatorNoiseEstimator,
     ClientNoiseEstimator,
     Estimator,
 )
-from analyses.audit_log import refusal_log
-from analyses.models import Analysis, Recipe, Round
-from analyses.recipe_content import recipe_content_keep
-from analyses.services.budget import budget_precheck, budget_request_for
-from analyses.validation import Problems, sentence
 from pfs_base.errors import ValidationFailed
 from pfs_device.decision import DeviceTask, fields_of
 from pfs_device.encode import SCHEMAS_BY_KIND, schema_fits

@@ -17,15 +17,15 @@ from django.utils import timezone
 from aggregation.batch_rules import rate_rules
 from aggregation.services import (
     collection_discard,
-    collection_release,
     collection_rules_open,
 )
 from analyses import device_rounds
 from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Release, Round
-from analyses.roles import check_may_run, check_may_stop
+from analyses.rules.roles import check_may_run, check_may_stop
 from analyses.services.budget import budget_plan_refusal, recipe_budget_request
 from analyses.services.cohorts import cohort_forecast, small_cohorts_check
+from analyses.services.collector import collection_release
 from analyses.services.policy import analysis_lock
 from analyses.services.recipes import (
     device_task,

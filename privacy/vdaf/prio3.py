@@ -9,7 +9,7 @@ each aggregator recomputes its own part and checks that all agree on the seed (S
 Verification is one round: ``verify_init`` on each aggregator (a verifier share),
 ``verifier_shares_to_message`` (decides the proof; any aggregator can run it), ``verify_next`` (the
 joint randomness check; releases the output share). Earlier drafts called these prep_init,
-prep_shares_to_prep and prep_next: the old names are kept as aliases.
+prep_shares_to_prep and prep_next.
 
 This module is the per-report reference path, checked against the draft's test vectors
 (``python -m privacy.vdaf.check_vectors``). ``privacy.vdaf.batch`` verifies many reports at once and
@@ -233,11 +233,6 @@ class Prio3:
         if verifier_message != corrected_joint_rand_seed:
             raise VerifyError("joint randomness check failed")
         return out_share
-
-    # The names of earlier drafts (prepare instead of verify), kept for callers that use them.
-    prep_init = verify_init
-    prep_shares_to_prep = verifier_shares_to_message
-    prep_next = verify_next
 
     # -- Aggregation and unsharding (Sections 7.2.4, 7.2.5) ----------------------------------------
 

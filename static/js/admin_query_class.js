@@ -1,4 +1,4 @@
-// The officer's query-class editor (analyses/admin_forms.py): only the chosen stream's fields are
+// The officer's query-class editor (analyses/forms/admin.py): only the chosen stream's fields are
 // offered. A field already ticked stays visible even outside the stream, so that the server's
 // refusal ("Not in the … stream") names it rather than the page hiding it.
 (function () {

@@ -16,7 +16,7 @@ def admin_edit(client, analysis: Analysis, **changes) -> object:
         "title": analysis.title,
         "fleet": analysis.fleet_id,
         "owner": analysis.owner_id,
-        # The query class as the admin edits it: a stream and its fields (analyses/admin_forms.py).
+        # The query class as the admin edits it: a stream and its fields (analyses/forms/admin.py).
         "stream": analysis.query_class["stream"],
         "query_fields": analysis.query_class["fields"],
         "cohort_fields": analysis.query_class.get("cohortFields", []),

@@ -98,7 +98,7 @@ def test_a_big_release_is_paged_in_the_api_and_cut_on_the_page(
     assert 'id="release-truncated"' in page and len(page) < 3_000_000
     # The page's table is built from the first 2,000 buckets only, not from all rows then cut.
     from analyses.models import Round
-    from analyses.services.releases import release_table
+    from analyses.presenters.releases import release_table
 
     release = Round.objects.get(pk=round_id).release
     shown = release_table(release, buckets=2_000)

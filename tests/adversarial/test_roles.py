@@ -3,7 +3,7 @@ budget; the audit said "officer") but got a blank 403 when cancelling the analys
 
 Decided (docs/roles.md): the analysis's owner spends and releases (run, resume, edit the next
 round, close a collection); a privacy officer approves policy and may stop rounds (cancel, pause),
-never spend. Pages, the API and the CLI ask the same two checks (analyses.roles); a refused page
+never spend. Pages, the API and the CLI ask the same two checks (analyses.rules.roles); a refused page
 is a 403 that says why."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from analyses.models import Round
-from analyses.roles import make_privacy_officer
+from analyses.rules.roles import make_privacy_officer
 from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.rounds import round_create_and_start
 from devices.fleet_io import fleet_create

@@ -16,7 +16,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from analyses.models import AdaptiveRun, Recipe, Round
-from analyses.services.releases import release_table
+from analyses.presenters.releases import release_table
 from pfs_client import ApiError, Client, Release, RoundFailed
 from tests.conftest import DISCOVERY_SPEC, FLEET_SIZE
 from tests.services import ROOT

@@ -10,9 +10,9 @@ import pytest
 
 from aggregation import aggregators
 from analyses.models import Recipe, Round
+from analyses.presenters.releases import release_as_json
 from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.recipes import recipe_create, recipe_validate
-from analyses.services.releases import release_as_json
 from analyses.services.rounds import round_create_and_start
 from devices.services import ledger_totals
 from pfs_base.errors import ValidationFailed

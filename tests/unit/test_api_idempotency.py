@@ -7,9 +7,9 @@ import copy
 import pytest
 from rest_framework.test import APIClient
 
-from analyses import idempotency
-from analyses.idempotency import Answer, idempotent_answer
 from analyses.models import AdaptiveRun, IdempotentRequest, Recipe, Round
+from analyses.rules import idempotency
+from analyses.rules.idempotency import Answer, idempotent_answer
 from devices.services import ledger_totals
 from tests.conftest import DISCOVERY_SPEC
 

@@ -11,8 +11,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from analyses.models import AdaptiveRun, FieldPolicy, Round
+from analyses.presenters.releases import release_as_json
 from analyses.services.policy import analysis_approve, analysis_create, analysis_spent
-from analyses.services.releases import release_as_json
 from analyses.services.rounds import round_cancel, round_create_and_start
 from tests.conftest import FLEET_SIZE, RECIPE, SPEC
 
@@ -498,7 +498,7 @@ def test_comparing_with_a_release_that_released_nothing_says_that(
 ) -> None:
     # A release with no count (no batch, or every batch suppressed: a round normally ends withheld
     # then, but a release read back may hold it) is not "split into different cohorts".
-    from analyses.analysis_reads import _compare_notes
+    from analyses.reads.analysis_reads import _compare_notes
 
     a = run(budget_analysis, recipe_for("whole", 1.0), analyst, django_capture_on_commit_callbacks)
     batches_a = {batch["cohort"]: batch for batch in release_as_json(a.release)["batches"]}

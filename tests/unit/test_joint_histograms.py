@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from django.test import Client
 
+from analyses.presenters.releases import release_as_json
 from analyses.services.policy import analysis_approve, analysis_create, analysis_spent
-from analyses.services.releases import release_as_json
 from analyses.services.rounds import round_create_and_start
 from devices.fleet_io import fleet_create
 from devices.models import ShardLedger

@@ -11,9 +11,9 @@ import re
 import pytest
 from rest_framework.test import APIClient
 
-from analyses.enforced_policy import AGGREGATOR_NOISE_MIN_COHORT
-from analyses.forms import RecipeForm
+from analyses.forms.recipe_editor import RecipeForm
 from analyses.models import FieldPolicy, Recipe, Round
+from analyses.rules.enforced_policy import AGGREGATOR_NOISE_MIN_COHORT
 from analyses.services.policy import analysis_approve, analysis_spent
 from analyses.services.recipes import recipe_create
 from analyses.services.rounds import round_start

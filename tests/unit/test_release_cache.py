@@ -9,9 +9,10 @@ import pytest
 import redis
 from django.core.cache import cache
 
-from analyses import release_cache
 from analyses.models import Analysis, Release, Round
-from analyses.services import releases, rounds
+from analyses.presenters import releases
+from analyses.reads import release_cache
+from analyses.services import rounds
 from analyses.services.policy import analysis_approve
 from pfs_base.cache import RedisCache
 

@@ -20,13 +20,15 @@ from aggregation.aggregators import HELPER
 from aggregation.ingest import reports_ingest
 from aggregation.key_rotation import keys_rotate
 from aggregation.models import HelperJob, HelperShare, LeaderShare, PendingReport, SpentToken
-from aggregation.reports import rejections, report_submit
-from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
+from aggregation.reports import rejections
+from aggregation.services import collection_rules_open
 from aggregation.upload import SealedShare
+from analyses.services.collector import ClientNoiseEstimator, collection_release
 from pfs_device import hpke, wire
 from pfs_device.report_client import report_seal, report_shard
 from privacy.mechanisms import report_weight_bound
 from privacy.vdaf.field import Field128
+from tests.report_path import report_submit
 from tests.unit.test_hpke_v2 import shares_seal_v2
 from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, keys, one_hot, proven, report, shape_for, token
 

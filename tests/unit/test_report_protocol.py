@@ -16,15 +16,17 @@ from django.utils import timezone
 from aggregation.aggregators import HELPER, LEADER, rules_shape
 from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
 from aggregation.models import CollectionRules, HelperShare, LeaderShare, SpentToken
-from aggregation.reports import rejections, report_submit
-from aggregation.services import ClientNoiseEstimator, collection_release, collection_rules_open
+from aggregation.reports import rejections
+from aggregation.services import collection_rules_open
 from aggregation.upload import SealedShare
+from analyses.services.collector import ClientNoiseEstimator, collection_release
 from pfs_device import hpke, wire
 from pfs_device.report_client import AggregatorKeys, report_seal, report_vector, shares_seal
 from pfs_device.tokens import Token, token_obtain
 from privacy.mechanisms import mechanism_get, report_weight_bound
 from privacy.report_vdaf import ReportShape, context, input_share_sizes, report_nonce
 from privacy.vdaf.field import Field128
+from tests.report_path import report_submit
 
 pytestmark = pytest.mark.django_db
 

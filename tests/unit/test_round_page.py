@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from analyses import drilldown
 from analyses.models import Recipe, Round
+from analyses.reads import drilldown
 from analyses.services.policy import analysis_spent
 from analyses.services.recipes import recipe_create, recipe_validate
 from analyses.services.rounds import (

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from analyses.management.commands._json_input import invalid, read_json
 from analyses.models import Analysis, Round
-from analyses.services.releases import release_as_json
+from analyses.presenters.releases import release_as_json
 from analyses.services.rounds import round_create_and_start, round_progress
 from pfs_base.errors import NotAllowed, ValidationFailed
 

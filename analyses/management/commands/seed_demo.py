@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from analyses.models import Analysis, Round
-from analyses.roles import make_privacy_officer
+from analyses.rules.roles import make_privacy_officer
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
 from devices.models import Fleet, ShardLedger, ShardRun

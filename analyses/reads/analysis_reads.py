@@ -17,12 +17,13 @@ from django.db.models import IntegerField, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from analyses import selectors
-from analyses.enforced_policy import EnforcedPolicy
 from analyses.models import AdaptiveRun, Analysis, Round
-from analyses.services.releases import ReleaseView, release_as_json
+from analyses.presenters.releases import release_as_json
+from analyses.reads import selectors
+from analyses.rules.enforced_policy import EnforcedPolicy
+from analyses.rules.validation import Problems
+from analyses.services.releases import ReleaseView
 from analyses.services.rounds import rounds_progress
-from analyses.validation import Problems
 from devices.models import PolicySnapshot
 from pfs_base.errors import ValidationFailed
 from pfs_device.budget import NANO, to_units

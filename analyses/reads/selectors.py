@@ -40,7 +40,7 @@ def round_get(*, user: AbstractBaseUser, pk: int) -> Round:
 
 def round_release(round_: Round) -> Release:
     """The release of a released round, its content read only when used: what is shown of it
-    comes from analyses.release_cache, which needs only its id and date."""
+    comes from analyses.reads.release_cache, which needs only its id and date."""
     return Release.objects.defer("content").get(round=round_)
 
 

@@ -24,9 +24,10 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 
-from analyses import drilldown
 from analyses.models import Release, Round
-from analyses.services import releases
+from analyses.presenters import releases
+from analyses.reads import drilldown
+from analyses.services.releases import ReleaseView
 from privacy.intervals import INTERVALS, VIEWS
 
 RENDERING = 1
@@ -37,7 +38,7 @@ CACHE_ERRORS = (redis.RedisError, OSError)
 logger = logging.getLogger("pfs_web.api")
 
 
-def release_key(release: Release, view: releases.ReleaseView, kind: str, *extra: object) -> str:
+def release_key(release: Release, view: ReleaseView, kind: str, *extra: object) -> str:
     """The cache key of one presentation (``kind``) of ``release`` under ``view``; ``extra`` for
     anything else the presentation depends on."""
     made = release.created_at.timestamp()
@@ -60,17 +61,17 @@ def cached(key: str, compute: Callable[[], T]) -> T:
     return value
 
 
-def release_json(release: Release, view: releases.ReleaseView) -> dict[str, Any]:
+def release_json(release: Release, view: ReleaseView) -> dict[str, Any]:
     """releases.release_as_json, cached."""
     return cached(release_key(release, view, "json"), lambda: releases.release_as_json(release, view))
 
 
-def release_csv(release: Release, view: releases.ReleaseView) -> str:
+def release_csv(release: Release, view: ReleaseView) -> str:
     """releases.release_as_csv, cached."""
     return cached(release_key(release, view, "csv"), lambda: releases.release_as_csv(release, view))
 
 
-def release_section(round_: Round, release: Release, view: releases.ReleaseView) -> str:
+def release_section(round_: Round, release: Release, view: ReleaseView) -> str:
     """The round page's release section (summary, chart data, table with drill-down links), as HTML.
 
     Besides the release and the view it shows the drill-down links, which depend on the analysis
@@ -87,7 +88,7 @@ def release_section(round_: Round, release: Release, view: releases.ReleaseView)
 PAGE_BUCKETS = 2_000
 
 
-def _section_html(round_: Round, release: Release, view: releases.ReleaseView) -> str:
+def _section_html(round_: Round, release: Release, view: ReleaseView) -> str:
     shown = releases.release_page(release_json(release, view), limit=PAGE_BUCKETS)
     refinable = drilldown.refinable_buckets(round_)
     # The page says "OOV" as what it holds; the downloads keep the release's own labels.

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser
 
-from analyses import selectors
 from analyses.models import Analysis, Recipe, Round
-from analyses.recipe_preview import recipe_preview
+from analyses.reads import selectors
+from analyses.reads.recipe_preview import recipe_preview
 from analyses.services.policy import analysis_spent
 from pfs_base.errors import ValidationFailed
 from pfs_device.decision import fields_of

@@ -1,0 +1,332 @@
+"""The adaptive runs' forms: the start form (the spec as fields or as JSON) and one JSON document.
+
+They share the recipe editor's two sides (SOURCE_FORM, SOURCE_JSON) and its JSON parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS
+
+from analyses.forms.recipe_editor import SOURCE_FORM, SOURCE_JSON, json_object
+from analyses.models import Analysis
+from privacy.mechanisms import MECHANISMS
+
+
+class AdaptiveJsonForm(forms.Form):
+    """One JSON document of an adaptive run: the spec that starts it, or the next round's recipe.
+
+    Errors of the services (dotted JSON paths) all show next to the textarea, each with its path.
+    """
+
+    document = forms.CharField(widget=forms.Textarea(attrs={"rows": 24, "cols": 80, "spellcheck": "false"}))
+
+    def __init__(self, *args: Any, label: str, help_text: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["document"].label = label
+        self.fields["document"].help_text = help_text
+
+    def clean_document(self) -> dict[str, Any]:
+        return json_object(self.cleaned_data["document"])
+
+    def add_problems(self, errors: dict[str, list[str]]) -> None:
+        for path, messages in errors.items():
+            for message in messages:
+                self.add_error("document", f"{path}: {message}")
+
+
+# ---------------------------------------------------------------- adaptive runs: the start form
+
+_DISCOVERY, _REFINEMENT = "ngram_discovery", "bucket_refinement"
+# Spec key -> the start form's field that shows its errors (the JSON side of the same mapping is
+# static/js/adaptive_form.js, which reads this table from the page).
+_ADAPTIVE_FIELD_FOR_PATH = {
+    "kind": "kind",
+    "field": "field",
+    "unit": "unit",
+    "vocabulary": "vocabulary",
+    "maxLength": "rounds",
+    "maxRounds": "rounds",
+    "boundaries": "boundaries",
+    "minWidth": "min_width",
+    "privacy.mechanism": "mechanism",
+    "privacy.epsilon0": "epsilon0",
+    "privacy.epsilonPerRound": "epsilon_per_round",
+    "privacy.delta": "delta",
+    "privacy.samplingRate": "sampling_rate",
+    "threshold": "z_score",
+    "threshold.zScore": "z_score",
+    "threshold.maxPerLevel": "max_per_level",
+    "threshold.maxBuckets": "max_per_level",
+    "baseline": "baseline",
+    "baseline.analysis": "baseline",
+    "baseline.rows": "baseline_rows",
+    "baseline.columns": "baseline_columns",
+    "baseline.topK": "baseline_top_k",
+}
+_ROUND_PREFIX = re.compile(r"^(baseline )?round (\d+): (.*)$")
+VOCABULARY_FILE_LIMIT = 1_000_000  # bytes: a dictionary of words, not a corpus
+
+
+def vocabulary_words(text: str) -> list[str]:
+    """The words of a vocabulary given as a JSON array, or one per line, or separated by commas."""
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            value = json.loads(stripped)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, list):
+            return [str(word).strip() for word in value if str(word).strip()]
+    return [word.strip() for word in re.split(r"[\n,]", text) if word.strip()]
+
+
+class AdaptiveSpecForm(forms.Form):
+    """The start of an adaptive run: its spec as fields, or as the JSON (docs/adaptive.md).
+
+    As in the recipe editor, one side is the spec: the fields (``spec_from_fields``, the one
+    fields-to-JSON mapping) or the JSON as written. A post without ``source`` runs the JSON, as the
+    page did when it had only the JSON.
+    """
+
+    kind = forms.ChoiceField(label="Kind", widget=forms.RadioSelect)
+    field = forms.ChoiceField(label="Field")
+    unit = forms.ChoiceField(
+        label="Unit", choices=[("word", "words"), ("character", "letters")], initial="word", required=False
+    )
+    vocabulary = forms.CharField(
+        label="Vocabulary",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 5, "cols": 60, "spellcheck": "false"}),
+        help_text="The public words (or letters) an n-gram may be made of, one a line or separated by commas. "
+        "Devices' words outside it are not counted.",
+    )
+    vocabulary_file = forms.FileField(
+        label="…or a vocabulary file",
+        required=False,
+        help_text="A text file, one word a line, or a JSON array; it replaces the list above.",
+    )
+    rounds = forms.IntegerField(
+        label="Rounds", min_value=1, max_value=12, help_text="Discovery: the longest n-gram (one word a round)."
+    )
+    boundaries = forms.CharField(
+        label="First bucket boundaries", required=False, help_text="Refinement: increasing numbers, comma-separated."
+    )
+    min_width = forms.FloatField(
+        label="Narrowest bucket", required=False, help_text="Refinement: never split below it."
+    )
+    mechanism = forms.ChoiceField(label="Local randomizer", choices=[(m, m) for m in sorted(MECHANISMS)])
+    epsilon0 = forms.FloatField(label="Local epsilon (ε₀)")
+    epsilon_per_round = forms.FloatField(label="Aggregate epsilon per round (ε)")
+    delta = forms.FloatField(label="Delta (δ) per round")
+    sampling_rate = forms.FloatField(label="Sampling rate (q)", initial=1.0)
+    z_score = forms.FloatField(
+        label="Keep above (z-score)",
+        required=False,
+        help_text="An n-gram or bucket is kept when its estimate is this many standard errors above 0.",
+    )
+    max_per_level = forms.IntegerField(
+        label="Keep at most",
+        required=False,
+        min_value=1,
+        help_text="n-grams a level (discovery), buckets (refinement).",
+    )
+    baseline = forms.ChoiceField(
+        label="Static baseline on",
+        required=False,
+        help_text="Discovery only: another analysis of the same fleet runs the same plan as one static sketch, "
+        "for comparison. It spends that analysis's budget.",
+    )
+    baseline_rows = forms.IntegerField(label="Sketch rows", required=False, min_value=1)
+    baseline_columns = forms.IntegerField(label="Sketch columns", required=False, min_value=1)
+    baseline_top_k = forms.IntegerField(label="Baseline top k", required=False, min_value=1)
+    source = forms.ChoiceField(
+        label="Start from",
+        choices=[(SOURCE_FORM, "the form fields"), (SOURCE_JSON, "the spec JSON")],
+        initial=SOURCE_FORM,
+        required=False,
+        widget=forms.RadioSelect,
+    )
+    document = forms.CharField(
+        label="Spec (JSON)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 16, "cols": 80, "spellcheck": "false"}),
+        help_text="The same spec as JSON (docs/adaptive.md); its whole budget plan is checked against the policy "
+        "before round 1 is sent.",
+    )
+
+    DISCOVERY_FIELDS = (
+        "unit",
+        "vocabulary",
+        "vocabulary_file",
+        "baseline",
+        "baseline_rows",
+        "baseline_columns",
+        "baseline_top_k",
+    )
+    REFINEMENT_FIELDS = ("boundaries", "min_width")
+    PRIVACY_FIELDS = ("mechanism", "epsilon0", "epsilon_per_round", "delta", "sampling_rate")
+
+    def __init__(
+        self,
+        *args: Any,
+        analysis: Analysis,
+        kinds: dict[str, list[str]],
+        baselines: list[str],
+        example: dict[str, Any] | None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.analysis = analysis
+        self.kinds = kinds  # kind -> the fields it can run on
+        labels = {_DISCOVERY: "n-gram discovery (text)", _REFINEMENT: "bucket refinement (numbers)"}
+        self.fields["kind"].choices = [(k, labels[k]) for k in kinds]
+        self.fields["field"].choices = [(f, f) for fields in kinds.values() for f in fields]
+        self.fields["baseline"].choices = [("", "none"), *((b, b) for b in baselines)]
+        if example is not None and not self.is_bound:
+            self.initial = {**fields_from_spec(example), **self.initial}
+
+    @property
+    def json_is_source(self) -> bool:
+        return self.is_bound and (self.data.get("source") or SOURCE_JSON) == SOURCE_JSON
+
+    @property
+    def field_paths(self) -> dict[str, str]:
+        """Spec key -> form field, for the page's script."""
+        return _ADAPTIVE_FIELD_FOR_PATH
+
+    def clean_document(self) -> Any:
+        text = self.cleaned_data["document"]
+        if not self.json_is_source:
+            return text
+        if not text.strip():
+            raise forms.ValidationError("Give the spec as JSON, or choose to start from the form fields.")
+        return json_object(text)
+
+    def clean_boundaries(self) -> list[float] | None:
+        text = self.cleaned_data["boundaries"]
+        try:
+            return [float(part) for part in text.replace(";", ",").split(",") if part.strip()]
+        except ValueError:
+            raise forms.ValidationError("Every boundary must be a number.") from None
+
+    def clean_vocabulary_file(self) -> list[str] | None:
+        upload = self.cleaned_data.get("vocabulary_file")
+        if not upload:
+            return None
+        if upload.size > VOCABULARY_FILE_LIMIT:
+            raise forms.ValidationError(f"At most {VOCABULARY_FILE_LIMIT:,} bytes: a list of words, not a corpus.")
+        try:
+            return vocabulary_words(upload.read().decode("utf-8"))
+        except UnicodeDecodeError:
+            raise forms.ValidationError("Must be a UTF-8 text file.") from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.json_is_source:
+            for name in list(self.errors):
+                if name not in ("document", NON_FIELD_ERRORS):
+                    self.errors.pop(name)
+            return data
+        kind = data.get("kind")
+        if kind and data.get("field") and data["field"] not in self.kinds.get(kind, []):
+            wanted = "text" if kind == _DISCOVERY else "number"
+            self.add_error("field", f"A {wanted} field is needed for this kind: {', '.join(self.kinds[kind])}.")
+        if kind == _DISCOVERY and not (data.get("vocabulary_file") or vocabulary_words(data.get("vocabulary") or "")):
+            self.add_error("vocabulary", "Give the words n-grams are made of: a list, or a file.")
+        if kind == _REFINEMENT and not data.get("boundaries"):
+            self.add_error("boundaries", "Give the first buckets' boundaries.")
+        return data
+
+    def spec(self) -> dict[str, Any]:
+        """The spec to start: the JSON as written when it is the source, else the fields'."""
+        if self.json_is_source:
+            return self.cleaned_data["document"]
+        return spec_from_fields(self.analysis.identifier, self.cleaned_data)
+
+    def add_problems(self, errors: dict[str, list[str]]) -> None:
+        """The services' errors (by spec key, or "round N: key" for a planned round) by the field they name."""
+        for path, messages in errors.items():
+            for message in messages:
+                if self.json_is_source:
+                    self.add_error("document", f"{path}: {message}")
+                    continue
+                prefix, key = "", path
+                match = _ROUND_PREFIX.match(path)
+                if match:
+                    baseline, number, key = match.groups()
+                    prefix = f"{'Baseline round' if baseline else 'Round'} {number}: "
+                    if baseline:
+                        key = "baseline"
+                name = _ADAPTIVE_FIELD_FOR_PATH.get(key)
+                if key.startswith("budget.") or name is None:
+                    shown = message if key.startswith("budget.") else f"{path}: {message}"
+                    self.add_error(None, prefix + shown)
+                else:
+                    self.add_error(name, prefix + message)
+
+
+def spec_from_fields(analysis: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The spec for the start form's cleaned fields: the one form-to-JSON mapping."""
+    kind = data["kind"]
+    spec: dict[str, Any] = {"analysis": analysis, "kind": kind, "field": data["field"]}
+    if kind == _DISCOVERY:
+        spec["unit"] = data.get("unit") or "word"
+        spec["vocabulary"] = data.get("vocabulary_file") or vocabulary_words(data.get("vocabulary") or "")
+        spec["maxLength"] = data["rounds"]
+    else:
+        spec["boundaries"] = data.get("boundaries") or []
+        if data.get("min_width") is not None:
+            spec["minWidth"] = data["min_width"]
+        spec["maxRounds"] = data["rounds"]
+    spec["privacy"] = {
+        "mechanism": data["mechanism"],
+        "epsilon0": data["epsilon0"],
+        "epsilonPerRound": data["epsilon_per_round"],
+        "delta": data["delta"],
+        "samplingRate": data["sampling_rate"],
+    }
+    threshold: dict[str, Any] = {}
+    if data.get("z_score") is not None:
+        threshold["zScore"] = data["z_score"]
+    if data.get("max_per_level") is not None:
+        threshold["maxPerLevel" if kind == _DISCOVERY else "maxBuckets"] = data["max_per_level"]
+    spec["threshold"] = threshold
+    if kind == _DISCOVERY and data.get("baseline"):
+        baseline: dict[str, Any] = {"analysis": data["baseline"]}
+        for key, name in (("rows", "baseline_rows"), ("columns", "baseline_columns"), ("topK", "baseline_top_k")):
+            if data.get(name) is not None:
+                baseline[key] = data[name]
+        spec["baseline"] = baseline
+    return spec
+
+
+def fields_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The start form's initial values for a spec (the page's examples)."""
+    privacy = spec.get("privacy", {})
+    threshold = spec.get("threshold", {})
+    baseline = spec.get("baseline") or {}
+    return {
+        "kind": spec.get("kind"),
+        "field": spec.get("field"),
+        "unit": spec.get("unit", "word"),
+        "vocabulary": ", ".join(spec.get("vocabulary", [])),
+        "rounds": spec.get("maxLength", spec.get("maxRounds")),
+        "boundaries": ", ".join(f"{b:g}" for b in spec.get("boundaries", [])),
+        "min_width": spec.get("minWidth"),
+        "mechanism": privacy.get("mechanism", "asymmetric_ohe"),
+        "epsilon0": privacy.get("epsilon0"),
+        "epsilon_per_round": privacy.get("epsilonPerRound"),
+        "delta": privacy.get("delta"),
+        "sampling_rate": privacy.get("samplingRate", 1.0),
+        "z_score": threshold.get("zScore"),
+        "max_per_level": threshold.get("maxPerLevel", threshold.get("maxBuckets")),
+        "baseline": baseline.get("analysis", ""),
+        "baseline_rows": baseline.get("rows"),
+        "baseline_columns": baseline.get("columns"),
+        "baseline_top_k": baseline.get("topK"),
+    }

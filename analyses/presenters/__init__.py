@@ -1,0 +1,1 @@
+"""Presentations of what the services decide: formats, tables and pages, with no business rule."""
