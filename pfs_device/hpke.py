@@ -22,8 +22,10 @@ format v2 carried their context in the info instead; only the aggregators still 
 
 from __future__ import annotations
 
+import functools
+
 from cryptography.hazmat.primitives.asymmetric import x25519
-from pyhpke import AEADId, CipherSuite, KDFId, KEMId, PyHPKEError
+from pyhpke import AEADId, CipherSuite, KDFId, KEMId, KEMKeyInterface, PyHPKEError
 
 SUITE = CipherSuite.new(KEMId.DHKEM_X25519_HKDF_SHA256, KDFId.HKDF_SHA256, AEADId.CHACHA20_POLY1305)
 ENC_BYTES = 32  # Nenc of DHKEM(X25519, HKDF-SHA256), RFC 9180 Section 7.1
@@ -84,6 +86,14 @@ def seal(public_key: bytes, plaintext: bytes, info: bytes, *, aad: bytes = b"") 
     return enc, sender.seal(plaintext, aad)
 
 
+@functools.lru_cache(maxsize=16)
+def _recipient_key(private_key: bytes) -> KEMKeyInterface:
+    """The decoded private key, kept: an aggregator opens thousands of shares with one key (an
+    ingest chunk), and decoding it each time cost a quarter of an open. A few keys at most are in
+    use at once (each role's current key and the retired ones still needed)."""
+    return SUITE.kem.deserialize_private_key(private_key)
+
+
 def open_sealed(private_key: bytes, enc: bytes, ciphertext: bytes, info: bytes, *, aad: bytes = b"") -> bytes:
     """The plaintext of ``(enc, ciphertext)``: OpenBase(enc, skR, info, aad, ct); OpenFailed if it
     does not open.
@@ -92,7 +102,6 @@ def open_sealed(private_key: bytes, enc: bytes, ciphertext: bytes, info: bytes, 
     truncated or altered ciphertext — is the same OpenFailed, so a caller cannot tell them apart.
     """
     try:
-        recipient = SUITE.kem.deserialize_private_key(private_key)
-        return SUITE.create_recipient_context(enc, recipient, info).open(ciphertext, aad)
+        return SUITE.create_recipient_context(enc, _recipient_key(private_key), info).open(ciphertext, aad)
     except (PyHPKEError, ValueError) as error:  # cryptography's X25519 raises ValueError
         raise OpenFailed(str(error) or type(error).__name__) from None
