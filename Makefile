@@ -7,6 +7,11 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The helper aggregator's own service (pfs_web.settings_helper): beside the dashboard in `make run`,
+# alone in `make helper`. The dashboard and the devices reach it at HELPER_URL (its default is this).
+HELPER_HOST ?= 127.0.0.1
+HELPER_PORT ?= 8001
+HELPER := DJANGO_SETTINGS_MODULE=pfs_web.settings_helper PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/var/prometheus-helper
 # Installs only what the lock files pin, each file checked against its hash.
 PIP_INSTALL := $(PY) -m pip install --quiet --require-hashes
 # `make lock`: pins with hashes; no index or find-links of this machine written into the files.
@@ -20,14 +25,17 @@ AXE_CORE_VERSION := 4.11.0
 AXE_CORE_SHA256 := 39bed7d72308f6d620789c169d699bfd7e8da80f65b545821a6b2215c3e83107
 VENDOR := static/vendor/plotly.min.js static/vendor/plotly-full.min.js static/vendor/redoc.standalone.js
 
-.PHONY: run setup install serve worker beat test lint lock bench bench-load clean
+.PHONY: run setup install serve helper worker beat test lint lock bench bench-load clean
 
 # The processes of this checkout (web, worker, beat) write their metrics into one folder, so that
 # /metrics counts what each of them did (Prometheus multiprocess mode, docs/deployment.md).
 run serve worker beat: export PROMETHEUS_MULTIPROC_DIR ?= $(CURDIR)/var/prometheus
 
-run: setup ## serve the dashboard with the demo at http://$(HOST):$(PORT)
-	$(PY) manage.py runserver $(HOST):$(PORT) --noreload
+run: setup ## serve the dashboard with the demo at http://$(HOST):$(PORT), and the helper aggregator's service at http://$(HELPER_HOST):$(HELPER_PORT)
+	mkdir -p var/prometheus-helper
+	$(HELPER) $(PY) manage.py runserver $(HELPER_HOST):$(HELPER_PORT) --noreload & helper=$$!; \
+	  trap 'kill $$helper 2>/dev/null' EXIT; \
+	  HELPER_URL=$${HELPER_URL:-http://$(HELPER_HOST):$(HELPER_PORT)} $(PY) manage.py runserver $(HOST):$(PORT) --noreload
 
 setup: $(VENV)/.runtime $(VENDOR) .env ## install, migrate and seed the demo (no serving)
 	mkdir -p var var/prometheus
@@ -47,6 +55,12 @@ serve: $(VENV)/.runtime $(VENDOR) .env ## the production profile: gunicorn with 
 	DEBUG=0 $(PY) manage.py collectstatic --noinput --verbosity 0
 	DEBUG=0 $(PY) manage.py check --deploy
 	DEBUG=0 PFS_BIND=$(HOST):$(PORT) exec $(VENV)/bin/gunicorn -c gunicorn.conf.py
+
+helper: $(VENV)/.runtime .env ## the helper aggregator's own service alone, for a host of its own (docs/deployment.md): its store migrated, gunicorn at http://$(HELPER_HOST):$(HELPER_PORT)
+	mkdir -p var var/prometheus-helper
+	$(HELPER) $(PY) manage.py database_create
+	$(HELPER) $(PY) manage.py migrate --database helper --noinput
+	$(HELPER) PFS_BIND=$(HELPER_HOST):$(HELPER_PORT) exec $(VENV)/bin/gunicorn -c gunicorn.conf.py --name pfs-helper
 
 worker: $(VENV)/.runtime .env ## a Celery worker consuming from Redis (needs REDIS_URL)
 	mkdir -p var var/prometheus

@@ -69,3 +69,21 @@ class StoreRouter:
     def allow_migrate(self, db: str, app_label: str, model_name: str | None = None, **hints) -> bool:
         # Operations that name no model (none in this project yet) run on the default store only.
         return db in stores_of(app_label, model_name)
+
+
+class HelperServiceRouter:
+    """The helper's own service (pfs_web.settings_helper): every model it has is in its store, and
+    only the helper's tables are created there — a migration of the leader's or the issuer's
+    models, or of an app that is not the helper's, creates nothing."""
+
+    def db_for_read(self, model, **hints) -> str:
+        return HELPER
+
+    def db_for_write(self, model, **hints) -> str:
+        return HELPER
+
+    def allow_relation(self, obj1, obj2, **hints) -> bool:
+        return True
+
+    def allow_migrate(self, db: str, app_label: str, model_name: str | None = None, **hints) -> bool:
+        return db == HELPER and (app_label, model_name) in HELPER_MODELS

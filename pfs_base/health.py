@@ -25,6 +25,9 @@ def readiness() -> tuple[bool, dict[str, Any]]:
     Celery, every worker fails to answer. The queue's depth is reported, not judged: a long queue
     calls for more workers, not for taking this web process out of its load balancer."""
     timeout = settings.PFS_READYZ_TIMEOUT
+    if settings.PFS_ROLE == "helper":  # the helper's own service: its store is all it needs
+        check = database_check("helper")
+        return check["ok"], {"database": check}
     checks: dict[str, Any] = {"database": database_check()}
     # The token issuer's own store (pfs_base.db_router): without it no device gets a token.
     checks["issuer_database"] = database_check("issuer")

@@ -184,6 +184,11 @@ DATABASES = {
     ),
 }
 DATABASE_ROUTERS = ["pfs_base.db_router.StoreRouter"]
+# The role this process plays: the leader (with the dashboard, the API and the devices' endpoints),
+# or the helper's own service (pfs_web.settings_helper). Each aggregator serves its own HPKE
+# configuration at /hpke_config; HELPER_URL is where devices and the leader reach the helper's.
+PFS_ROLE = "leader"
+HELPER_URL = env_str("HELPER_URL", "http://127.0.0.1:8001").rstrip("/")
 
 # Private keys (docs/deployment.md, "Keys"): each of the leader's and the helper's HPKE keys, and the
 # issuer's key-wrapping key, from the environment (PFS_<ROLE>_KEY: base64 of 32 bytes, the current

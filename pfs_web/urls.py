@@ -5,6 +5,8 @@ from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from aggregation.config_api import hpke_config
+
 
 def favicon(request: HttpRequest) -> HttpResponseRedirect:
     """Browsers ask for /favicon.ico on a first visit: the app's icon, from its static files."""
@@ -20,6 +22,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("hpke_config", hpke_config, name="hpke-config"),  # the leader's own (DAP); the helper serves its
     path("api/device/", include("devices.api_urls")),  # real devices: tasks, tokens, report uploads
     path("api/", include("analyses.api.urls")),
     path("", include("analyses.urls")),

@@ -14,14 +14,18 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pfs_web.settings")
 django_application = get_wsgi_application()
 
+from django.conf import settings  # noqa: E402
+
 from aggregation.intake import UPLOAD_PATH, upload_application  # noqa: E402 (needs Django set up)
 from pfs_base import metrics  # noqa: E402 (after the settings: they may name the metrics folder)
 
 UPLOAD_ROUTE = UPLOAD_PATH.lstrip("/")
+# Devices upload to the leader; the helper's own service (pfs_web.settings_helper) takes no upload.
+UPLOADS_HERE = settings.PFS_ROLE == "leader"
 
 
 def application(environ, start_response):
-    if environ.get("PATH_INFO") == UPLOAD_PATH and environ.get("REQUEST_METHOD") == "POST":
+    if UPLOADS_HERE and environ.get("PATH_INFO") == UPLOAD_PATH and environ.get("REQUEST_METHOD") == "POST":
         return _upload_timed(environ, start_response)
     return django_application(environ, start_response)
 

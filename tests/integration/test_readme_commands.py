@@ -12,6 +12,7 @@ terminal of its own, until the README starts another of its kind (`make serve` i
 
 What this machine forces, and nothing else, is changed in the commands:
   - 127.0.0.1:8000 -> a free port (PORT is exported for make), so as not to meet another server;
+    likewise the helper's 127.0.0.1:8001 (HELPER_PORT);
   - the PostgreSQL and Redis URLs -> a fresh database on the suite's server, and a private Redis.
 `make test` is not run: it is this suite. The copy shares the checkout's .venv (a link): `make`
 finds it installed, as after the README's first command.
@@ -40,6 +41,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DOCUMENTED_PORT = "127.0.0.1:8000"
+DOCUMENTED_HELPER_PORT = "127.0.0.1:8001"
 DOCUMENTED_DATABASE = "postgres://postgres@127.0.0.1:5432/pfs"
 DOCUMENTED_REDIS = "redis://127.0.0.1:6379/0"
 SERVERS = {"make run": "web", "make serve": "web", "make worker": "worker", "make beat": "beat"}
@@ -150,6 +152,12 @@ class Session:
             )
             readiness = services.http_status(f"http://127.0.0.1:{port}/readyz")
             assert readiness == 200, f"{line}: /readyz answered {readiness}"  # with Redis: a worker answers too
+            if line == "make run":  # the helper aggregator's own service, a second process beside it
+                helper = f"http://127.0.0.1:{self.env['HELPER_PORT']}"
+                server.wait_for(
+                    lambda: services.http_status(f"{helper}/hpke_config") == 200, timeout=60, what="the helper"
+                )
+                assert services.http_status(f"{helper}/login/") == 404, "the helper serves no page of the leader's"
         elif role == "worker":
             server.wait_for(self.worker_answers, timeout=120, what="an answer to worker_health")
         else:
@@ -197,16 +205,21 @@ def test_every_readme_command_works_pasted_into_a_plain_shell(tmp_path: Path) ->
     fresh_database = f"postgres://{user}{password}@{server['HOST'] or '127.0.0.1'}:{server['PORT'] or 5432}/{database}"
     redis_server = services.PrivateRedis(tmp_path)
     redis_server.start()
-    port = str(services.free_port())
+    port, helper_port = str(services.free_port()), str(services.free_port())
     copy, home, logs = tmp_path / "checkout", tmp_path / "home", tmp_path / "logs"
     for folder in (copy, home, logs):
         folder.mkdir()
     checkout_copy(copy)
     session = Session(
         copy,
-        {"PATH": PLAIN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "PORT": port},
+        {"PATH": PLAIN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "PORT": port, "HELPER_PORT": helper_port},
         logs,
-        {DOCUMENTED_PORT: f"127.0.0.1:{port}", DOCUMENTED_DATABASE: fresh_database, DOCUMENTED_REDIS: redis_server.url},
+        {
+            DOCUMENTED_PORT: f"127.0.0.1:{port}",
+            DOCUMENTED_HELPER_PORT: f"127.0.0.1:{helper_port}",
+            DOCUMENTED_DATABASE: fresh_database,
+            DOCUMENTED_REDIS: redis_server.url,
+        },
     )
     commands = readme_commands((ROOT / "README.md").read_text())
     try:
