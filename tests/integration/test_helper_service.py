@@ -35,7 +35,15 @@ HELPER_TABLES = {
     "aggregation_spenttoken",
 }
 # Everything the leader's process answers: none of it is the helper's.
-LEADERS_PATHS = ["/", "/admin/", "/login/", "/api/analyses/", "/api/device/tasks/", "/api/schema/", "/static/css/app.css"]
+LEADERS_PATHS = [
+    "/",
+    "/admin/",
+    "/login/",
+    "/api/analyses/",
+    "/api/device/tasks/",
+    "/api/schema/",
+    "/static/css/app.css",
+]
 
 
 def helper_env(folder: Path, **extra: str) -> dict[str, str]:
