@@ -96,14 +96,20 @@ class KeyPins:
         try:
             state = json.loads(self.path.read_text())
         except (OSError, ValueError) as error:
-            raise KeysUnavailable(f"{self.path} cannot be read: {error}", reason=KEY_CHANGED) from error
+            raise KeysUnavailable(
+                f"{self.path} cannot be read ({error}): refusing every task until an operator deletes it",
+                reason=KEY_CHANGED,
+            ) from error
         if not (
             isinstance(state, dict)
             and state.get("version") == PIN_VERSION
             and isinstance(state.get("aggregators"), dict)
             and all(isinstance(state["aggregators"].get(role, {}), dict) for role in ROLES)
         ):
-            raise KeysUnavailable(f"{self.path} is not a version {PIN_VERSION} pin file", reason=KEY_CHANGED)
+            raise KeysUnavailable(
+                f"{self.path} is not a version {PIN_VERSION} pin file: refusing every task until an operator deletes it",
+                reason=KEY_CHANGED,
+            )
         return state
 
     def check(self, configs: dict[str, HpkeConfig]) -> None:

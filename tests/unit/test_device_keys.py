@@ -280,3 +280,13 @@ def test_a_credential_file_without_a_helper_is_refused_with_exit_2(setup, tmp_pa
     # --helper names it when the file does not.
     assert run(tmp_path, leader_url, None, ("d0",), "--helper", "ftp://helper") == 2
     assert "--helper: must be an http:// or https:// URL" in capsys.readouterr().err
+
+
+def test_a_pin_file_that_cannot_be_read_refuses_every_task(setup, tmp_path, capsys) -> None:
+    server, leader, _, leader_url, helper_url = setup
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / PIN_FILE).write_text("{not json")
+    assert run(tmp_path, leader_url, helper_url) == 1
+    out, err = capsys.readouterr()
+    assert summary_of(out)["decisions"] == {KEY_CHANGED: 1} and server.tokens == [] and leader.uploads == 0
+    assert "until an operator deletes it" in err
