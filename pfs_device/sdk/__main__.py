@@ -1,15 +1,17 @@
 """python -m pfs_device.sdk: run one or more real devices against a PFS Studio server.
 
-    python -m pfs_device.sdk --server http://127.0.0.1:8000 --helper http://127.0.0.1:8001 \
+    python -m pfs_device.sdk --server http://127.0.0.1:8000 --helper http://127.0.0.1:8001 \\
         --credential creds.json --data devices.jsonl --once
 
 --credential: the file manage.py device_register wrote ({"server", "helper", "fleet", "devices":
 [{"id", "secret"}]}), or one device's {"id", "secret", "fleet", "server", "helper"}. Each pass takes
 the leader's HPKE key from the leader's /hpke_config and the helper's from the helper's, pins them
-in --state (pfs_device.sdk.keys), and refuses every task that names other keys. --data: the devices' data in the fleet JSONL format
-(docs/fleets.md), one line per credential, in the same order. Each device keeps its ledger in
---state (one JSON file per device). Prints one JSON summary per pass; with --verbose one line per
-device and task too. Bad input exits with code 2; a server that cannot be reached with --once, 1.
+in --state (pfs_device.sdk.keys), and refuses every task that names other keys. --data: the
+devices' data in the fleet JSONL format (docs/fleets.md), one line per credential, in the same
+order. Each device keeps its ledger in --state (one JSON file per device). Prints one JSON summary
+per pass; with --verbose one line per device and task too. Bad input (among it a credential file
+naming no helper) exits with code 2; with --once, a server that cannot be reached, or aggregators'
+keys that cannot be had, 1.
 Each device asks for its token and uploads at random times over the spread its task is served
 with (pfs_device.sdk.pacing; --spread overrides it), so a pass lasts up to that long.
 """
@@ -178,20 +180,20 @@ def _pass(
             )
             if outcome.repeated:
                 continue
-            if outcome.problem and fetched.keys is not None:  # the tasks answer named other keys: say so
-                print(
-                    json.dumps(
-                        {
-                            "device": device_id,
-                            "task": outcome.task_key,
-                            "refused": outcome.decision,
-                            "detail": outcome.problem,
-                        }
-                    ),
-                    file=sys.stderr,
-                    flush=True,
-                )
             with lock:
+                if outcome.problem and fetched.keys is not None:  # the tasks answer named other keys: say so
+                    print(
+                        json.dumps(
+                            {
+                                "device": device_id,
+                                "task": outcome.task_key,
+                                "refused": outcome.decision,
+                                "detail": outcome.problem,
+                            }
+                        ),
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 decisions[outcome.decision] += 1
                 if outcome.upload:
                     uploads[outcome.upload] += 1

@@ -30,9 +30,10 @@ from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.fleet_io import fleet_import
 from devices.synthetic import LOCALES, generate_shard
+from tests import services
 from tests.conftest import RECIPE
 from tests.integration.test_helper_service import start_helper
-from tests.services import ROOT, test_database_url
+from tests.services import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +114,7 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
     # The helper's own service, serving its key from the helper's store the test's leader and worker
     # use: each device takes the helper's key from it, the leader's from the leader (pfs_device.sdk.keys).
     (tmp_path / "helper").mkdir()
-    helper, helper_url = start_helper(tmp_path / "helper", HELPER_DATABASE_URL=test_database_url("helper"))
+    helper, helper_url = start_helper(tmp_path / "helper", HELPER_DATABASE_URL=services.test_database_url("helper"))
     processes = []
     for index in range(PROCESSES):
         part = slice(index * PER_PROCESS, (index + 1) * PER_PROCESS)
