@@ -126,6 +126,8 @@ class DeviceTasks(DeviceView):
             {
                 "device": credential.device_id,
                 "fleet": credential.fleet.name,
+                # What the device compares with the keys each aggregator serves at its own /hpke_config
+                # (pfs_device.sdk.keys): it seals to those, and refuses a task whose keys differ.
                 "aggregators": {"leader": _b64(LEADER.public_key()), "helper": _b64(HELPER.public_key())},
                 "tasks": tasks,
             }

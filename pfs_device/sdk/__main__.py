@@ -1,12 +1,17 @@
 """python -m pfs_device.sdk: run one or more real devices against a PFS Studio server.
 
-    python -m pfs_device.sdk --server http://127.0.0.1:8000 --credential creds.json --data devices.jsonl --once
+    python -m pfs_device.sdk --server http://127.0.0.1:8000 --helper http://127.0.0.1:8001 \\
+        --credential creds.json --data devices.jsonl --once
 
---credential: the file manage.py device_register wrote ({"fleet", "devices": [{"id", "secret"}]}),
-or one device's {"id", "secret", "fleet"}. --data: the devices' data in the fleet JSONL format
-(docs/fleets.md), one line per credential, in the same order. Each device keeps its ledger in
---state (one JSON file per device). Prints one JSON summary per pass; with --verbose one line per
-device and task too. Bad input exits with code 2; a server that cannot be reached with --once, 1.
+--credential: the file manage.py device_register wrote ({"server", "helper", "fleet", "devices":
+[{"id", "secret"}]}), or one device's {"id", "secret", "fleet", "server", "helper"}. Each pass takes
+the leader's HPKE key from the leader's /hpke_config and the helper's from the helper's, pins them
+in --state (pfs_device.sdk.keys), and refuses every task that names other keys. --data: the
+devices' data in the fleet JSONL format (docs/fleets.md), one line per credential, in the same
+order. Each device keeps its ledger in --state (one JSON file per device). Prints one JSON summary
+per pass; with --verbose one line per device and task too. Bad input (among it a credential file
+naming no helper) exits with code 2; with --once, a server that cannot be reached, or aggregators'
+keys that cannot be had, 1.
 Each device asks for its token and uploads at random times over the spread its task is served
 with (pfs_device.sdk.pacing; --spread overrides it), so a pass lasts up to that long.
 """
@@ -19,12 +24,14 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pfs_device import __version__
-from pfs_device.sdk.client import ClientError, Credential, DeviceClient, server_keys
+from pfs_device.sdk.client import ClientError, Credential, DeviceClient
 from pfs_device.sdk.device import DataInvalid, DeviceData, Offer, ServerKeys, data_read, task_answer
+from pfs_device.sdk.keys import FetchedKeys, KeyPins, announced_keys, keys_fetch
 from pfs_device.sdk.ledger import Ledger, LedgerCorrupt
 from pfs_device.sdk.pacing import Pacing
 
@@ -63,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pfs_device.sdk", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"pfs-device {__version__}")
     parser.add_argument("--server", help="the server's URL (default: the credential file's 'server')")
+    parser.add_argument(
+        "--helper", help="the helper aggregator's URL, where its own key is fetched (default: the credential file's)"
+    )
     parser.add_argument("--credential", required=True, help="credentials file from manage.py device_register")
     parser.add_argument("--data", required=True, help="the devices' data, fleet JSONL, one line per credential")
     parser.add_argument(
@@ -81,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     options = parser.parse_args(argv)
     try:
-        server, fleet, credentials = _credentials(Path(options.credential), options.server)
+        server, helper, fleet, credentials = _credentials(Path(options.credential), options.server, options.helper)
         devices = _data(Path(options.data), len(credentials))
         if not options.interval > 0:
             raise UsageError("--interval: must be a positive number of seconds")
@@ -92,15 +102,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"invalid input: {error}", file=sys.stderr)
         return 2
     state = Path(options.state)
+    pins = KeyPins(state)
     while True:
         try:
-            summary = _pass(clients, devices, fleet, state, verbose=options.verbose, spread=options.spread)
+            summary = _pass(
+                clients,
+                devices,
+                fleet,
+                state,
+                verbose=options.verbose,
+                spread=options.spread,
+                aggregator_keys=lambda: keys_fetch(leader=server, helper=helper, pins=pins),
+            )
         except LedgerCorrupt as error:
             print(f"a ledger cannot be read, refusing to answer: {error}", file=sys.stderr)
             return 1
         print(json.dumps(summary, sort_keys=True), flush=True)
         if options.once:
-            return 1 if summary["unreachable"] == len(clients) else 0
+            return 1 if summary["unreachable"] == len(clients) or summary.get("keys") else 0
         time.sleep(options.interval)
 
 
@@ -111,10 +130,22 @@ def _pass(
     state: Path,
     *,
     verbose: bool,
+    aggregator_keys: Callable[[], FetchedKeys],
     spread: float | None = None,
 ):
     """One pass: every device at once, each in its own thread, since each waits its own random
-    times (pfs_device.sdk.pacing) before its token and its upload."""
+    times (pfs_device.sdk.pacing) before its token and its upload.
+
+    ``aggregator_keys``: each aggregator's key from its own /hpke_config, fetched once per pass
+    (pfs_device.sdk.keys.keys_fetch). When they cannot be had, every task is refused and the pass
+    says why (stderr, and the summary's "keys")."""
+    fetched = aggregator_keys()
+    if fetched.keys is None:
+        print(
+            json.dumps({"refused": fetched.reason, "detail": fetched.detail, "uploads": "none"}),
+            file=sys.stderr,
+            flush=True,
+        )
     decisions: Counter[str] = Counter()
     uploads: Counter[str] = Counter()
     unreachable = 0
@@ -133,7 +164,9 @@ def _pass(
                 if verbose:
                     print(json.dumps({"device": device_id, "error": str(error), "code": error.code}), flush=True)
             return
-        keys = ServerKeys(aggregators=server_keys(tasks))
+        keys = ServerKeys(
+            aggregators=fetched.keys, announced=announced_keys(tasks), unavailable=fetched.reason, detail=fetched.detail
+        )
         ledger = Ledger(state / f"{device_id}.json")
         for offer_json in tasks["tasks"]:
             outcome = task_answer(
@@ -148,6 +181,19 @@ def _pass(
             if outcome.repeated:
                 continue
             with lock:
+                if outcome.problem and fetched.keys is not None:  # the tasks answer named other keys: say so
+                    print(
+                        json.dumps(
+                            {
+                                "device": device_id,
+                                "task": outcome.task_key,
+                                "refused": outcome.decision,
+                                "detail": outcome.problem,
+                            }
+                        ),
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 decisions[outcome.decision] += 1
                 if outcome.upload:
                     uploads[outcome.upload] += 1
@@ -157,10 +203,13 @@ def _pass(
     with ThreadPoolExecutor(max_workers=max(1, min(len(clients), MAX_THREADS))) as pool:
         for done in [pool.submit(device_pass, client, data) for client, data in zip(clients, devices, strict=True)]:
             done.result()  # a device's error (a corrupt ledger) stops the pass, as before
-    return {"devices": len(clients), "unreachable": unreachable, "decisions": decisions, "uploads": uploads}
+    summary = {"devices": len(clients), "unreachable": unreachable, "decisions": decisions, "uploads": uploads}
+    if fetched.keys is None:
+        summary["keys"] = fetched.reason
+    return summary
 
 
-def _credentials(path: Path, server: str | None) -> tuple[str, str | None, list[Credential]]:
+def _credentials(path: Path, server: str | None, helper: str | None) -> tuple[str, str, str | None, list[Credential]]:
     try:
         content = json.loads(path.read_text())
     except OSError as error:
@@ -168,7 +217,12 @@ def _credentials(path: Path, server: str | None) -> tuple[str, str | None, list[
     except ValueError as error:
         raise UsageError(f"--credential: {path} is not JSON: {error}") from None
     if isinstance(content, dict) and "devices" not in content:
-        content = {"fleet": content.get("fleet"), "server": content.get("server"), "devices": [content]}
+        content = {
+            "fleet": content.get("fleet"),
+            "server": content.get("server"),
+            "helper": content.get("helper"),
+            "devices": [content],
+        }
     if not isinstance(content, dict) or not isinstance(content.get("devices"), list) or not content["devices"]:
         raise UsageError("--credential: must hold 'devices', a non-empty list of {id, secret}")
     credentials = []
@@ -179,7 +233,17 @@ def _credentials(path: Path, server: str | None) -> tuple[str, str | None, list[
     server = server or content.get("server")
     if not server:
         raise UsageError("--server: needed (the credential file names no server)")
-    return server, content.get("fleet"), credentials
+    helper = helper or content.get("helper")
+    if not helper:
+        # Fail closed: without the helper's own URL the device could only take the helper's key from
+        # the leader, which would then open both shares of every report.
+        raise UsageError(
+            "--helper: needed (the credential file names no helper aggregator: register the devices again "
+            "with a server whose HELPER_URL is set, or pass --helper URL); nothing was sent"
+        )
+    if not isinstance(helper, str) or not helper.startswith(("http://", "https://")):
+        raise UsageError(f"--helper: must be an http:// or https:// URL, not {helper!r}")
+    return server, helper.rstrip("/"), content.get("fleet"), credentials
 
 
 def _data(path: Path, count: int) -> list[DeviceData]:

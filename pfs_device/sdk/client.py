@@ -15,7 +15,6 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from pfs_device.report_client import AggregatorKeys
 from pfs_device.tokens import IssuerPublicKey
 from pfs_device.wire import Report, report_bytes
 
@@ -61,7 +60,8 @@ class DeviceClient:
     # ------------------------------------------------------------ the endpoints
 
     def tasks(self) -> dict[str, Any]:
-        """GET /api/device/tasks/: the open rounds of the device's fleet, and the keys to use."""
+        """GET /api/device/tasks/: the open rounds of the device's fleet, and the aggregators' keys it names
+        (which the device checks against each aggregator's own, pfs_device.sdk.keys)."""
         return self._request("GET", "/api/device/tasks/", authenticated=True)
 
     def token(self, collection_key: str, blinded: int) -> int:
@@ -134,13 +134,6 @@ def _retry_after(error: urllib.error.HTTPError) -> float | None:
         return max(0.0, float(error.headers.get("Retry-After", "")))
     except ValueError:
         return None
-
-
-def server_keys(tasks: dict) -> AggregatorKeys:
-    """The aggregators' HPKE keys from a tasks answer (each task carries its own token key)."""
-    return AggregatorKeys(
-        leader=base64.b64decode(tasks["aggregators"]["leader"]), helper=base64.b64decode(tasks["aggregators"]["helper"])
-    )
 
 
 def issuer_key(offer: dict) -> IssuerPublicKey:

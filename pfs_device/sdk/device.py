@@ -28,6 +28,7 @@ from pfs_device.encode import encode_devices
 from pfs_device.records import Parsed, columns_slice, parse_line, parsed_columns
 from pfs_device.report_client import AggregatorKeys, report_seal, report_vector
 from pfs_device.sdk.client import ClientError, issuer_key
+from pfs_device.sdk.keys import KEY_MISMATCH, KEYS_UNAVAILABLE
 from pfs_device.sdk.ledger import Ledger
 from pfs_device.sdk.pacing import Pacing
 from pfs_device.streams import apply_retention
@@ -101,9 +102,31 @@ class Offer:
 
 @dataclass(frozen=True)
 class ServerKeys:
-    """What the device seals with: the aggregators' HPKE keys (each offer brings its token key)."""
+    """What the device seals with (each offer brings its token key).
 
-    aggregators: AggregatorKeys
+    ``aggregators``: each aggregator's HPKE key as that aggregator itself serves it
+    (pfs_device.sdk.keys), or None when it could not be had (``unavailable`` says why, a refusal of
+    pfs_device.sdk.keys). ``announced``: the keys the tasks answer names; a task is answered only if
+    they are exactly ``aggregators`` (a leader naming a helper key of its own would open both shares).
+    """
+
+    aggregators: AggregatorKeys | None
+    announced: AggregatorKeys | None = None
+    unavailable: str = ""
+    detail: str = ""
+
+    def problem(self) -> tuple[str, str]:
+        """(the refusal, why), or ("", "") when the device may seal to ``aggregators``."""
+        if self.aggregators is None:
+            return self.unavailable or KEYS_UNAVAILABLE, self.detail or "the aggregators' keys could not be fetched"
+        if self.announced != self.aggregators:
+            differ = [
+                role
+                for role in ("leader", "helper")
+                if getattr(self.announced, role, None) != getattr(self.aggregators, role)
+            ]
+            return KEY_MISMATCH, f"the task names {' and '.join(differ)} keys the aggregators themselves do not serve"
+        return "", ""
 
 
 class Service(Protocol):
@@ -122,6 +145,7 @@ class Outcome:
     decision: str  # a Decision label, or TASK_INVALID
     upload: str = ""  # with "answered": "accepted", or why the upload failed
     repeated: bool = False  # decided before: nothing was done this time
+    problem: str = ""  # with a refusal for the aggregators' keys: why
 
 
 def task_answer(
@@ -151,6 +175,11 @@ def task_answer(
         ledger.record(task.task_key, decision=TASK_INVALID, problem=problem)
         ledger.save()
         return Outcome(task.task_key, TASK_INVALID)
+    # Before anything is charged or sent. Not a decision the ledger keeps: once the aggregators'
+    # keys are the ones they serve themselves, the device decides on the task as on any other.
+    refusal, why = keys.problem()
+    if refusal:
+        return Outcome(task.task_key, refusal, problem=why)
 
     columns = ledger.columns(task.analysis)
     decision, accountant = _decide(offer, fleet, columns, rng)

@@ -1,7 +1,8 @@
 """Real devices end to end: device processes speaking HTTP to a live server, a real worker and Redis.
 
 1,800 devices in 6 processes (`python -m pfs_device.sdk`, which imports no Django) fetch the round
-an analyst started over the API, decide, charge their own ledgers, privatize with their own OS
+an analyst started over the API, take the leader's HPKE key from the leader and the helper's from
+the helper's own service (a gunicorn process), decide, charge their own ledgers, privatize with their own OS
 randomness, obtain blind-signed tokens and upload sealed shares anonymously. The analyst closes
 the round; the worker releases it. The same data, imported as a simulated fleet, runs the same
 recipe through the simulated path. Both estimate the same histogram of the same devices, each
@@ -29,7 +30,9 @@ from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.fleet_io import fleet_import
 from devices.synthetic import LOCALES, generate_shard
+from tests import services
 from tests.conftest import RECIPE
+from tests.integration.test_helper_service import start_helper
 from tests.services import ROOT
 
 pytestmark = pytest.mark.integration
@@ -108,6 +111,10 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
     started = time.monotonic()
     real_round = api.run("t.real")
 
+    # The helper's own service, serving its key from the helper's store the test's leader and worker
+    # use: each device takes the helper's key from it, the leader's from the leader (pfs_device.sdk.keys).
+    (tmp_path / "helper").mkdir()
+    helper, helper_url = start_helper(tmp_path / "helper", HELPER_DATABASE_URL=services.test_database_url("helper"))
     processes = []
     for index in range(PROCESSES):
         part = slice(index * PER_PROCESS, (index + 1) * PER_PROCESS)
@@ -115,7 +122,8 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
         creds.write_text(json.dumps({"fleet": "phones", "devices": [c.as_json() for c in credentials[part]]}))
         lines = tmp_path / f"data-{index}.jsonl"
         lines.write_text("".join(json.dumps(r) + "\n" for r in records[part]))
-        command = [sys.executable, "-m", "pfs_device.sdk", "--server", live_server.url, "--credential", str(creds)]
+        command = [sys.executable, "-m", "pfs_device.sdk", "--server", live_server.url, "--helper", helper_url]
+        command += ["--credential", str(creds)]
         command += ["--data", str(lines), "--state", str(tmp_path / "ledgers"), "--once"]
         # The SDK needs no Django settings: leave none for it to find.
         env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
@@ -133,6 +141,7 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
             if process.poll() is None:
                 process.kill()
                 process.wait()
+        helper.stop()
     uploaded = time.monotonic() - started
     assert sum(s["decisions"].get("answered", 0) for s in summaries) == DEVICES
     assert sum(s["uploads"].get("accepted", 0) for s in summaries) == DEVICES
@@ -149,6 +158,9 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
     ledger = json.loads((tmp_path / "ledgers" / f"{credentials[0].device_id}.json").read_text())
     assert ledger["analyses"]["t.real"]["epsilon_used"] == 1_000_000_000
     assert ledger["analyses"]["t.real"]["reports_used"] == 1
+    # And pinned the key each aggregator served itself.
+    pins = json.loads((tmp_path / "ledgers" / "aggregator-keys.json").read_text())["aggregators"]
+    assert set(pins) == {"leader", "helper"} and all(len(keys) == 1 for keys in pins.values())
 
     api.call("POST", f"/api/rounds/{real_round}/close/")
     real = api.wait_released(real_round)

@@ -148,11 +148,14 @@ def central_round(api, phones_analysis) -> Round:
 # ---------------------------------------------------------------- registering devices
 
 
-def test_device_register_writes_credentials_that_sign_in(db, tmp_path) -> None:
+def test_device_register_writes_credentials_that_sign_in(db, tmp_path, settings) -> None:
+    settings.HELPER_URL = "https://helper.example"
     out = tmp_path / "creds.json"
     call_command("device_register", "--fleet", "watches", "--count", "3", "--out", str(out))
     content = json.loads(out.read_text())
     assert content["fleet"] == "watches" and len(content["devices"]) == 3
+    # Both aggregators' URLs: the SDK fetches the helper's key from the helper itself.
+    assert content["helper"] == "https://helper.example"
     assert oct(out.stat().st_mode & 0o777) == "0o600"
     fleet = Fleet.objects.get(name="watches")
     assert (fleet.kind, fleet.size, fleet.shards.count()) == ("devices", 3, 0)
@@ -161,6 +164,11 @@ def test_device_register_writes_credentials_that_sign_in(db, tmp_path) -> None:
     assert first["secret"] not in DeviceCredential.objects.get(device_id=first["id"]).secret_hash
     assert Device(first["id"], first["secret"]).api.get("/api/device/tasks/").status_code == 200
     assert Device(first["id"], "wrong").api.get("/api/device/tasks/").status_code == 401
+    other = tmp_path / "other.json"
+    call_command(
+        "device_register", "--fleet", "watches", "--count", "1", "--out", str(other), "--helper", "http://h:1/"
+    )
+    assert json.loads(other.read_text())["helper"] == "http://h:1"
 
 
 @pytest.mark.parametrize(
@@ -169,6 +177,7 @@ def test_device_register_writes_credentials_that_sign_in(db, tmp_path) -> None:
         (["--fleet", "small", "--count", "3"], "simulated fleet"),
         (["--fleet", "watches", "--count", "0"], "count"),
         (["--fleet", "bad name!", "--count", "3"], "fleet"),
+        (["--fleet", "watches", "--count", "3", "--helper", "helper.example"], "helper"),
     ],
 )
 def test_device_register_with_bad_input_exits_2_and_registers_nothing(fleet, tmp_path, arguments, message) -> None:

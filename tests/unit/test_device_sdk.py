@@ -72,7 +72,8 @@ class Aggregators:
         self.fail_upload = False
 
     def keys(self) -> ServerKeys:
-        return ServerKeys(AggregatorKeys(leader=self.leader[1], helper=self.helper[1]))
+        served = AggregatorKeys(leader=self.leader[1], helper=self.helper[1])
+        return ServerKeys(served, announced=served)  # the tasks answer names the keys each aggregator serves
 
     def token(self, collection_key: str, blinded: int) -> int:
         self.tokens.append(collection_key)
@@ -234,7 +235,9 @@ def test_client_noise_reports_are_privatized_with_the_mechanism() -> None:
 
 def test_the_cli_exits_2_on_bad_input(tmp_path, capsys) -> None:
     creds = tmp_path / "creds.json"
-    creds.write_text(json.dumps({"fleet": "phones", "devices": [{"id": "a", "secret": "s"}]}))
+    creds.write_text(
+        json.dumps({"fleet": "phones", "helper": "http://127.0.0.1:9", "devices": [{"id": "a", "secret": "s"}]})
+    )
     data = tmp_path / "data.jsonl"
     data.write_bytes(device_line(device_id="a") + b"\n" + device_line(device_id="b") + b"\n")
     assert main(["--server", "http://127.0.0.1:9", "--credential", str(creds), "--data", str(data)]) == 2

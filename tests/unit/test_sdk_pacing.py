@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 from pfs_device.decision import snapshot_digest
+from pfs_device.report_client import AggregatorKeys
 from pfs_device.sdk import __main__ as sdk_main
 from pfs_device.sdk.device import Offer, data_read, task_answer
+from pfs_device.sdk.keys import FetchedKeys
 from pfs_device.sdk.ledger import Ledger
 from pfs_device.sdk.pacing import DEADLINE_MARGIN, TOKEN_SHARE, Pacing, plan_draw
 from tests.unit.test_device_sdk import ISSUER, POLICY, TASK, Aggregators, device_line, offer
@@ -147,12 +149,17 @@ class FakeClient:
         return self.server.upload(report)
 
 
+def served(server: Aggregators):
+    """Each aggregator's key as it serves it itself (pfs_device.sdk.keys; fetched over HTTP in test_device_keys)."""
+    return lambda: FetchedKeys(AggregatorKeys(leader=server.leader[1], helper=server.helper[1]))
+
+
 def test_the_cli_paces_every_device_over_the_spread_its_task_is_served_with(tmp_path) -> None:
     server, log, spread = Aggregators(), [], 0.5
     devices = data_read([device_line(device_id=f"d{i}") for i in range(6)])
     clients = [FakeClient(f"d{i}", server, log, spread) for i in range(6)]
     started = time.monotonic()
-    summary = sdk_main._pass(clients, devices, "phones", tmp_path, verbose=False)
+    summary = sdk_main._pass(clients, devices, "phones", tmp_path, verbose=False, aggregator_keys=served(server))
     assert summary["uploads"] == {"accepted": 6}
     for device in (f"d{i}" for i in range(6)):
         [(_, _, token_at)] = [entry for entry in log if entry[:2] == (device, "token")]
@@ -172,5 +179,13 @@ def test_the_cli_sends_at_once_only_when_told_to(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(sdk_main, "Pacing", recording)
     devices = data_read([device_line(device_id="d0")])
-    sdk_main._pass([FakeClient("d0", server, log, 3600.0)], devices, "phones", tmp_path, verbose=False, spread=0)
+    sdk_main._pass(
+        [FakeClient("d0", server, log, 3600.0)],
+        devices,
+        "phones",
+        tmp_path,
+        verbose=False,
+        spread=0,
+        aggregator_keys=served(server),
+    )
     assert sleeps == [] and [what for _, what, _ in log] == ["token", "upload"]

@@ -2,8 +2,9 @@
 
     manage.py device_register --fleet phones --count 100 --out creds.json
 
-The file holds each device's id and secret (docs/devices-sdk.md); the server keeps only the
-secret's hash, so the file is the one copy. Bad input exits with code 2 and changes nothing.
+The file holds each device's id and secret, the leader's URL (``server``) and the helper's
+(``helper``, from --helper or the setting HELPER_URL), where the SDK fetches each aggregator's own
+key (docs/devices-sdk.md); the server keeps only the secret's hash, so the file is the one copy. Bad input exits with code 2 and changes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from devices.credentials import RegistrationInvalid, devices_register
@@ -26,10 +28,18 @@ class Command(BaseCommand):
         parser.add_argument("--count", type=int, required=True, help="how many devices to register")
         parser.add_argument("--out", required=True, help="the credentials file to write (must not exist)")
         parser.add_argument("--server", default="", help="the server's URL, written into the file for the SDK")
+        parser.add_argument(
+            "--helper",
+            default="",
+            help="the helper aggregator's URL, written into the file for the SDK (default: the setting HELPER_URL)",
+        )
 
     def handle(self, *args: object, **options: object) -> None:
         out = Path(options["out"])
         problems = []
+        helper = (options["helper"] or settings.HELPER_URL).rstrip("/")
+        if not helper.startswith(("http://", "https://")):
+            problems.append(f"helper: must be the helper aggregator's http:// or https:// URL, not {helper!r}")
         if out.exists():
             problems.append(f"out: {out} already exists; the secrets in it would be lost")
         elif not out.parent.is_dir():
@@ -44,6 +54,8 @@ class Command(BaseCommand):
             raise CommandError(self._invalid(error.errors), returncode=2) from error
         content = {
             "server": options["server"],
+            # The device fetches the helper's key from the helper itself (pfs_device.sdk.keys).
+            "helper": helper,
             "fleet": fleet.name,
             "devices": [credential.as_json() for credential in issued],
         }

@@ -1,0 +1,169 @@
+"""Each aggregator's HPKE key, from that aggregator itself, pinned per key id (docs/devices-sdk.md).
+
+A device seals the leader's share to the key the leader serves at ``{leader}/hpke_config`` and the
+helper's to the key the helper serves at ``{helper}/hpke_config`` (DAP's HpkeConfigList,
+pfs_device.hpke_config), never to a key one aggregator hands out for the other: a leader that served
+a helper key of its own would open both shares. The keys the tasks answer names (``aggregators``)
+must be these; a task whose keys differ is refused before anything is charged or sent
+(pfs_device.sdk.device).
+
+Every key is pinned under its id in a small JSON file in the state folder (``aggregator-keys.json``,
+written as the ledgers are: flushed, then renamed into place). A new id is a rotation and is pinned;
+an id seen before that comes with another key is refused until the operator, having checked why,
+deletes the pin file.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pfs_device.hpke_config import MEDIA_TYPE, ConfigInvalid, HpkeConfig, config_list_decode, supported_config
+from pfs_device.report_client import AggregatorKeys
+
+PIN_FILE = "aggregator-keys.json"
+PIN_VERSION = 1
+ROLES = ("leader", "helper")
+MAX_CONFIG_BYTES = 65_537  # HpkeConfigList<10..2^16-1> and its 2-byte length
+USER_AGENT = "pfs-device-sdk/1"
+
+# Refusals of a task for its aggregators' keys (Outcome.decision, the summary's "decisions").
+KEY_MISMATCH = "aggregator_key_mismatch"  # the tasks answer names keys its aggregators do not serve
+KEYS_UNAVAILABLE = "aggregator_keys_unavailable"  # an aggregator's /hpke_config: unreachable or malformed
+KEY_CHANGED = "aggregator_key_changed"  # a pinned key id now comes with another key
+
+
+class KeysUnavailable(Exception):
+    """An aggregator's keys cannot be used; ``reason`` is one of the refusals above."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class FetchedKeys:
+    """What one pass seals with: both aggregators' keys, each from its own /hpke_config; or why not."""
+
+    keys: AggregatorKeys | None
+    reason: str = ""
+    detail: str = ""
+
+
+def config_fetch(url: str, *, timeout: float = 30.0) -> HpkeConfig:
+    """GET ``{url}/hpke_config``: the aggregator's configuration of this project's suite.
+    KeysUnavailable if it cannot be reached or does not answer an HpkeConfigList of the suite."""
+    request = urllib.request.Request(  # noqa: S310 (the URL's scheme is checked by the caller)
+        url.rstrip("/") + "/hpke_config", headers={"Accept": MEDIA_TYPE, "User-Agent": USER_AGENT}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            served = response.headers.get("Content-Type") or ""
+            body = response.read(MAX_CONFIG_BYTES + 1)
+    except urllib.error.HTTPError as error:
+        raise KeysUnavailable(f"{url}/hpke_config answered HTTP {error.code}", reason=KEYS_UNAVAILABLE) from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
+        raise KeysUnavailable(f"cannot reach {url}/hpke_config: {error}", reason=KEYS_UNAVAILABLE) from None
+    # DAP's media type has a parameter of its own (";message=..."): the whole value is compared.
+    if "".join(served.split()).lower() != MEDIA_TYPE:
+        raise KeysUnavailable(
+            f"{url}/hpke_config answered {served or 'no media type'!r}, not {MEDIA_TYPE}", reason=KEYS_UNAVAILABLE
+        )
+    if len(body) > MAX_CONFIG_BYTES:
+        raise KeysUnavailable(f"{url}/hpke_config answered more than an HpkeConfigList", reason=KEYS_UNAVAILABLE)
+    try:
+        return supported_config(config_list_decode(body))
+    except ConfigInvalid as error:
+        raise KeysUnavailable(f"{url}/hpke_config: {error}", reason=KEYS_UNAVAILABLE) from None
+
+
+class KeyPins:
+    """The keys this device has sealed to, per aggregator and key id, in the state folder."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.path = Path(folder) / PIN_FILE
+
+    def _read(self) -> dict:
+        if not self.path.exists():
+            return {"version": PIN_VERSION, "aggregators": {role: {} for role in ROLES}}
+        try:
+            state = json.loads(self.path.read_text())
+        except (OSError, ValueError) as error:
+            raise KeysUnavailable(
+                f"{self.path} cannot be read ({error}): refusing every task until an operator deletes it",
+                reason=KEY_CHANGED,
+            ) from error
+        if not (
+            isinstance(state, dict)
+            and state.get("version") == PIN_VERSION
+            and isinstance(state.get("aggregators"), dict)
+            and all(isinstance(state["aggregators"].get(role, {}), dict) for role in ROLES)
+        ):
+            raise KeysUnavailable(
+                f"{self.path} is not a version {PIN_VERSION} pin file: refusing every task until an operator deletes it",
+                reason=KEY_CHANGED,
+            )
+        return state
+
+    def check(self, configs: dict[str, HpkeConfig]) -> None:
+        """Pin every new key id; KeysUnavailable (KEY_CHANGED) if a pinned id comes with another key."""
+        state = self._read()
+        changed = False
+        for role, config in configs.items():
+            pinned = state["aggregators"].setdefault(role, {})
+            key = base64.b64encode(config.public_key).decode()
+            if str(config.id) not in pinned:
+                pinned[str(config.id)] = key  # a new id: a rotation
+                changed = True
+            elif pinned[str(config.id)] != key:
+                raise KeysUnavailable(
+                    f"the {role}'s key id {config.id} was pinned with another key: refusing every task until an "
+                    f"operator has checked why and deleted {self.path}",
+                    reason=KEY_CHANGED,
+                )
+        if changed:
+            self._write(state)
+
+    def _write(self, state: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        try:
+            with os.fdopen(descriptor, "w") as file:
+                json.dump(state, file, sort_keys=True)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+
+def keys_fetch(
+    *, leader: str, helper: str, pins: KeyPins, fetch: Callable[[str], HpkeConfig] = config_fetch
+) -> FetchedKeys:
+    """Each aggregator's key from its own /hpke_config, checked against the pins (and new ids pinned)."""
+    try:
+        configs = {"leader": fetch(leader), "helper": fetch(helper)}
+        pins.check(configs)
+    except KeysUnavailable as error:
+        return FetchedKeys(None, error.reason, str(error))
+    return FetchedKeys(AggregatorKeys(leader=configs["leader"].public_key, helper=configs["helper"].public_key))
+
+
+def announced_keys(tasks: dict) -> AggregatorKeys | None:
+    """The aggregators' keys the tasks answer names (what the device compares); None if malformed."""
+    try:
+        named = tasks["aggregators"]
+        return AggregatorKeys(
+            leader=base64.b64decode(named["leader"], validate=True),
+            helper=base64.b64decode(named["helper"], validate=True),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
