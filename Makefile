@@ -38,11 +38,11 @@ run: setup ## serve the dashboard with the demo at http://$(HOST):$(PORT), and t
 	  HELPER_URL=$${HELPER_URL:-http://$(HELPER_HOST):$(HELPER_PORT)} $(PY) manage.py runserver $(HOST):$(PORT) --noreload
 
 setup: $(VENV)/.runtime $(VENDOR) .env ## install, migrate and seed the demo (no serving)
-	mkdir -p var var/prometheus
+	mkdir -p var var/prometheus var/prometheus-helper
 	$(PY) manage.py database_create
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py migrate --database issuer --noinput
-	$(PY) manage.py migrate --database helper --noinput
+	$(HELPER) $(PY) manage.py migrate --database helper --noinput
 	$(PY) manage.py seed_demo
 
 install: $(VENV)/.runtime $(VENDOR) ## production hosts: the virtualenv from the lock and the vendored front-end files, nothing else (docs/deployment.md)
@@ -51,7 +51,6 @@ serve: $(VENV)/.runtime $(VENDOR) .env ## the production profile: gunicorn with 
 	mkdir -p var var/prometheus
 	DEBUG=0 $(PY) manage.py migrate --noinput
 	DEBUG=0 $(PY) manage.py migrate --database issuer --noinput
-	DEBUG=0 $(PY) manage.py migrate --database helper --noinput
 	DEBUG=0 $(PY) manage.py collectstatic --noinput --verbosity 0
 	DEBUG=0 $(PY) manage.py check --deploy
 	DEBUG=0 PFS_BIND=$(HOST):$(PORT) exec $(VENV)/bin/gunicorn -c gunicorn.conf.py

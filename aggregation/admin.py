@@ -1,15 +1,15 @@
-"""Operators read the aggregators' batch rules and rejection counters; nothing here is editable.
+"""Operators read the leader's batch rules and rejection counters; nothing here is editable.
 
-The leader's rules and counters are in the default store; the helper's counters are read from its
-own store (pfs_base.db_router) under "helper report rejections"."""
+The counters include the helper's rejections as the helper answered them in its aggregation jobs;
+the helper's own records are in its own store, which the leader's process cannot open.
+"""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest
 
-from aggregation.models import CollectionRules, HelperReportRejection, ReportRejection
-from pfs_base.db_router import HELPER
+from aggregation.models import CollectionRules, ReportRejection
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -35,9 +35,3 @@ class ReportRejectionAdmin(ReadOnlyAdmin):
     list_display = ["collection_key", "role", "reason", "count"]
     list_filter = ["role", "reason"]
     search_fields = ["collection_key"]
-
-
-@admin.register(HelperReportRejection)
-class HelperReportRejectionAdmin(ReportRejectionAdmin):
-    def get_queryset(self, request: HttpRequest):
-        return super().get_queryset(request).using(HELPER)

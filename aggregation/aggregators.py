@@ -208,7 +208,7 @@ class Aggregator:
         return CollectionRules.objects.using(self.store).filter(key=key).first()
 
     def aggregate(
-        self, key: str, *, pairs: dict[str, tuple[str, ...]] | None = None
+        self, key: str, *, pairs: dict[str, tuple[str, ...]] | None = None, floor: int = 0
     ) -> dict[str, AggregateShare | BatchRefused]:
         """Sum this aggregator's shares of each batch of a collection, then delete them (released or not).
 
@@ -216,7 +216,8 @@ class Aggregator:
         helper's call): only those are summed, a batch whose named pair is not held here is refused,
         and a batch or a share no one named is deleted uncounted. Rate validation looks at the whole
         collection at once — a flood into one cohort is a flood — so it is decided before any share
-        is deleted. Run inside a transaction on this aggregator's store.
+        is deleted. ``floor``: the smallest minimum cohort this aggregator's operator allows, whatever
+        the rules say. Run inside a transaction on this aggregator's store.
         """
         collections = list(
             Collection.objects.using(self.store).select_for_update().filter(key=key).order_by("batch_key")
@@ -251,7 +252,7 @@ class Aggregator:
         results: dict[str, AggregateShare | BatchRefused] = {}
         for batch_key, batch in held.items():
             reports = sum(share.reports for share in batch)
-            min_cohort = max([share.min_cohort for share in batch] + [rules.min_cohort if rules else 0])
+            min_cohort = max([share.min_cohort for share in batch] + [rules.min_cohort if rules else 0, floor])
             batch_pairs = tuple(share.pair for share in batch)
             if batch_key in missing:
                 # The leader counted a pair this helper never stored: the sums would not match.

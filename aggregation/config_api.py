@@ -9,11 +9,10 @@ current key is served; a retired one still opens the shares sealed to it (aggreg
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from aggregation.aggregators import HELPER, LEADER
+from aggregation.aggregators import HELPER, LEADER, Aggregator
 from pfs_device.hpke_config import MEDIA_TYPE, config_list_encode, config_of
 
 # A device may keep a configuration this long (DAP: aggregators SHOULD allow caching); a retired
@@ -21,8 +20,18 @@ from pfs_device.hpke_config import MEDIA_TYPE, config_list_encode, config_of
 CACHE_SECONDS = 3600
 
 
-@require_GET
-def hpke_config(request: HttpRequest) -> HttpResponse:
-    aggregator = HELPER if settings.PFS_ROLE == "helper" else LEADER
+def _config(aggregator: Aggregator) -> HttpResponse:
     body = config_list_encode([config_of(aggregator.public_key())])
     return HttpResponse(body, content_type=MEDIA_TYPE, headers={"Cache-Control": f"max-age={CACHE_SECONDS}"})
+
+
+@require_GET
+def hpke_config(request: HttpRequest) -> HttpResponse:
+    """The leader's (pfs_web.urls)."""
+    return _config(LEADER)
+
+
+@require_GET
+def helper_hpke_config(request: HttpRequest) -> HttpResponse:
+    """The helper's, from its own service (pfs_web.urls_helper)."""
+    return _config(HELPER)

@@ -1,23 +1,22 @@
-"""Verifying uploaded reports in bulk: both aggregators' checks on a collection's pending reports.
+"""Verifying uploaded reports in bulk: the leader's aggregation jobs on a collection's pending reports.
 
 The upload endpoint only stores what arrives (aggregation.intake → PendingReport). Here, a chunk
-at a time, each report gets exactly the checks of the per-report
-path (aggregation.reports.reports_check: the token's signature, its spent record, each aggregator
-opening only its own share, then the Prio3 proof, verified for the whole chunk at once by the
-leader's and the helper's sides); a token seen twice in a chunk is accepted once. The accepted
-output shares of a chunk are summed per batch — the leader sums only its own, the helper only its
-own — and stored as one share each with the count of reports in it and
-their arrival times (rate validation reads them); the tokens are recorded spent, the rejections
-counted by reason, and the pending rows deleted.
+at a time, each report gets the protocol of aggregation.reports.reports_check: the leader's checks
+(the token's signature, its spent record, its own share opened, verify_init), then one aggregation
+job at the helper (aggregation.helper_client, DAP's interaction: the helper checks and commits its
+own part before it answers), then the leader's verify_next. A token seen twice in a chunk is
+accepted once. The leader's accepted output shares of a chunk are summed per batch and stored as one
+share each with the count of reports in it and their arrival times (rate validation reads them);
+its spent tokens are recorded, the rejections counted by reason, and the pending rows deleted.
 
-The two aggregators keep separate stores (pfs_base.db_router) and no transaction spans them, so a
-chunk is an aggregation job with a durable id: T0 assigns the rows the job id (committed); T1 locks
-them (a concurrent run skips a job another holds) and the checks are computed; the helper stores
-its part in one transaction on its store, idempotent by job (a job it has stored is not stored
-again; its spent-token check ignores the job's own tokens, so a replay gets the same verdicts) and
-commits; then T1 stores the leader's part (same pair id: the job), deletes the rows and commits. A
-failure before T1 commits leaves the rows assigned: the next run resumes the same job, and every
-report is counted exactly once.
+The two aggregators share no transaction (nor any store), so a chunk is an aggregation job with a
+durable id: T0 assigns the rows the job id (committed); T1 locks them (a concurrent run skips a job
+another holds), runs the job and stores the leader's part under the same pair id (the job), deletes
+the rows and commits. The helper commits its part when it answers, idempotently by job id: should
+T1 fail after that (or the helper's answer be lost), the rows keep their job id, the next run
+resumes the same job with the same request, the helper answers it as it did, and every report is
+counted exactly once. While the helper does not answer (helper_client.HelperUnavailable) the rows
+wait, assigned, for the next run.
 
 Runs from a task while the collection is open (aggregation.tasks, for progress), and always
 before a collection is released (aggregation.services.collection_aggregate drains it first).
@@ -26,24 +25,17 @@ before a collection is released (aggregation.services.collection_aggregate drain
 from __future__ import annotations
 
 import json
+import secrets
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 from django.db import IntegrityError, connection, transaction
 
-from aggregation.aggregators import (
-    AGGREGATORS,
-    HELPER,
-    LEADER,
-    REPORT_SOURCE,
-    STORED_VERSIONS,
-    Aggregator,
-    rules_shape,
-)
+from aggregation.aggregators import LEADER, REPORT_SOURCE, STORED_VERSIONS, rules_shape
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, PendingReport, SpentToken
-from aggregation.reports import REPORT_MALFORMED, TOKEN_REUSED, helper_job_begin, rejections_add, reports_check
+from aggregation.reports import REPORT_MALFORMED, TOKEN_REUSED, rejections_add, reports_check
 from aggregation.upload import output_share_store
 from aggregation.verification import VerifyConfig, output_sum
 from pfs_base import metrics
@@ -53,9 +45,9 @@ from pfs_device.tokens import IssuerPublicKey
 # The verification task's stable name (aggregation.tasks): the upload path sends it by name.
 INGEST_TASK = "aggregation.tasks.ingest_reports"
 
-# Reports per transaction. Each costs about 1 ms of checks (an RSA verification, two HPKE opens,
-# both aggregators' Prio3 verification), so a chunk holds its row locks for about half a second and
-# commits once for 500 reports.
+# Reports per job. Each costs about 1 ms of checks (an RSA verification, two HPKE opens, both
+# aggregators' Prio3 verification, the helper's in its own process), so a chunk holds its row locks
+# for about half a second and commits once for 500 reports.
 CHUNK = 500
 # A chunk fails on a unique token when a concurrent chunk spent the same token first; the next
 # attempt reads that token as spent and rejects the report.
@@ -75,9 +67,9 @@ class IngestResult:
 
 @dataclass
 class _BatchSum:
-    """One batch's accepted output shares (encoded) in a chunk, per aggregator, and when they arrived."""
+    """One batch's accepted output shares of the leader (encoded) in a chunk, and when they arrived."""
 
-    shares: dict[str, list[bytes]] = field(default_factory=lambda: {a.role: [] for a in AGGREGATORS})
+    shares: list[bytes] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
 
 
@@ -95,14 +87,14 @@ def reports_ingest(
     if rules is None or not PendingReport.objects.filter(collection_key=collection_key).exists():
         return result
     issuer = issuer_public_key(collection_key)
-    private_keys = {aggregator.role: aggregator.private_key() for aggregator in AGGREGATORS}
+    private_key = LEADER.private_key()
     passed: set[str] = set()  # jobs another run held or finished
     while limit is None or result.verified < limit:
         size = chunk if limit is None else min(chunk, limit - result.verified)
         for attempt in range(ATTEMPTS):
             try:
                 job = _job_take(rules.key, size=size, wait=wait, passed=passed)
-                done = None if job is None else _job_run(rules, issuer, private_keys, job, wait=wait)
+                done = None if job is None else _job_run(rules, issuer, private_key, job, wait=wait)
                 break
             except IntegrityError:
                 if attempt + 1 == ATTEMPTS:
@@ -131,7 +123,9 @@ def _job_take(collection_key: str, *, size: int, wait: bool, passed: set[str]) -
         rows = list(pending.filter(job__isnull=True).select_for_update(skip_locked=skip)[:size])
         if not rows:
             return None
-        job = f"chunk:{rows[0].pk}-{rows[-1].pk}"  # pending ids are never reused
+        # Unique for good, at the helper too (which keys its answers by it): a leader's store restored
+        # from a backup may give out its pending ids again.
+        job = f"chunk:{rows[0].pk}-{rows[-1].pk}:{secrets.token_hex(8)}"
         PendingReport.objects.filter(pk__in=[row.pk for row in rows]).update(job=job)
         return job
 
@@ -139,14 +133,14 @@ def _job_take(collection_key: str, *, size: int, wait: bool, passed: set[str]) -
 def _job_run(
     rules: CollectionRules,
     issuer: IssuerPublicKey,
-    private_keys: dict[str, bytes],
+    private_key: bytes,
     job: str,
     *,
     wait: bool,
 ) -> IngestResult | None:
     """The leader's transaction T1, holding all the job's rows from the checks to its commit (a
-    concurrent run skips them): both aggregators' checks, the helper's transaction (idempotent by job,
-    committed first), then the leader's part. None when another run holds or finished the job."""
+    concurrent run skips them): the job at the helper (which commits its part, idempotent by job),
+    then the leader's part. None when another run holds or finished the job."""
     with transaction.atomic():
         skip = not wait and connection.features.has_select_for_update_skip_locked
         of_job = PendingReport.objects.filter(collection_key=rules.key, job=job).order_by("pk")
@@ -157,16 +151,10 @@ def _job_run(
         if first is None or not list(of_job.filter(pk=first).select_for_update(skip_locked=skip).values_list("pk")):
             return None
         rows = list(of_job.select_for_update())
-        batches, accepted, rejected = _job_check(rules, issuer, private_keys, job, rows)
+        batches, accepted, rejected = _job_check(rules, issuer, private_key, job, rows)
         config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))
-        sums = {
-            batch_key: {role: output_sum(config, shares) for role, shares in batch.shares.items()}
-            for batch_key, batch in batches.items()
-        }
-        with transaction.atomic(using=HELPER.store):
-            if helper_job_begin(rules.key, job):  # else stored by an earlier run of this job
-                _job_store(HELPER, rules, job, batches, sums, accepted, rejected)
-        _job_store(LEADER, rules, job, batches, sums, accepted, rejected)
+        sums = {batch_key: output_sum(config, batch.shares) for batch_key, batch in batches.items()}
+        _job_store(rules, job, batches, sums, accepted, rejected)
         PendingReport.objects.filter(pk__in=[row.pk for row in rows]).delete()
     result = IngestResult(
         accepted=sum(len(b.arrivals) for b in batches.values()), rejected=len(rows) - len(accepted), chunks=1
@@ -178,12 +166,17 @@ def _job_run(
 def _job_check(
     rules: CollectionRules,
     issuer: IssuerPublicKey,
-    private_keys: dict[str, bytes],
+    private_key: bytes,
     job: str,
     rows: list[PendingReport],
-) -> tuple[dict[str, _BatchSum], set[str], Counter[tuple[str, str]]]:
-    """Both aggregators' checks on a job's reports, with nothing written: each batch's accepted
-    output shares, the tokens accepted, the rejections by (role, reason)."""
+) -> tuple[dict[tuple[str, str], _BatchSum], set[str], Counter[tuple[str, str]]]:
+    """Both aggregators' checks on a job's reports, with nothing of the leader's written: the
+    leader's accepted output shares by (the pass's job id, batch), the tokens accepted, the
+    rejections by (role, reason).
+
+    A token's first report in the chunk is checked in the job's first pass; a report whose token an
+    earlier one spent is reused, and one whose token's earlier report was rejected waits for the
+    next pass (as if checked in order), which is an aggregation job of its own (``<job>.<pass>``)."""
     reports = []
     rejected: Counter[tuple[str, str]] = Counter()
     for row in rows:
@@ -193,44 +186,38 @@ def _job_check(
         else:
             reports.append((row, report))
 
-    # Each aggregator's own record, in its own store, of the tokens other jobs spent: a replayed job
-    # gets the verdicts it got the first time.
-    spent: dict[str, set[str]] = {}
+    # The leader's record of the tokens other jobs spent: a replayed job gets the verdicts it got the
+    # first time (the helper keeps its own, and answers a replayed job as it did).
     digests = {report.token.digest for _, report in reports}
-    for aggregator in AGGREGATORS:
-        for digest in (
-            SpentToken.objects.using(aggregator.store)
-            .filter(role=aggregator.role, collection_key=rules.key, token_digest__in=digests)
-            .exclude(job=job)
-            .values_list("token_digest", flat=True)
-        ):
-            spent.setdefault(digest, set()).add(aggregator.role)
+    spent = set(
+        SpentToken.objects.filter(role=LEADER.role, collection_key=rules.key, token_digest__in=digests)
+        .exclude(job=job)
+        .values_list("token_digest", flat=True)
+    )
 
-    every_role = {aggregator.role for aggregator in AGGREGATORS}
     accepted: set[str] = set()
-    batches: dict[str, _BatchSum] = {}
-    # One pass checks each token's first report in the chunk, all at once (Prio3's verification is
-    # vectorised across them); a report whose token an earlier one spent is reused, and one whose
-    # token's earlier report was rejected waits for the next pass (as if checked in order).
-    waiting = reports
+    batches: dict[tuple[str, str], _BatchSum] = {}
+    waiting, number = reports, 0
     while waiting:
         this_pass, later, seen = [], [], set()
         for row, report in waiting:
             digest = report.token.digest
             if digest in accepted:
-                for role in every_role:
-                    rejected[role, TOKEN_REUSED] += 1
+                rejected["leader", TOKEN_REUSED] += 1
             elif digest in seen:
                 later.append((row, report))
             else:
                 seen.add(digest)
                 this_pass.append((row, report))
+        pass_job = job if number == 0 else f"{job}.{number}"
         checks = reports_check(
             [report for _, report in this_pass],
             rules=rules,
             issuer=issuer,
-            spent_at=[spent.get(report.token.digest, set()) for _, report in this_pass],
-            private_keys=private_keys,
+            spent=spent,
+            job=pass_job,
+            times=[row.received_at.timestamp() for row, _ in this_pass],
+            private_key=private_key,
         )
         for (row, report), check in zip(this_pass, checks, strict=True):
             if not check.accepted:
@@ -238,45 +225,42 @@ def _job_check(
                     rejected[role, reason] += 1
                 continue
             accepted.add(report.token.digest)
-            batch = batches.setdefault(report.batch_key, _BatchSum())
-            for role, output in check.outputs.items():
-                batch.shares[role].append(output)
+            batch = batches.setdefault((pass_job, report.batch_key), _BatchSum())
+            batch.shares.append(check.output)
             batch.arrivals.append(row.received_at.timestamp())
-        waiting = later
+        waiting, number = later, number + 1
 
     return batches, accepted, rejected
 
 
 def _job_store(
-    aggregator: Aggregator,
     rules: CollectionRules,
     job: str,
-    batches: dict[str, _BatchSum],
-    sums: dict[str, dict[str, bytes]],
+    batches: dict[tuple[str, str], _BatchSum],
+    sums: dict[tuple[str, str], bytes],
     accepted: set[str],
     rejected: Counter[tuple[str, str]],
 ) -> None:
-    """One aggregator's part of a job, in its own store: the sum of its own output shares of each
-    batch's accepted reports (pair id: the job), the tokens it spent, its rejection counts."""
-    for batch_key, batch in sorted(batches.items()):
+    """The leader's part of a job: the sum of its output shares of each batch's accepted reports,
+    one per pass (pair id: the pass's job id, as at the helper), the tokens it spent, the rejection counts."""
+    for (pass_job, batch_key), batch in sorted(batches.items()):
         output_share_store(
-            role=aggregator.role,
+            role=LEADER.role,
             rules=rules,
             batch_key=batch_key,
-            source=f"{REPORT_SOURCE}{job}",
-            pair=job,
-            output=sums[batch_key][aggregator.role],
+            source=f"{REPORT_SOURCE}{pass_job}",
+            pair=pass_job,
+            output=sums[pass_job, batch_key],
             reports=len(batch.arrivals),
             arrivals=np.asarray(batch.arrivals, dtype="<f8").tobytes(),
             check_open=False,
         )
-    SpentToken.objects.using(aggregator.store).bulk_create(
-        SpentToken(role=aggregator.role, collection_key=rules.key, token_digest=digest, job=job)
+    SpentToken.objects.bulk_create(
+        SpentToken(role=LEADER.role, collection_key=rules.key, token_digest=digest, job=job)
         for digest in sorted(accepted)
     )
-    mine = {key: count for key, count in rejected.items() if key[0] == aggregator.role}
-    if mine:
-        rejections_add(collection_key=rules.key, counts=mine)
+    if rejected:
+        rejections_add(collection_key=rules.key, counts=dict(rejected))
 
 
 def _parse(body: bytes) -> wire.Report | None:

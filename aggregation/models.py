@@ -130,6 +130,10 @@ class CollectionRules(models.Model):
         null=True, blank=True, help_text="Expected uploaded reports per second; None turns rate validation off."
     )
     rate_window = models.FloatField(default=60.0, help_text="Seconds per window of rate validation.")
+    # The issuer's public key of the collection ({"n", "e"}: decimal strings), as the helper was
+    # provisioned with it (aggregation.dap.TaskConfig); None: a simulated fleet's collection, which
+    # takes simulated shares only and never a device's report.
+    token_key = models.JSONField(null=True, blank=True)
     closed = models.BooleanField(default=False, help_text="Aggregated: later reports are rejected.")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -225,19 +229,14 @@ class ReportRejection(models.Model):
         return f"{self.role} rejected {self.count} in {self.collection_key}: {self.reason}"
 
 
-class HelperReportRejection(ReportRejection):
-    """The helper's rejection counters, as the admin reads them from the helper's store."""
-
-    class Meta:
-        proxy = True
-        verbose_name = "helper report rejection"
-
-
 class HelperJob(models.Model):
-    """An aggregation job the helper has stored (in its own store only): a replay stores nothing again."""
+    """An aggregation job the helper has run (in its own store only): a replay of the same request
+    gets the same answer and stores nothing again; another request under the job's id is refused."""
 
     collection_key = models.CharField(max_length=200)
     job = models.CharField(max_length=100)
+    request_digest = models.CharField(max_length=64, default="", blank=True, help_text="SHA-256 of the request.")
+    response = models.BinaryField(default=b"", blank=True, help_text="The AggregationJobResp it answered.")
     created_at = models.DateTimeField(default=arrival_coarse)
 
     class Meta:
@@ -245,6 +244,19 @@ class HelperJob(models.Model):
 
     def __str__(self) -> str:
         return f"helper job {self.job} of {self.collection_key}"
+
+
+class HelperRelease(models.Model):
+    """The helper's answer to a collection's aggregate share request (its own store only), kept so
+    that it releases once: a retry of the request gets these bytes, any other request is refused."""
+
+    collection_key = models.CharField(max_length=200, unique=True)
+    request_digest = models.CharField(max_length=64)
+    response = models.BinaryField()
+    created_at = models.DateTimeField(default=arrival_coarse)
+
+    def __str__(self) -> str:
+        return f"helper release of {self.collection_key}"
 
 
 class TokenIssuerKey(models.Model):

@@ -1,26 +1,26 @@
 """Individually uploaded reports: the protocol the leader and the helper run on each one.
 
 A report carries the device's batch (its non-sensitive cohort), an anonymous single-use token,
-and its two shares, each sealed with HPKE to one aggregator. The leader receives the upload and
-passes the helper its sealed share; each aggregator then, on its own:
+and its two shares, each sealed with HPKE to one aggregator. The leader receives the upload; the
+reports of a job (aggregation.ingest takes a chunk of pending reports) then go through DAP's
+aggregation interaction (aggregation.dap), each aggregator on its own:
 
-1. checks the token: the issuer's signature over this collection, not used before here;
-2. opens its own share (its Prio3 input share, bound to the collection, batch, token and public
-   share) and checks its length;
-3. verifies the report's Prio3 validity proof with the other aggregator (aggregation.verification,
-   privacy.report_vdaf): each computes a verifier share from its own input share, the leader
-   combines both and decides, and each keeps its output share only if the proof holds. The proof
-   establishes that the report is of the collection's form — a 0/1 vector with at most the weight
-   bound's ones (multi-hot), exactly one (one-hot), or a single bit — and neither aggregator learns
-   more about the report than that. It cannot establish that the device randomized honestly.
+1. the leader checks the token (the issuer's signature over this collection, not spent here),
+   opens its own share (its Prio3 input share, bound to the collection, batch, token and public
+   share), checks its length and runs Prio3's verify_init on it; a report it refuses goes no further;
+2. the others go to the helper in one aggregation job (aggregation.helper_client): each with the
+   helper's sealed share and the leader's verifier share. The helper does the same checks with its
+   own key, its own spent tokens and its own rules, decides each proof from both verifier shares,
+   commits its output shares, and answers each report with the verifier message or why it refused;
+3. the leader runs verify_next on each message and keeps its output share.
 
-A report is stored only if both accept: in an aggregation job (aggregation.ingest runs the
-protocol on a chunk of reports), the helper's output share and spent token first, in one
-transaction on its own store (a replay of a job it has stored writes nothing), then the leader's
-in one on the default store; a rejection
-changes nothing but the rejecting aggregators' counters (none for a collection that does not
-exist: an anonymous sender must not be able to create counters at will), and never fails a round:
-a rejected report is simply not in any sum.
+The proof establishes that the report is of the collection's form — a 0/1 vector with at most the
+weight bound's ones (multi-hot), exactly one (one-hot), or a single bit — and neither aggregator
+learns more about the report than that. It cannot establish that the device randomized honestly.
+
+A rejection changes nothing but the rejection counters (the leader keeps its own and the helper's
+as the helper answered them; none for a collection that does not exist: an anonymous sender must not
+be able to create counters at will), and never fails a round: a rejected report is simply not in any sum.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import F
 
-from aggregation.aggregators import AGGREGATORS, rules_shape
-from aggregation.aggregators import HELPER as HELPER_AGGREGATOR
-from aggregation.models import CollectionRules, HelperJob, ReportRejection
-from aggregation.verification import VerifyConfig, verify_reports
+from aggregation import dap, helper_client
+from aggregation.aggregators import LEADER, rules_shape
+from aggregation.models import CollectionRules, ReportRejection
+from aggregation.verification import AggregatorVerification, VerifyConfig
 from pfs_base import metrics
-from pfs_base.db_router import DEFAULT, HELPER, aggregator_store
 from pfs_device import hpke, wire
 from pfs_device.tokens import IssuerPublicKey, verify
 from pfs_device.wire import Report
@@ -56,13 +55,17 @@ PROOF_INVALID = "proof_invalid"
 # base64, wrong sizes) or is larger than any honest report of the collection.
 REPORT_MALFORMED = "report_malformed"
 REPORT_TOO_LARGE = "report_too_large"
+# The helper answered a report with something the protocol does not allow (a message the leader's
+# verify_next refuses after the helper committed): never from an honest helper.
+HELPER_DISAGREED = "helper_disagreed"
 
 
 @dataclass(frozen=True)
 class ReportCheck:
-    """Both aggregators' verdicts on one report: each one's output share (encoded), or why each rejected it."""
+    """Both aggregators' verdicts on one report: the leader's output share (encoded) when both
+    accept it (the helper has committed its own), or why each that refused it did."""
 
-    outputs: dict[str, bytes]
+    output: bytes | None
     reasons: dict[str, str]  # role -> reason; empty when both accept
 
     @property
@@ -75,88 +78,101 @@ def reports_check(
     *,
     rules: CollectionRules,
     issuer: IssuerPublicKey,
-    spent_at: Sequence[set[str]],
-    private_keys: dict[str, bytes] | None = None,
+    spent: set[str],
+    job: str,
+    times: Sequence[float],
+    private_key: bytes | None = None,
 ) -> list[ReportCheck]:
-    """Every check the aggregators run on reports of one collection, with nothing read or written.
+    """Run one aggregation job on reports of one collection: the leader's checks here, the helper's
+    at the helper (which commits its part before it answers). Nothing of the leader's is written.
 
-    ``spent_at[i]``: the roles that have accepted report i's token before; ``private_keys``: each
-    aggregator's HPKE key by role, when the caller has read them (else each open reads its own).
-    Each aggregator checks the token and opens its own share, report by report; then the reports
-    both opened go through Prio3's verification together (aggregation.verification), the leader's
-    side and the helper's side each with its own state.
+    ``spent``: the token digests the leader has accepted before (in other jobs); ``times``: when each
+    report arrived (coarse); ``job``: the job's id — the same reports under the same id are the same
+    request, which the helper answers as it did the first time. Tokens must be distinct.
     """
     config = VerifyConfig.of(collection_key=rules.key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key))
-    # The helper verifies with its own copy of the rules (its verification key), from its own store.
-    helper_rules = HELPER_AGGREGATOR.rules(rules.key)
-    if helper_rules is None:  # not configured for the collection: the helper takes none of its reports
-        return [ReportCheck(outputs={}, reasons={"helper": UNKNOWN_COLLECTION}) for _ in reports]
-    helper_config = VerifyConfig.of(
-        collection_key=rules.key, shape=rules_shape(helper_rules), verify_key=bytes(helper_rules.verify_key)
-    )
-    opened: dict[str, list[bytes]] = {a.role: [] for a in AGGREGATORS}
-    candidates: list[int] = []
-    reasons: list[dict[str, str]] = []
+    if private_key is None:
+        private_key = LEADER.private_key()
+    reasons: list[dict[str, str]] = [{} for _ in reports]
+    opened: dict[int, bytes] = {}
     for i, report in enumerate(reports):
-        reasons.append(_open_shares(report, rules, issuer, spent_at[i], private_keys, opened))
-        if not reasons[i]:
-            candidates.append(i)
-    outputs: dict[int, dict[str, bytes]] = {}
-    if candidates:
-        chosen = [reports[i] for i in candidates]
-        nonces = [report_nonce(r.token.nonce) for r in chosen]
-        sides = verify_reports(config, nonces, [r.public for r in chosen], opened, helper_config=helper_config)
-        for k, i in enumerate(candidates):
-            refused = {role: PROOF_INVALID for role, side in sides.items() if not side.accepted[k]}
-            if refused:
-                reasons[i] = refused
-            else:
-                outputs[i] = {role: side.output_share(k) for role, side in sides.items()}
-    return [ReportCheck(outputs=outputs.get(i, {}), reasons=reasons[i]) for i in range(len(reports))]
-
-
-def _open_shares(
-    report: Report,
-    rules: CollectionRules,
-    issuer: IssuerPublicKey,
-    spent_at: set[str],
-    private_keys: dict[str, bytes] | None,
-    opened: dict[str, list[bytes]],
-) -> dict[str, str]:
-    """Each aggregator's token check and the opening of its own share; why each refuses, if one does.
-
-    Appends each opened share to ``opened[role]`` only when both aggregators opened theirs.
-    """
-    signed = verify(issuer, report.collection_key, report.token)
-    shares: dict[str, bytes] = {}
-    reasons: dict[str, str] = {}
-    for aggregator in AGGREGATORS:
-        if not signed:
-            reasons[aggregator.role] = TOKEN_INVALID
-        elif aggregator.role in spent_at:
-            reasons[aggregator.role] = TOKEN_REUSED
+        reason, share = _leader_open(report, rules, issuer, spent, private_key)
+        if reason is None:
+            opened[i] = share
         else:
-            sealed = report.share_for(aggregator.role)
-            key = private_keys.get(aggregator.role) if private_keys else None
-            try:
-                shares[aggregator.role] = aggregator.open_share(
-                    rules,
-                    sealed.enc,
-                    sealed.ciphertext,
-                    batch_key=report.batch_key,
-                    token_digest=report.token.digest,
-                    public_share=report.public,
-                    private_key=key,
-                    version=report.version,
-                )
-            except hpke.OpenFailed:
-                reasons[aggregator.role] = SHARE_UNOPENED
-            except ValueError:
-                reasons[aggregator.role] = SHARE_MALFORMED
-    if not reasons:
-        for role, share in shares.items():
-            opened[role].append(share)
-    return reasons
+            reasons[i] = {"leader": reason}
+    outputs: dict[int, bytes] = {}
+    candidates = sorted(opened)
+    if candidates:
+        side = AggregatorVerification("leader", config)
+        chosen = [reports[i] for i in candidates]
+        verifier_shares = side.start(
+            [report_nonce(r.token.nonce) for r in chosen], [r.public for r in chosen], [opened[i] for i in candidates]
+        )
+        sent = [k for k, share in enumerate(verifier_shares) if share is not None]
+        for k, share in enumerate(verifier_shares):
+            if share is None:  # refused by the leader's verify_init: not sent (DAP)
+                reasons[candidates[k]] = {"leader": PROOF_INVALID}
+        messages: list[bytes | None] = [None] * len(candidates)
+        if sent:
+            request = dap.AggregationJobInitReq(
+                collection=rules.key,
+                min_cohort=rules.min_cohort,
+                verify_inits=[_verify_init(chosen[k], verifier_shares[k], times[candidates[k]]) for k in sent],
+            )
+            answer = helper_client.job_run(job, request)
+            for k, resp in zip(sent, answer.verify_resps, strict=True):
+                if resp.type == dap.REJECT:
+                    reasons[candidates[k]] = {"helper": resp.report_error or "rejected"}
+                else:
+                    messages[k] = dap.unb64(resp.payload, "payload")
+        accepted = side.finish(messages)
+        for k, i in enumerate(candidates):
+            if accepted[k]:
+                outputs[i] = side.output_share(k)
+            elif messages[k] is not None:
+                reasons[i] = {"leader": HELPER_DISAGREED}
+    return [ReportCheck(output=outputs.get(i), reasons=reasons[i]) for i in range(len(reports))]
+
+
+def _verify_init(report: Report, verifier_share: bytes, time: float) -> dap.VerifyInit:
+    sealed = report.helper
+    return dap.VerifyInit(
+        report_id=report.token.digest,
+        batch=report.batch_key,
+        time=time,
+        version=report.version,
+        public_share=dap.b64(report.public),
+        token={"nonce": dap.b64(report.token.nonce), "signature": dap.b64(report.token.signature)},
+        encrypted_input_share={"enc": dap.b64(sealed.enc), "payload": dap.b64(sealed.ciphertext)},
+        input_share=None,
+        payload=dap.b64(verifier_share),
+    )
+
+
+def _leader_open(
+    report: Report, rules: CollectionRules, issuer: IssuerPublicKey, spent: set[str], private_key: bytes
+) -> tuple[str | None, bytes]:
+    """The leader's token check and the opening of its own share: (why it refuses, or None; the share)."""
+    if not verify(issuer, report.collection_key, report.token):
+        return TOKEN_INVALID, b""
+    if report.token.digest in spent:
+        return TOKEN_REUSED, b""
+    try:
+        return None, LEADER.open_share(
+            rules,
+            report.leader.enc,
+            report.leader.ciphertext,
+            batch_key=report.batch_key,
+            token_digest=report.token.digest,
+            public_share=report.public,
+            private_key=private_key,
+            version=report.version,
+        )
+    except hpke.OpenFailed:
+        return SHARE_UNOPENED, b""
+    except ValueError:
+        return SHARE_MALFORMED, b""
 
 
 def report_refuse(*, collection_key: str, reason: str) -> bool:
@@ -180,46 +196,30 @@ def upload_body_limit(rules: CollectionRules) -> int:
 
 
 def collection_close(*, collection_key: str) -> None:
-    """Stop accepting reports now, at both aggregators; the shares already stored wait for aggregation.
+    """Stop accepting reports now, at the leader; the ones already received are verified and the
+    shares stored wait for aggregation. The helper closes the collection when the leader asks its
+    aggregate shares (aggregation.services), after the last job.
 
-    The update waits for the uploads holding the rules row (aggregation.intake), so no report is stored
-    after this returns. The helper's first: a report it stores meanwhile the leader then refuses,
-    and the helper's share is never named.
+    The update waits for the uploads holding the rules row (aggregation.intake), so no report is
+    received after this returns.
     """
-    for store in (HELPER, DEFAULT):
-        CollectionRules.objects.using(store).filter(key=collection_key).update(closed=True)
-
-
-def helper_job_begin(collection_key: str, job: str) -> bool:
-    """Inside the helper's transaction: record that it stores ``job``; False when it has already."""
-    if HelperJob.objects.using(HELPER).filter(collection_key=collection_key, job=job).exists():
-        return False
-    HelperJob.objects.using(HELPER).create(collection_key=collection_key, job=job)
-    return True
+    CollectionRules.objects.filter(key=collection_key).update(closed=True)
 
 
 def rejections_add(*, collection_key: str, counts: dict[tuple[str, str], int]) -> None:
-    """Add to the rejection counters: ``counts`` maps (role, reason) to how many more. Each
-    aggregator's counters are in its own store (the helper's first)."""
-    for store in (HELPER, DEFAULT):
-        mine = {key: count for key, count in counts.items() if aggregator_store(key[0]) == store}
-        if not mine:
-            continue
-        with transaction.atomic(using=store):
-            counters = ReportRejection.objects.using(store)
-            for (role, reason), count in sorted(mine.items()):  # a fixed order: no deadlock between callers
-                counter, _ = counters.get_or_create(role=role, collection_key=collection_key, reason=reason)
-                counters.filter(pk=counter.pk).update(count=F("count") + count)
+    """Add to the leader's rejection counters: ``counts`` maps (role, reason) to how many more — the
+    leader's own, and the helper's as the helper answered them (the helper keeps its own too)."""
+    with transaction.atomic():
+        counters = ReportRejection.objects.all()
+        for (role, reason), count in sorted(counts.items()):  # a fixed order: no deadlock between callers
+            counter, _ = counters.get_or_create(role=role, collection_key=collection_key, reason=reason)
+            counters.filter(pk=counter.pk).update(count=F("count") + count)
     metrics.reports_counted(rejected=counts)
 
 
 def rejections(collection_key: str) -> dict[str, dict[str, int]]:
-    """Per aggregator, how many reports it rejected in the collection and why."""
+    """Per aggregator, how many reports it rejected in the collection and why (the helper's as it answered)."""
     counts: dict[str, dict[str, int]] = {}
-    for aggregator in AGGREGATORS:
-        rows = ReportRejection.objects.using(aggregator.store).filter(
-            role=aggregator.role, collection_key=collection_key
-        )
-        for row in rows.order_by("reason"):
-            counts.setdefault(row.role, {})[row.reason] = row.count
+    for row in ReportRejection.objects.filter(collection_key=collection_key).order_by("role", "reason"):
+        counts.setdefault(row.role, {})[row.reason] = row.count
     return counts

@@ -1,22 +1,29 @@
 """The aggregators' side of a collection: open its rules, aggregate its batches, or discard it.
 
-Each batch's aggregate shares (or refusals) go to the collector (analyses.services.collector), which
+The leader does its part in its own store and asks the helper's of the helper's service
+(aggregation.helper_client): the task's configuration, the aggregate shares, the discard. Each
+batch's aggregate shares (or refusals) go to the collector (analyses.services.collector), which
 combines them and estimates: nothing here reads an estimate.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+import numpy as np
 from django.db import transaction
 
-from aggregation.aggregators import HELPER as HELPER_AGGREGATOR
+from aggregation import dap, helper_client
 from aggregation.aggregators import LEADER, AggregateShare, BatchRefused
 from aggregation.ingest import reports_ingest
-from aggregation.models import Collection, CollectionRules, HelperJob, HelperShare, LeaderShare, PendingReport
-from pfs_base.db_router import DEFAULT, HELPER
+from aggregation.models import FIELD64, Collection, CollectionRules, LeaderShare, PendingReport
+from pfs_base.db_router import DEFAULT
+from pfs_device.tokens import IssuerPublicKey
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.report_vdaf import KINDS, MULTIHOT
+
+logger = logging.getLogger(__name__)
 
 
 def collection_rules_open(
@@ -29,16 +36,23 @@ def collection_rules_open(
     expected_rate: float | None = None,
     rate_window: float = 60.0,
     vdaf: str = MULTIHOT,
+    token_key: IssuerPublicKey | None = None,
+    provision: bool = True,
 ) -> CollectionRules:
     """Configure both aggregators for a collection (idempotent: a second call returns the first rules).
 
     ``vdaf``: the Prio3 every uploaded report is verified with (privacy.report_vdaf.report_shape of
-    the recipe); each collection gets its own fresh verification key. Each aggregator keeps its own
-    copy of the rules, with the same verification key, in its own store.
+    the recipe); each collection gets its own fresh verification key. ``token_key``: the issuer's
+    key of a real fleet's collection, whose devices' tokens both aggregators check; None for a
+    simulated fleet's (whose shares the helper takes from the simulator, and no device's report).
+    The leader keeps its rules in its store; the helper is provisioned with the same over HTTP
+    (aggregation.dap.TaskConfig) and keeps its own copy, which nothing later can change.
+    ``provision=False``: not now (a round's start, which must not wait for the helper): the round's
+    dispatch and every ingestion run provision it first (helper_client.task_provision, idempotent).
     """
     if vdaf not in KINDS:
         raise ValueError(f"unknown report kind {vdaf!r}; known: {', '.join(KINDS)}")
-    rules, opened = CollectionRules.objects.using(DEFAULT).get_or_create(
+    rules, _ = CollectionRules.objects.using(DEFAULT).get_or_create(
         key=key,
         defaults={
             "length": length,
@@ -49,34 +63,34 @@ def collection_rules_open(
             "expected_rate": expected_rate,
             "rate_window": rate_window,
             "vdaf": vdaf,
+            "token_key": None if token_key is None else {"n": str(token_key.modulus), "e": str(token_key.exponent)},
         },
     )
-    copied = {
-        field.name: getattr(rules, field.name)
-        for field in CollectionRules._meta.concrete_fields
-        if field.name not in ("id", "key", "created_at")
-    }
-    # Written now, committed at once in the helper's store: should the caller's transaction roll the
-    # leader's rules back, a later opening of the key replaces this copy rather than keeping a stale one.
-    helper_rules = CollectionRules.objects.using(HELPER)
-    if opened:
-        helper_rules.update_or_create(key=key, defaults=copied)
-    else:
-        helper_rules.get_or_create(key=key, defaults=copied)
-    # The same opening time: which retired keys may open its shares depends on it.
-    helper_rules.filter(key=key).update(created_at=rules.created_at)
+    if provision:
+        helper_client.task_provision(rules)
     return rules
 
 
+def collection_provision(*, collection_key: str) -> None:
+    """Provision the helper's task of a collection from the leader's rules (idempotent; none: nothing)."""
+    rules = CollectionRules.objects.filter(key=collection_key).first()
+    if rules is not None:
+        helper_client.task_provision(rules)
+
+
 def collection_discard(*, collection_key: str) -> None:
-    """Close a collection that will never be released and drop every share stored for it, in both stores."""
-    with transaction.atomic(using=DEFAULT), transaction.atomic(using=HELPER):
-        for store, share in ((DEFAULT, LeaderShare), (HELPER, HelperShare)):
-            CollectionRules.objects.using(store).filter(key=collection_key).update(closed=True)
-            share.objects.using(store).filter(collection__key=collection_key).delete()
-            Collection.objects.using(store).filter(key=collection_key).delete()
-        HelperJob.objects.using(HELPER).filter(collection_key=collection_key).delete()
+    """Close a collection that will never be released and drop every share stored for it, at both
+    aggregators. The helper's part is asked once; a helper that does not answer keeps its shares of
+    the collection (uniformly random vectors, never released: nothing will ask for them)."""
+    with transaction.atomic(using=DEFAULT):
+        CollectionRules.objects.filter(key=collection_key).update(closed=True)
+        LeaderShare.objects.filter(collection__key=collection_key).delete()
+        Collection.objects.filter(key=collection_key).delete()
         PendingReport.objects.filter(collection_key=collection_key).delete()
+    try:
+        helper_client.task_delete(collection_key)
+    except (helper_client.HelperUnavailable, helper_client.HelperRefused) as error:
+        logger.warning("the helper did not discard collection %s: %s", collection_key, error)
 
 
 @dataclass(frozen=True)
@@ -95,33 +109,58 @@ class BatchAggregates:
 def collection_aggregate(*, collection_key: str) -> list[BatchAggregates]:
     """Close a collection and aggregate every batch with both aggregators (each deletes its shares).
 
-    The collector's transaction: call this inside one transaction on each store
-    (analyses.services.collector.collection_release opens them), which also holds the collector's
+    The collector's transaction: call this inside one transaction on the leader's store
+    (analyses.services.collector.collection_release opens it), which also holds the collector's
     estimates and the caller's stored release, so that a failure releases nothing and loses nothing
-    and a retried aggregation is a no-op. (The helper's commits first: should the leader's commit
-    then fail, the helper lacks the pairs the leader names, and a retry refuses those batches —
-    fail closed.) The uploads still pending are verified first (aggregation.ingest): a collection
-    is closed before its release, so they are all the reports it received.
+    and a retried aggregation is a no-op. The uploads still pending are verified first
+    (aggregation.ingest): a collection is closed before its release, so they are all the reports it
+    received. Then the leader sums its shares and asks the helper's (AggregateShareReq: per batch,
+    the pair ids it summed, no report content). The helper answers once and keeps its answer: should
+    the leader's transaction fail after it, the retry's identical request gets the identical shares.
+    A helper that does not answer: HelperUnavailable, the transaction rolls back, nothing is released.
     """
-    with transaction.atomic(using=DEFAULT, savepoint=False), transaction.atomic(using=HELPER, savepoint=False):
+    with transaction.atomic(using=DEFAULT, savepoint=False):
         # From here on late reports are rejected: their shares would never be aggregated. (A device
         # round's collection is closed already: no row lock then, so late uploads are answered at once.)
-        for aggregator in (LEADER, HELPER_AGGREGATOR):
-            CollectionRules.objects.using(aggregator.store).filter(key=collection_key, closed=False).update(closed=True)
+        CollectionRules.objects.filter(key=collection_key, closed=False).update(closed=True)
         reports_ingest(collection_key=collection_key, wait=True)
         leaders = LEADER.aggregate(collection_key)
-        # The leader's aggregate request: per batch, the pair ids it summed (no report content).
-        helpers = HELPER_AGGREGATOR.aggregate(
-            collection_key, pairs={batch_key: result.pairs for batch_key, result in leaders.items()}
+        answer = helper_client.aggregate_shares(
+            dap.AggregateShareReq(
+                collection=collection_key, batches={batch: list(result.pairs) for batch, result in leaders.items()}
+            )
         )
-        HelperJob.objects.using(HELPER).filter(collection_key=collection_key).delete()
         collections = list(Collection.objects.filter(key=collection_key).order_by("batch_key"))
         return [
             BatchAggregates(
                 collection_key=collection_key,
                 batch_key=collection.batch_key,
                 leader=leaders[collection.batch_key],
-                helper=helpers[collection.batch_key],
+                helper=_helper_result(answer.batches.get(collection.batch_key), leaders[collection.batch_key]),
             )
             for collection in collections
         ]
+
+
+def _helper_result(
+    share: dap.BatchShare | None, leader: AggregateShare | BatchRefused
+) -> AggregateShare | BatchRefused:
+    """The helper's answer for one batch, as the collector reads it."""
+    if share is None:  # the helper answered for other batches than the leader named: fail closed
+        return BatchRefused(min_cohort=leader.min_cohort, reason="helper: no aggregate share of the batch", empty=False)
+    if share.refused is not None:
+        return BatchRefused(
+            min_cohort=share.min_cohort, reason=share.refused, empty=share.empty, pairs=tuple(share.pairs)
+        )
+    data = dap.unb64(share.share, "share")
+    if share.field == FIELD64:
+        vector: np.ndarray | list[int] = np.frombuffer(data, dtype="<u8").astype(np.uint64)
+    else:
+        vector = [int.from_bytes(data[i : i + 16], "little") for i in range(0, len(data), 16)]
+    return AggregateShare(
+        vector=vector,
+        reports=share.reports or 0,
+        min_cohort=share.min_cohort,
+        field=share.field or FIELD64,
+        pairs=tuple(share.pairs),
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import OperationalError
 
+from aggregation.helper_client import HelperUnavailable
 from aggregation.ingest import INGEST_TASK, reports_ingest
 
 # Reports one run verifies before it sends the rest to a fresh run (about 15 s of checks), so
@@ -16,7 +17,8 @@ RUN_LIMIT = 10_000
     name=INGEST_TASK,
     acks_late=True,
     reject_on_worker_lost=True,
-    autoretry_for=(OperationalError,),
+    # The helper not answering is retried too: the job's rows wait, assigned, for the next run.
+    autoretry_for=(OperationalError, HelperUnavailable),
     retry_backoff=2,
     retry_backoff_max=30,
     max_retries=5,

@@ -1,36 +1,38 @@
 """The aggregators' upload interface: what a device (or a simulated shard) hands over.
 
-A simulated shard hands over one pre-summed pair of shares (share_pair_upload); a real device
-uploads a Report of two HPKE-sealed Prio3 input shares, a public share and a token
+A simulated shard hands over one pre-summed pair of shares per batch (shard_shares_upload); a real
+device uploads a Report of two HPKE-sealed Prio3 input shares, a public share and a token
 (pfs_device.wire is its format, with no Django; aggregation.reports verifies it), and once both
-aggregators accept it each stores its output share (output_pair_store). With the crypto of pfs_device.hpke and
-pfs_device.tokens, this is all of aggregation that devices/ imports. The leader's share goes to
-the leader's store and the helper's to the helper's (pfs_base.db_router), under one pair id, the
-helper's first; nothing else about the report is kept.
+aggregators accept it each stores its output share. With the crypto of pfs_device.hpke and
+pfs_device.tokens, this is all of aggregation that devices/ imports. The helper's shares go to the
+helper's service (aggregation.helper_client: never to its store), the leader's to the leader's
+store, under one pair id, the helper's first; nothing else about the report is kept.
 """
 
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
+from aggregation import dap, helper_client
 from aggregation.aggregators import rules_shape
 from aggregation.models import FIELD64, FIELD128, Collection, CollectionRules, HelperShare, LeaderShare
 from aggregation.reports import PROOF_INVALID, rejections_add
-from aggregation.verification import VerifyConfig, output_sum, verify_reports
+from aggregation.verification import AggregatorVerification, VerifyConfig, output_sum
 from pfs_base.db_router import DEFAULT, HELPER, aggregator_store
 from pfs_device.wire import Report, SealedShare
 from privacy.field import FieldVector
 from privacy.vdaf.field import Field128
 
 __all__ = [
+    "BatchPair",
     "CollectionClosed",
     "Report",
     "SealedShare",
-    "output_pair_store",
     "output_share_store",
-    "share_pair_upload",
+    "shard_shares_upload",
 ]
 
 
@@ -38,35 +40,65 @@ class CollectionClosed(RuntimeError):
     """Shares arrived for a collection already aggregated or discarded: they would never be read."""
 
 
-def share_pair_upload(
-    *,
-    collection_key: str,
-    batch_key: str,
-    source: str,
-    leader_share: FieldVector,
-    helper_share: FieldVector,
-    reports: int,
-    min_cohort: int,
-) -> None:
-    """Store one (leader, helper) pair of shares for the batch ``batch_key`` of a collection.
+@dataclass(frozen=True)
+class BatchPair:
+    """A simulated shard's two shares of one batch: its answering devices' shares, summed."""
 
-    Under a fresh pair id: the helper's share first, committed in its own store; then the leader's
-    in the caller's transaction (a shard's). A shard retried after its transaction failed stores a
-    new pair; the helper's first share is then an orphan the leader never names.
+    batch_key: str
+    leader_share: FieldVector
+    helper_share: FieldVector
+    reports: int
+    min_cohort: int
+
+
+def shard_shares_upload(*, collection_key: str, source: str, batches: list[BatchPair]) -> None:
+    """Store a simulated shard's pairs of shares, every batch at once: the helper's in one request to
+    its service, then the leader's in the caller's transaction (a shard's), each pair under a fresh id.
+
+    A shard retried after its transaction failed stores new pairs; the helper's first shares are
+    then orphans the leader never names. A closed collection: CollectionClosed, before any request.
     """
-    if leader_share.shape != helper_share.shape or leader_share.ndim != 1:
-        raise ValueError("leader and helper shares must be vectors of one length")
-    pair = secrets.token_hex(16)
-    common = {"collection_key": collection_key, "batch_key": batch_key, "length": leader_share.size, "pair": pair}
-    common.update(source=source, reports=reports, min_cohort=min_cohort, field=FIELD64, check_open=True)
-    # Each store checks its own copy of the rules (check_open): both are closed together
-    # (aggregation.services), so a closed collection gets no helper row, and so no orphan.
-    with transaction.atomic(using=HELPER):
-        share_store(store=HELPER, vector=helper_share.astype("<u8").tobytes(), **common)
-    # No savepoint when the caller's transaction holds this one (a shard's, a report's): a failure
-    # here fails the caller's whole transaction anyway.
+    if not batches:
+        return
+    for batch in batches:
+        if batch.leader_share.shape != batch.helper_share.shape or batch.leader_share.ndim != 1:
+            raise ValueError("leader and helper shares must be vectors of one length")
+    if CollectionRules.objects.filter(key=collection_key, closed=True).exists():
+        raise CollectionClosed(f"collection {collection_key} is closed")
+    pairs = [secrets.token_hex(16) for _ in batches]
+    helper_client.simulated_put(
+        dap.SimulatedSharesReq(
+            collection=collection_key,
+            source=source,
+            shares=[
+                dap.SimulatedShare(
+                    batch=batch.batch_key,
+                    pair=pair,
+                    vector=dap.b64(batch.helper_share.astype("<u8").tobytes()),
+                    reports=batch.reports,
+                    min_cohort=batch.min_cohort,
+                )
+                for batch, pair in zip(batches, pairs, strict=True)
+            ],
+        )
+    )
+    # No savepoint when the caller's transaction holds this one (a shard's): a failure here fails
+    # the caller's whole transaction anyway.
     with transaction.atomic(savepoint=False):
-        share_store(store=DEFAULT, vector=leader_share.astype("<u8").tobytes(), **common)
+        for batch, pair in zip(batches, pairs, strict=True):
+            share_store(
+                store=DEFAULT,
+                collection_key=collection_key,
+                batch_key=batch.batch_key,
+                length=batch.leader_share.size,
+                pair=pair,
+                source=source,
+                vector=batch.leader_share.astype("<u8").tobytes(),
+                field=FIELD64,
+                reports=batch.reports,
+                min_cohort=batch.min_cohort,
+                check_open=True,
+            )
 
 
 def share_store(
@@ -156,16 +188,6 @@ def output_share_store(
     )
 
 
-def output_pair_store(*, outputs: dict[str, bytes], pair: str | None = None, **kwargs) -> None:
-    """Both aggregators' output_share_store under one pair id (a fresh one when None): the helper's
-    committed first in its own store, then the leader's in the caller's transaction."""
-    pair = pair or secrets.token_hex(16)
-    with transaction.atomic(using=HELPER):
-        output_share_store(role="helper", pair=pair, output=outputs["helper"], **kwargs)
-    with transaction.atomic(savepoint=False):
-        output_share_store(role="leader", pair=pair, output=outputs["leader"], **kwargs)
-
-
 def verified_reports_upload(
     *,
     collection_key: str,
@@ -177,31 +199,65 @@ def verified_reports_upload(
     helper_shares: list[bytes],
     min_cohort: int,
 ) -> int:
-    """Per-device Prio3 reports of a simulated shard (a fleet with ``prio3_reports``): both aggregators
-    verify every report as they verify a real device's (aggregation.verification, each side with its
-    own state), count the rejected ones (``proof_invalid``), and store the accepted ones' output shares
-    summed. No token or HPKE: the simulator's devices hand their shares over directly. Returns how many
-    were accepted.
+    """Per-device Prio3 reports of a simulated shard (a fleet with ``prio3_reports``): verified as a
+    real device's are, in one aggregation job at the helper (its shares in the clear: the simulator's
+    devices hand them over directly, with no token or HPKE, which the helper takes only in a
+    simulated fleet's collection). Rejected reports are counted (``proof_invalid``); the leader
+    stores its accepted output shares summed. Returns how many were accepted.
     """
     rules = CollectionRules.objects.get(key=collection_key)
     config = VerifyConfig.of(
         collection_key=collection_key, shape=rules_shape(rules), verify_key=bytes(rules.verify_key)
     )
-    helper_rules = CollectionRules.objects.using(HELPER).get(key=collection_key)  # the helper's own copy
-    helper_config = VerifyConfig.of(
-        collection_key=collection_key, shape=rules_shape(helper_rules), verify_key=bytes(helper_rules.verify_key)
-    )
-    shares = {"leader": leader_shares, "helper": helper_shares}
-    sides = verify_reports(config, nonces, public_shares, shares, helper_config=helper_config)
-    kept = [k for k in range(len(nonces)) if all(side.accepted[k] for side in sides.values())]
-    refused = {
-        (role, PROOF_INVALID): side.accepted.count(False) for role, side in sides.items() if not all(side.accepted)
-    }
+    side = AggregatorVerification("leader", config)
+    verifier_shares = side.start(nonces, public_shares, leader_shares)
+    sent = [k for k, share in enumerate(verifier_shares) if share is not None]
+    messages: list[bytes | None] = [None] * len(nonces)
+    pair = secrets.token_hex(16)
+    refused: dict[tuple[str, str], int] = {}
+    if len(sent) < len(nonces):
+        refused["leader", PROOF_INVALID] = len(nonces) - len(sent)
+    if sent:
+        answer = helper_client.job_run(
+            pair,
+            dap.AggregationJobInitReq(
+                collection=collection_key,
+                min_cohort=min_cohort,
+                verify_inits=[
+                    dap.VerifyInit(
+                        report_id=nonces[k].hex(),
+                        batch=batch_key,
+                        time=0.0,
+                        version=1,
+                        public_share=dap.b64(public_shares[k]),
+                        token=None,
+                        encrypted_input_share=None,
+                        input_share=dap.b64(helper_shares[k]),
+                        payload=dap.b64(verifier_shares[k]),  # type: ignore[arg-type]
+                    )
+                    for k in sent
+                ],
+            ),
+        )
+        for k, resp in zip(sent, answer.verify_resps, strict=True):
+            if resp.type == dap.CONTINUE:
+                messages[k] = dap.unb64(resp.payload, "payload")
+            else:
+                key = ("helper", resp.report_error or PROOF_INVALID)
+                refused[key] = refused.get(key, 0) + 1
+    accepted = side.finish(messages)
+    kept = [k for k in range(len(nonces)) if accepted[k]]
     if refused:
         rejections_add(collection_key=collection_key, counts=refused)
     if kept:
-        outputs = {role: output_sum(config, [side.output_share(k) for k in kept]) for role, side in sides.items()}
-        output_pair_store(
-            rules=rules, batch_key=batch_key, source=source, outputs=outputs, reports=len(kept), min_cohort=min_cohort
+        output_share_store(
+            role="leader",
+            rules=rules,
+            batch_key=batch_key,
+            source=source,
+            pair=pair,
+            output=output_sum(config, [side.output_share(k) for k in kept]),
+            reports=len(kept),
+            min_cohort=min_cohort,
         )
     return len(kept)

@@ -16,6 +16,7 @@ from celery import chord, shared_task
 from django.conf import settings
 from django.db import OperationalError
 
+from aggregation.helper_client import HelperUnavailable
 from analyses import task_names
 from analyses.adaptive import chain, comparison
 from analyses.reaper import rounds_reap
@@ -26,9 +27,11 @@ logger = logging.getLogger(__name__)
 # Only transient database trouble (a lock timeout, a dropped connection) is retried; a refusal
 # or a bug is not.
 _RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": 2, "retry_backoff_max": 30, "max_retries": 5}
+# The helper not answering is retried longer: a round waits for it (about 20 minutes) before it fails.
+_HELPER_RETRY = {**_RETRY, "autoretry_for": (OperationalError, HelperUnavailable), "max_retries": 40}
 
 
-@shared_task(name=task_names.DISPATCH_ROUND, acks_late=True, reject_on_worker_lost=True, **_RETRY)
+@shared_task(name=task_names.DISPATCH_ROUND, acks_late=True, reject_on_worker_lost=True, **_HELPER_RETRY)
 def dispatch_round(round_id: int) -> None:
     shard_ids = rounds.round_dispatch(round_id=round_id)
     if not shard_ids:
@@ -42,7 +45,7 @@ def dispatch_round(round_id: int) -> None:
         raise
 
 
-@shared_task(name=task_names.RUN_SHARD, acks_late=True, reject_on_worker_lost=True, **_RETRY)
+@shared_task(name=task_names.RUN_SHARD, acks_late=True, reject_on_worker_lost=True, **_HELPER_RETRY)
 def run_shard(round_id: int, shard_id: int) -> None:
     rounds.round_shard_run(round_id=round_id, shard_id=shard_id)
 
@@ -57,7 +60,7 @@ _PENDING_RETRIES, _PENDING_COUNTDOWN = 90, 2
 def aggregate_round(self, round_id: int) -> None:
     try:
         rounds.round_aggregate(round_id=round_id)
-    except (rounds.ShardsPending, OperationalError) as pending:
+    except (rounds.ShardsPending, OperationalError, HelperUnavailable) as pending:
         if self.request.retries >= _PENDING_RETRIES:
             rounds.round_fail(round_id=round_id, error=f"aggregation gave up: {pending}")
             return

@@ -35,7 +35,8 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from aggregation.upload import share_pair_upload
+    from aggregation.services import collection_rules_open
+    from aggregation.upload import BatchPair, shard_shares_upload
     from analyses.services.collector import ClientNoiseEstimator, collection_release
     from privacy import field
     from privacy.intervals import present, z_value
@@ -48,6 +49,7 @@ def main() -> None:
     timings = []
     for repetition in range(3):
         key = f"bench/{repetition}"
+        collection_rules_open(key=key, length=BUCKETS, min_cohort=1_000, weight_bound=1)
         for cohort in range(COHORTS):
             for shard in range(SHARDS):
                 values = rng.integers(0, BUCKETS, size=REPORTS_PER_SHARD)
@@ -57,15 +59,8 @@ def main() -> None:
                     else rng.binomial(REPORTS_PER_SHARD, mechanism.p_other, size=BUCKETS)
                 )
                 leader, helper = field.split(field.to_field(counts), rng)
-                share_pair_upload(
-                    collection_key=key,
-                    batch_key=f"cohort={cohort}",
-                    source=f"shard:{shard}",
-                    leader_share=leader,
-                    helper_share=helper,
-                    reports=REPORTS_PER_SHARD,
-                    min_cohort=1_000,
-                )
+                pair = BatchPair(f"cohort={cohort}", leader, helper, reports=REPORTS_PER_SHARD, min_cohort=1_000)
+                shard_shares_upload(collection_key=key, source=f"shard:{shard}", batches=[pair])
         start = time.perf_counter()
         estimator = ClientNoiseEstimator(mechanism="asymmetric_ohe", epsilon0=4.0, domain_size=BUCKETS)
         batches = collection_release(collection_key=key, estimator=estimator)

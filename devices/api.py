@@ -22,7 +22,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from aggregation.aggregators import HELPER, LEADER
+from aggregation import helper_client
+from aggregation.aggregators import LEADER
 from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
 from devices.credentials import device_authenticate
 from devices.models import DeviceCredential
@@ -127,11 +128,25 @@ class DeviceTasks(DeviceView):
                 "device": credential.device_id,
                 "fleet": credential.fleet.name,
                 # What the device compares with the keys each aggregator serves at its own /hpke_config
-                # (pfs_device.sdk.keys): it seals to those, and refuses a task whose keys differ.
-                "aggregators": {"leader": _b64(LEADER.public_key()), "helper": _b64(HELPER.public_key())},
+                # (pfs_device.sdk.keys): it seals to those, and refuses a task whose keys differ. The
+                # helper's is the one the helper serves the leader (aggregation.helper_client).
+                "aggregators": {"leader": _b64(LEADER.public_key()), "helper": _b64(_helper_key())},
                 "tasks": tasks,
             }
         )
+
+
+class HelperUnreachable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The helper aggregator does not answer; try again later."
+    default_code = "helper_unavailable"
+
+
+def _helper_key() -> bytes:
+    try:
+        return helper_client.public_key()
+    except helper_client.HelperUnavailable as error:
+        raise HelperUnreachable() from error
 
 
 class TokenRequest(StrictSerializer):

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
-from aggregation.upload import share_pair_upload, verified_reports_upload
+from aggregation.upload import BatchPair, shard_shares_upload, verified_reports_upload
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
 from pfs_base import metrics
 from pfs_device.budget import Accountant, Decision, ledger_empty
@@ -192,6 +192,7 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
     share_rng = _coins(task, shard, 2)
 
     batch_keys = cohort_keys(task.cohorts, columns, shard.fleet.vocabularies)
+    pairs: list[BatchPair] = []
     for batch_key in sorted(set(batch_keys[answered].tolist())):
         members = answered & (batch_keys == batch_key)
         if shard.fleet.prio3_reports:
@@ -206,15 +207,17 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
         # The devices of a simulated shard hand over their shares pre-summed. A sum of independent
         # uniform leader shares is itself uniform, so one uniform mask has the same distribution.
         leader, helper = prime_field.split(prime_field.to_field(report_sum), share_rng)
-        share_pair_upload(
-            collection_key=task.task_key,
-            batch_key=batch_key,
-            source=f"shard:{shard.pk}",
-            leader_share=leader,
-            helper_share=helper,
-            reports=int(members.sum()),
-            min_cohort=privacy.min_cohort,
+        pairs.append(
+            BatchPair(
+                batch_key=batch_key,
+                leader_share=leader,
+                helper_share=helper,
+                reports=int(members.sum()),
+                min_cohort=privacy.min_cohort,
+            )
         )
+    # The shard's helper shares in one request to the helper's service, every batch at once.
+    shard_shares_upload(collection_key=task.task_key, source=f"shard:{shard.pk}", batches=pairs)
 
 
 def _prio3_reports_upload(

@@ -20,7 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
+from pfs_base.errors import Conflict, NotAllowed, Unavailable, ValidationFailed
 
 logger = logging.getLogger("pfs_web.api")
 
@@ -93,6 +93,10 @@ def _as_api_exception(exc: Exception) -> exceptions.APIException | None:
         return ConflictError(str(exc))
     if isinstance(exc, NotAllowed):
         return exceptions.PermissionDenied(str(exc))
+    if isinstance(exc, Unavailable):
+        unavailable = exceptions.APIException(str(exc), "unavailable")
+        unavailable.status_code = 503
+        return unavailable
     return None
 
 

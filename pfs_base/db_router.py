@@ -22,7 +22,9 @@ DEFAULT = "default"
 ISSUER = "issuer"
 HELPER = "helper"
 ISSUER_MODELS = frozenset({("aggregation", "tokenissuerkey"), ("aggregation", "issuedtoken")})
-HELPER_ONLY_MODELS = frozenset({("aggregation", "helpershare"), ("aggregation", "helperjob")})
+HELPER_ONLY_MODELS = frozenset(
+    {("aggregation", "helpershare"), ("aggregation", "helperjob"), ("aggregation", "helperrelease")}
+)
 # The aggregator tables both aggregators keep, each in its own store, with its own rows.
 HELPER_MODELS = HELPER_ONLY_MODELS | {
     ("aggregation", name)

@@ -18,3 +18,8 @@ class Conflict(NotAllowed):
 
     The API answers 409 rather than 403; callers that catch NotAllowed still catch it.
     """
+
+
+class Unavailable(RuntimeError):
+    """Another service this one depends on did not answer (the helper aggregator): nothing was
+    done; the same request may succeed later. The API answers 503."""

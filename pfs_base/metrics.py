@@ -49,6 +49,11 @@ REPORTS_REJECTED = Counter(
     "Uploaded device reports an aggregator rejected, by aggregator and reason.",
     ["aggregator", "reason"],
 )
+HELPER_JOB_REPORTS = Counter(
+    "pfs_helper_job_reports",
+    "Reports in the helper's aggregation jobs, as the helper's own service decided them: accepted, or the reason refused.",
+    ["outcome"],
+)
 BUDGET_REFUSALS = Counter(
     "pfs_budget_refusals",
     "Devices of a simulated fleet that refused a round, by reason: analysis_budget (check 1), "
@@ -83,6 +88,14 @@ def reports_counted(*, accepted: int = 0, rejected: Mapping[tuple[str, str], int
             REPORTS_REJECTED.labels(aggregator, reason).inc(number)
 
     transaction.on_commit(count)
+
+
+def helper_job_counted(*, accepted: int, rejected: Mapping[str, int]) -> None:
+    """One aggregation job at the helper's service: ``rejected`` maps a reason to a count."""
+    if accepted:
+        HELPER_JOB_REPORTS.labels("accepted").inc(accepted)
+    for reason, number in rejected.items():
+        HELPER_JOB_REPORTS.labels(reason).inc(number)
 
 
 def budget_refusals_counted(outcomes: Mapping[str, int]) -> None:

@@ -178,17 +178,36 @@ DATABASES = {
         _store_database_url(_DEFAULT_DATABASE_URL, "issuer"),
         test_sqlite=env_str("TEST_ISSUER_SQLITE_PATH", str(BASE_DIR / "var" / "test-issuer.sqlite3")),
     ),
-    "helper": _database(
-        _store_database_url(_DEFAULT_DATABASE_URL, "helper"),
-        test_sqlite=env_str("TEST_HELPER_SQLITE_PATH", str(BASE_DIR / "var" / "test-helper.sqlite3")),
-    ),
 }
+# The helper's store: its own service's database (pfs_web.settings_helper). The leader reaches the
+# helper over HTTP only (aggregation.helper_client) and has no connection to it, but in the unit
+# tests, which run the helper's views in this process (PFS_HELPER_TRANSPORT=in-process).
+HELPER_DATABASE = _database(
+    _store_database_url(_DEFAULT_DATABASE_URL, "helper"),
+    test_sqlite=env_str("TEST_HELPER_SQLITE_PATH", str(BASE_DIR / "var" / "test-helper.sqlite3")),
+)
+PFS_HELPER_TRANSPORT = env_choice("PFS_HELPER_TRANSPORT", "http", ("http", "in-process"))
+if PFS_HELPER_TRANSPORT == "in-process":
+    DATABASES["helper"] = HELPER_DATABASE
 DATABASE_ROUTERS = ["pfs_base.db_router.StoreRouter"]
 # The role this process plays: the leader (with the dashboard, the API and the devices' endpoints),
 # or the helper's own service (pfs_web.settings_helper). Each aggregator serves its own HPKE
 # configuration at /hpke_config; HELPER_URL is where devices and the leader reach the helper's.
 PFS_ROLE = "leader"
 HELPER_URL = env_str("HELPER_URL", "http://127.0.0.1:8001").rstrip("/")
+# The leader's requests to the helper (aggregation.helper_client): seconds each, and attempts
+# (with backoff, about half a minute in all) before it leaves the work to be resumed.
+PFS_HELPER_TIMEOUT = env_float("PFS_HELPER_TIMEOUT", 60.0, minimum=0.1)
+PFS_HELPER_ATTEMPTS = env_int("PFS_HELPER_ATTEMPTS", 6, minimum=1)
+# The secret the two operators exchange at set-up, from which each collection's aggregator auth
+# token is derived (aggregation.dap.auth_token). Both hosts set the same value; unset, it is derived
+# from SECRET_KEY, which only works where both services share one .env (the embedded default).
+PFS_AGGREGATOR_AUTH_SECRET = (env_str("PFS_AGGREGATOR_AUTH_SECRET") or f"derived from SECRET_KEY|{SECRET_KEY}").encode()
+# The helper operator's own rules, which no request of the leader's can lower: the smallest minimum
+# cohort it releases a batch at, and whether it takes simulated fleets' collections at all (shares
+# made up by the leader's simulator: off for a helper that serves real devices only).
+PFS_HELPER_MIN_COHORT_FLOOR = env_int("PFS_HELPER_MIN_COHORT_FLOOR", 0)
+PFS_HELPER_ACCEPT_SIMULATED = env_bool("PFS_HELPER_ACCEPT_SIMULATED", True)
 
 # Private keys (docs/deployment.md, "Keys"): each of the leader's and the helper's HPKE keys, and the
 # issuer's key-wrapping key, from the environment (PFS_<ROLE>_KEY: base64 of 32 bytes, the current

@@ -13,13 +13,13 @@ the helper's part only, with what is the helper's only:
 """
 
 from pfs_web.settings import *  # noqa: F403
-from pfs_web.settings import DATABASES as _ALL_STORES
+from pfs_web.settings import HELPER_DATABASE
 
 PFS_ROLE = "helper"
 # The aggregators' code names the helper's store "helper". Django needs a "default" too: an empty
 # database in memory, where the router puts no table (a second connection to the store's file would
 # only contend for its lock).
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}, "helper": _ALL_STORES["helper"]}
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}, "helper": HELPER_DATABASE}
 DATABASE_ROUTERS = ["pfs_base.db_router.HelperServiceRouter"]
 
 INSTALLED_APPS = ["aggregation", "pfs_web"]

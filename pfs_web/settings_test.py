@@ -9,6 +9,9 @@ os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")
 # The suite never reads this checkout's .env (make setup's local settings): tests set what they need.
 # Exported, so that the servers and workers the tests start do not read it either.
 os.environ.setdefault("PFS_ENV_FILE", os.devnull)
+# The unit tests run the helper's views in this process (aggregation.helper_client); a test that
+# starts the helper as its own process sets PFS_HELPER_TRANSPORT=http for the leader it starts.
+os.environ.setdefault("PFS_HELPER_TRANSPORT", "in-process")
 
 from pfs_web.settings import *  # noqa: E402,F403
 

@@ -2,18 +2,19 @@
 
 Devices' uploads are verified in bulk (aggregation.ingest, a chunk of pending reports per job);
 the tests check the protocol report by report, with the same checks (aggregation.reports.reports_check)
-and the same stores, as an aggregation job of one report: the helper's output share and spent token
-first, in one transaction on its own store, then the leader's on the default store.
+as an aggregation job of one report: the helper checks and commits its part in the job (through
+its views, aggregation.helper_client), then the leader stores its own on the default store.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from django.db import IntegrityError, connections, transaction
 
-from aggregation.aggregators import AGGREGATORS, LEADER, REPORT_SOURCE
-from aggregation.aggregators import HELPER as HELPER_AGGREGATOR
+from aggregation.aggregators import LEADER, REPORT_SOURCE
+from aggregation.batch_rules import arrival_coarse
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, SpentToken
 from aggregation.reports import (
@@ -21,14 +22,13 @@ from aggregation.reports import (
     TOKEN_REUSED,
     UNKNOWN_COLLECTION,
     collection_rules_get,
-    helper_job_begin,
     rejections_add,
     reports_check,
 )
 from aggregation.upload import CollectionClosed, output_share_store
 from pfs_base import metrics
 from pfs_base.db_router import DEFAULT
-from pfs_device.wire import Report
+from pfs_device.wire import Report, report_bytes
 
 
 @dataclass(frozen=True)
@@ -47,37 +47,41 @@ def report_submit(report: Report, *, rules: CollectionRules | None = None) -> Re
     if rules is None:
         return ReportOutcome(accepted=False, reason=UNKNOWN_COLLECTION)
     if rules.closed:
-        return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
+        return _rejected(report.collection_key, {"leader": COLLECTION_CLOSED})
     issuer = issuer_public_key(report.collection_key)
-    job = f"{REPORT_SOURCE}{report.token.digest}"  # a job of one report: a replay is the same job
-    (check,) = reports_check([report], rules=rules, issuer=issuer, spent_at=[_spent_at(report, job=job)])
+    # A job of one report, named by its content: a replay of the same report is the same job.
+    job = f"{REPORT_SOURCE}{hashlib.sha256(report_bytes(report)).hexdigest()[:32]}"
+    spent = set(
+        SpentToken.objects.filter(
+            role=LEADER.role, collection_key=report.collection_key, token_digest=report.token.digest
+        )
+        .exclude(job=job)
+        .values_list("token_digest", flat=True)
+    )
+    (check,) = reports_check(
+        [report], rules=rules, issuer=issuer, spent=spent, job=job, times=[arrival_coarse().timestamp()]
+    )
     if not check.accepted:
         return _rejected(report.collection_key, check.reasons)
     try:
-        for aggregator in (HELPER_AGGREGATOR, LEADER):  # the helper's first, committed
-            with transaction.atomic(using=aggregator.store):
-                _hold_open(report.collection_key, using=aggregator.store)
-                if aggregator is HELPER_AGGREGATOR and not helper_job_begin(report.collection_key, job):
-                    continue  # stored by an earlier attempt of this job
-                SpentToken.objects.using(aggregator.store).create(
-                    role=aggregator.role,
-                    collection_key=report.collection_key,
-                    token_digest=report.token.digest,
-                    job=job,
-                )
-                output_share_store(
-                    role=aggregator.role,
-                    rules=rules,
-                    batch_key=report.batch_key,
-                    source=job,
-                    pair=job,
-                    output=check.outputs[aggregator.role],
-                    reports=1,
-                )
+        with transaction.atomic():
+            _hold_open(report.collection_key)
+            SpentToken.objects.create(
+                role=LEADER.role, collection_key=report.collection_key, token_digest=report.token.digest, job=job
+            )
+            output_share_store(
+                role=LEADER.role,
+                rules=rules,
+                batch_key=report.batch_key,
+                source=job,
+                pair=job,
+                output=check.output,
+                reports=1,
+            )
     except IntegrityError:  # the same token raced in concurrently: it was spent meanwhile
-        return _rejected(report.collection_key, {a.role: TOKEN_REUSED for a in AGGREGATORS})
+        return _rejected(report.collection_key, {"leader": TOKEN_REUSED})
     except CollectionClosed:  # closed while the report was being checked
-        return _rejected(report.collection_key, {a.role: COLLECTION_CLOSED for a in AGGREGATORS})
+        return _rejected(report.collection_key, {"leader": COLLECTION_CLOSED})
     metrics.reports_counted(accepted=1)
     return ReportOutcome(accepted=True)
 
@@ -95,19 +99,6 @@ def _hold_open(collection_key: str, *, using: str = DEFAULT) -> None:
                 f"SELECT 1 FROM {CollectionRules._meta.db_table} WHERE key = %s FOR SHARE",  # noqa: S608 (a model's table)
                 [collection_key],
             )
-
-
-def _spent_at(report: Report, *, job: str) -> set[str]:
-    """The aggregators that have accepted the report's token before, in another job than ``job``
-    (each reads its own record in its own store)."""
-    return {
-        aggregator.role
-        for aggregator in AGGREGATORS
-        if SpentToken.objects.using(aggregator.store)
-        .filter(role=aggregator.role, collection_key=report.collection_key, token_digest=report.token.digest)
-        .exclude(job=job)
-        .exists()
-    }
 
 
 def _rejected(collection_key: str, reasons: dict[str, str]) -> ReportOutcome:

@@ -17,7 +17,7 @@ from django.db import transaction
 from aggregation.aggregators import AggregateShare
 from aggregation.models import FIELD64
 from aggregation.services import collection_aggregate
-from pfs_base.db_router import DEFAULT, HELPER
+from pfs_base.db_router import DEFAULT
 from privacy import field as prime_field
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, add, to_counts, to_signed
@@ -88,13 +88,13 @@ Estimator = ClientNoiseEstimator | AggregatorNoiseEstimator
 def collection_release(*, collection_key: str, estimator: Estimator) -> list[BatchEstimate]:
     """Aggregate, combine and estimate each batch of a collection; batches below the cohort are suppressed.
 
-    Runs in one transaction on each store with the deletion of the shares, so that a failure
+    Runs in one transaction on the leader's store with the deletion of its shares, so that a failure
     releases nothing and loses nothing, and a caller that stores the release in the same transaction
-    makes a retried aggregation a no-op (aggregation.services.collection_aggregate says why the
-    helper's commit first fails closed, and why the pending uploads are verified first).
+    makes a retried aggregation a no-op (aggregation.services.collection_aggregate says why a retry
+    gets the helper's same shares, and why the pending uploads are verified first).
     """
     results: list[BatchEstimate] = []
-    with transaction.atomic(using=DEFAULT), transaction.atomic(using=HELPER):
+    with transaction.atomic(using=DEFAULT):
         for batch in collection_aggregate(collection_key=collection_key):
             leader, helper = batch.leader, batch.helper
             if not isinstance(leader, AggregateShare) or not isinstance(helper, AggregateShare):

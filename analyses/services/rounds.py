@@ -15,8 +15,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from aggregation.batch_rules import rate_rules
+from aggregation.issuer import issuer_public_key
+from aggregation.models import CollectionRules
 from aggregation.services import (
     collection_discard,
+    collection_provision,
     collection_rules_open,
 )
 from analyses import device_rounds
@@ -106,12 +109,14 @@ def _collection_rules_open(round_: Round) -> None:
     length, weight_bound = shape.length, shape.weight_bound
     # Rate validation for uploads from real devices, on by default: the expected rate is the
     # fleet's devices times the sampling rate, spread over PFS_REPORT_SPREAD_SECONDS.
-    rate, window = None, 60.0
+    rate, window, token_key = None, 60.0, None
     fleet = round_.recipe.analysis.fleet
     if fleet.is_real:
         rate, window = rate_rules(
             devices=max(fleet.size, 1), sampling_rate=privacy.sampling_rate, spread=settings.PFS_REPORT_SPREAD_SECONDS
         )
+        # The key the devices' task commits to: both aggregators check every token against it.
+        token_key = issuer_public_key(round_.task_key)
     collection_rules_open(
         key=round_.task_key,
         length=length,
@@ -121,6 +126,11 @@ def _collection_rules_open(round_: Round) -> None:
         expected_rate=rate,
         rate_window=window,
         vdaf=shape.kind,
+        token_key=token_key,
+        # Real devices get the task, and seal to the helper's key, from now: the helper must know the
+        # collection now (its key rotation keeps a retired key for the collections it knows). A
+        # simulated round's is provisioned by its dispatch (a task, retried while the helper is down).
+        provision=fleet.is_real,
     )
 
 
@@ -184,6 +194,10 @@ def round_dispatch(*, round_id: int) -> list[int]:
         )
         if round_.status != Round.Status.QUEUED:
             return shard_ids if round_.status == Round.Status.RUNNING else []
+        # The helper's task, before any share is sent to it (HelperUnavailable: the task is retried).
+        if not CollectionRules.objects.filter(key=round_.task_key).exists():
+            _collection_rules_open(round_)  # a round made by hand, not by round_start
+        collection_provision(collection_key=round_.task_key)
         round_.status = Round.Status.RUNNING
         round_.shards_total = len(shard_ids)
         round_.started_at = timezone.now()

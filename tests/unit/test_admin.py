@@ -42,12 +42,11 @@ def test_a_policy_edit_after_approval_does_not_change_what_devices_enforce(analy
 def test_operators_read_the_aggregators_rules_and_rejections(client, django_user_model) -> None:
     CollectionRules.objects.create(key="k", length=8, min_cohort=3, weight_bound=4)
     ReportRejection.objects.create(role="leader", collection_key="k", reason="token_reused", count=2)
-    ReportRejection.objects.using("helper").create(role="helper", collection_key="k", reason="proof_invalid", count=1)
+    # The helper's rejections as it answered them in its jobs, kept by the leader.
+    ReportRejection.objects.create(role="helper", collection_key="k", reason="proof_invalid", count=1)
     admin_user = django_user_model.objects.create_superuser("root", password="root-password")
     client.force_login(admin_user)
-    leader = client.get("/admin/aggregation/reportrejection/").content
-    assert b"token_reused" in leader and b"proof_invalid" not in leader
-    helper = client.get("/admin/aggregation/helperreportrejection/").content  # from the helper's own store
-    assert b"proof_invalid" in helper and b"token_reused" not in helper
-    assert client.get("/admin/aggregation/collectionrules/").status_code == 200
-    assert client.get("/admin/aggregation/collectionrules/add/").status_code == 403
+    page = client.get("/admin/aggregation/reportrejection/").content
+    assert b"token_reused" in page and b"proof_invalid" in page
+    # The leader's admin has no page of the helper's store: its process cannot open it.
+    assert client.get("/admin/aggregation/helperreportrejection/").status_code == 404

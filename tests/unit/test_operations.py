@@ -196,13 +196,21 @@ def test_uploaded_reports_are_counted_accepted_or_rejected_by_aggregator_and_rea
     django_capture_on_commit_callbacks,
 ) -> None:
     from aggregation.ingest import reports_ingest
+    from aggregation.issuer import issuer_public_key
     from aggregation.services import collection_rules_open
     from privacy.mechanisms import report_weight_bound
     from tests.unit.test_report_ingest import receive
     from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, one_hot, report
 
-    collection_rules_open(key=KEY, length=DOMAIN, min_cohort=3, weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9))
+    collection_rules_open(
+        key=KEY,
+        length=DOMAIN,
+        min_cohort=3,
+        weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9),
+        token_key=issuer_public_key(KEY),
+    )
     accepted = sample("pfs_reports_accepted_total")
+    helper_accepted = sample("pfs_helper_job_reports_total", outcome="accepted")
     reused = {
         a: sample("pfs_reports_rejected_total", aggregator=a, reason="token_reused") for a in ("leader", "helper")
     }
@@ -213,7 +221,8 @@ def test_uploaded_reports_are_counted_accepted_or_rejected_by_aggregator_and_rea
     with django_capture_on_commit_callbacks(execute=True):
         assert reports_ingest(collection_key=KEY).verified == 3
     assert sample("pfs_reports_accepted_total") == accepted + 2
-    for aggregator in ("leader", "helper"):  # each aggregator refuses the replayed token on its own
-        assert (
-            sample("pfs_reports_rejected_total", aggregator=aggregator, reason="token_reused") == reused[aggregator] + 1
-        )
+    # The leader refuses the replayed token itself: it never reaches the helper's job (DAP).
+    assert sample("pfs_reports_rejected_total", aggregator="leader", reason="token_reused") == reused["leader"] + 1
+    assert sample("pfs_reports_rejected_total", aggregator="helper", reason="token_reused") == reused["helper"]
+    # The helper's service counts the reports of its jobs on its own /metrics.
+    assert sample("pfs_helper_job_reports_total", outcome="accepted") == helper_accepted + 2

@@ -18,6 +18,7 @@ from django.utils import timezone
 from aggregation import ingest, intake
 from aggregation.aggregators import HELPER
 from aggregation.ingest import reports_ingest
+from aggregation.issuer import issuer_public_key
 from aggregation.key_rotation import keys_rotate
 from aggregation.models import HelperJob, HelperShare, LeaderShare, PendingReport, SpentToken
 from aggregation.reports import rejections
@@ -40,7 +41,11 @@ KARY = ClientNoiseEstimator(mechanism="kary_rr", epsilon0=3.0, domain_size=DOMAI
 @pytest.fixture
 def rules():
     return collection_rules_open(
-        key=KEY, length=DOMAIN, min_cohort=3, weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9)
+        key=KEY,
+        length=DOMAIN,
+        min_cohort=3,
+        weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9),
+        token_key=issuer_public_key(KEY),
     )
 
 
@@ -135,9 +140,11 @@ def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rule
     receive(good)
     receive(replace(report("d4", one_hot(1)), token=good.token))  # the same token again, same chunk
     assert reports_ingest(collection_key=KEY).verified == 4
+    # The leader refuses the second use of a token itself (it never reaches the helper's job); the
+    # helper refuses the share it cannot read and decides the proof, and the leader counts its answers.
     assert rejections(KEY) == {
-        "helper": {"proof_invalid": 1, "share_malformed": 1, "token_reused": 1},
-        "leader": {"proof_invalid": 1, "token_reused": 1},
+        "helper": {"proof_invalid": 1, "share_malformed": 1},
+        "leader": {"token_reused": 1},
     }
     assert LeaderShare.objects.get().reports == 1
 
@@ -150,7 +157,7 @@ def test_a_failure_inside_a_chunk_stores_nothing_and_leaves_the_chunk_for_a_retr
     receive(report("d3", one_hot(3)))
     real_count = ingest.rejections_add
 
-    def crash(**_kwargs) -> None:  # after the helper's shares and spent tokens are written (its part first)
+    def crash(**_kwargs) -> None:  # in the leader's transaction, after the helper committed its part of the job
         assert HelperShare.objects.exists() and SpentToken.objects.using("helper").exists()
         raise RuntimeError("the worker died here")
 
@@ -158,13 +165,14 @@ def test_a_failure_inside_a_chunk_stores_nothing_and_leaves_the_chunk_for_a_retr
     with pytest.raises(RuntimeError, match="died"):
         reports_ingest(collection_key=KEY)
     assert PendingReport.objects.count() == 4
-    assert not LeaderShare.objects.exists() and not HelperShare.objects.exists()
-    assert spent_tokens() == 0 and rejections(KEY) == {}
+    assert not LeaderShare.objects.exists() and HelperShare.objects.count() == 1
+    assert not SpentToken.objects.using("default").exists() and rejections(KEY) == {}
 
     monkeypatch.setattr(ingest, "rejections_add", real_count)
     result = reports_ingest(collection_key=KEY)
     assert (result.accepted, result.rejected) == (3, 1)
     assert LeaderShare.objects.get().reports == 3 and not PendingReport.objects.exists()
+    assert HelperShare.objects.get().reports == 3  # the job resumed: its answer replayed, nothing stored twice
 
 
 def test_a_failure_after_the_helper_stored_a_chunk_resumes_the_same_job_and_counts_each_report_once(
@@ -172,7 +180,7 @@ def test_a_failure_after_the_helper_stored_a_chunk_resumes_the_same_job_and_coun
 ) -> None:
     tok = token("d0")
     receive(report("d0", one_hot(0), tok=tok))
-    receive(replace(report("d2", one_hot(2)), token=tok))  # a replay: rejected once, by each aggregator
+    receive(replace(report("d2", one_hot(2)), token=tok))  # a replay: rejected once, by the leader
     receive(report("d1", one_hot(1)))
     receive(report("d3", one_hot(3)))
     real_count = ingest.rejections_add
@@ -193,7 +201,7 @@ def test_a_failure_after_the_helper_stored_a_chunk_resumes_the_same_job_and_coun
     result = reports_ingest(collection_key=KEY, chunk=2)
     assert (result.accepted, result.rejected, result.chunks) == (4, 1, 3)
     assert HelperShare.objects.count() == LeaderShare.objects.count() == 3  # no share stored twice
-    assert rejections(KEY) == {"helper": {"token_reused": 1}, "leader": {"token_reused": 1}}
+    assert rejections(KEY) == {"leader": {"token_reused": 1}}
     assert spent_tokens() == 2 * 4
     (batch,) = collection_release(collection_key=KEY, estimator=KARY)
     assert batch.reports == 4 and not batch.suppressed
@@ -227,7 +235,15 @@ def test_the_release_drains_the_pending_reports_first(rules) -> None:
 
 @pytest.mark.parametrize(("spacing", "refused"), [(0, True), (10, False)])
 def test_rate_validation_reads_when_the_bulk_verified_reports_arrived(spacing, refused) -> None:
-    collection_rules_open(key=KEY, length=DOMAIN, min_cohort=3, weight_bound=DOMAIN, expected_rate=0.1, rate_window=60)
+    collection_rules_open(
+        key=KEY,
+        length=DOMAIN,
+        min_cohort=3,
+        weight_bound=DOMAIN,
+        expected_rate=0.1,
+        rate_window=60,
+        token_key=issuer_public_key(KEY),
+    )
     for device in range(14):
         receive(report(f"d{device}", one_hot(device % DOMAIN)))
     start = timezone.now()
@@ -351,7 +367,7 @@ def test_a_stored_v2_report_opens_only_in_its_own_context_and_version(rules, tam
     PendingReport.objects.create(collection_key=KEY, body=wire.report_bytes(tampered))
     result = reports_ingest(collection_key=KEY)
     assert (result.accepted, result.rejected) == (0, 1)
-    assert rejections(KEY) == {"helper": {"share_unopened": 1}, "leader": {"share_unopened": 1}}
+    assert rejections(KEY) == {"leader": {"share_unopened": 1}}
     assert not LeaderShare.objects.exists() and not SpentToken.objects.exists()
 
 

@@ -10,6 +10,7 @@ input exits with code 2 and changes nothing.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from aggregation.key_rotation import RotationRefused, keys_rotate
@@ -27,6 +28,16 @@ class Command(BaseCommand):
         if role not in ROLES:
             raise CommandError(
                 f"invalid input, nothing was changed:\n  role: {role!r} is not one of {', '.join(ROLES)}", returncode=2
+            )
+        own = role == "helper" if settings.PFS_ROLE == "helper" else role != "helper" or "helper" in settings.DATABASES
+        if not own:
+            # Each party rotates its own keys, on its own host: the leader's process cannot reach the
+            # helper's store, nor the helper's service the leader's or the issuer's.
+            where = "the helper's own service (DJANGO_SETTINGS_MODULE=pfs_web.settings_helper)"
+            raise CommandError(
+                f"invalid input, nothing was changed:\n  role: rotate the {role}'s keys from "
+                + (where if role == "helper" else "the leader's process (pfs_web.settings)"),
+                returncode=2,
             )
         try:
             rotation = keys_rotate(role=role)

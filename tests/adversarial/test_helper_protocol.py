@@ -1,0 +1,302 @@
+"""Attacks on the helper's endpoints (aggregation.dap, aggregation.helper_api) by whoever can reach
+them: a leader's operator that wants more than the protocol gives, or anyone on the wire.
+
+Every request here goes through the helper's URLs and views as bytes, as the leader's client sends
+them (the helper's views run in this process; tests/integration/test_two_services.py runs the same
+over a socket to the helper as a process of its own). A refusal writes nothing at the helper.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from django.test import Client, override_settings
+
+from aggregation import dap, helper_client
+from aggregation.issuer import issuer_public_key
+from aggregation.models import CollectionRules, HelperJob, HelperRelease, HelperShare, SpentToken
+from aggregation.reports import rejections
+from aggregation.services import collection_rules_open
+from analyses.services.collector import ClientNoiseEstimator, collection_release
+from tests.unit.test_report_ingest import receive
+from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, one_hot, report
+
+pytestmark = pytest.mark.django_db
+HELPER_STORE = "helper"
+KARY = ClientNoiseEstimator(mechanism="asymmetric_ohe", epsilon0=3.0, domain_size=DOMAIN)
+
+
+@pytest.fixture
+def rules():
+    from privacy.mechanisms import report_weight_bound
+
+    return collection_rules_open(
+        key=KEY,
+        length=DOMAIN,
+        min_cohort=3,
+        weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9),
+        token_key=issuer_public_key(KEY),
+    )
+
+
+@pytest.fixture
+def helper():
+    """An HTTP client of the helper's service (its URLs, its views)."""
+    with override_settings(ROOT_URLCONF="pfs_web.urls_helper"):
+        yield Client()
+
+
+def send(helper: Client, method: str, path: str, message: str, body: bytes, *, collection: str = KEY, token=None):
+    auth = dap.auth_token(b"x", "x") if token == "wrong" else token
+    if auth is None:
+        from django.conf import settings
+
+        auth = dap.auth_token(settings.PFS_AGGREGATOR_AUTH_SECRET, collection)
+    return helper.generic(
+        method,
+        f"/tasks/{dap.task_id(collection)}{path}",
+        body,
+        content_type=dap.media_type(message),
+        HTTP_AUTHORIZATION=f"Bearer {auth}",
+    )
+
+
+def jobs_captured(monkeypatch) -> list[tuple[str, dap.AggregationJobInitReq]]:
+    """Every aggregation job the leader sends, as it sends it (the job still runs)."""
+    sent: list[tuple[str, dap.AggregationJobInitReq]] = []
+    real = helper_client.job_run
+
+    def capture(job, request):
+        sent.append((job, request))
+        return real(job, request)
+
+    monkeypatch.setattr(helper_client, "job_run", capture)
+    return sent
+
+
+def helper_state() -> tuple:
+    """Everything the helper keeps of the collection: a refusal changes none of it."""
+    return (
+        sorted(HelperShare.objects.using(HELPER_STORE).values_list("pair", "reports")),
+        sorted(SpentToken.objects.using(HELPER_STORE).values_list("token_digest", flat=True)),
+        sorted(HelperJob.objects.using(HELPER_STORE).values_list("job", flat=True)),
+        list(CollectionRules.objects.using(HELPER_STORE).values_list("min_cohort", "noise_epsilon", "closed")),
+    )
+
+
+def honest_job(monkeypatch, devices=("a", "b", "c")) -> tuple[str, dap.AggregationJobInitReq]:
+    from aggregation.ingest import reports_ingest
+
+    sent = jobs_captured(monkeypatch)
+    for device in devices:
+        receive(report(device, one_hot(1)))
+    assert reports_ingest(collection_key=KEY).accepted == len(devices)
+    (job,) = sent
+    return job
+
+
+# ------------------------------------------------------------------ authentication and framing
+
+
+@pytest.mark.parametrize("token", ["wrong", "", "another collection's"])
+def test_a_request_without_the_collections_token_is_refused_logged_and_changes_nothing(
+    rules, monkeypatch, helper, caplog, token
+) -> None:
+    job_id, request = honest_job(monkeypatch)
+    before = helper_state()
+    if token == "another collection's":
+        from django.conf import settings
+
+        token = dap.auth_token(settings.PFS_AGGREGATOR_AUTH_SECRET, "another-collection")
+    for path, message, body in [
+        (f"/aggregation_jobs/{job_id}-2", dap.JOB_INIT, dap.encode(request)),
+        ("/aggregate_shares", dap.SHARE_REQ, dap.encode(dap.AggregateShareReq(collection=KEY, batches={"": []}))),
+        ("", dap.TASK_CONFIG, json.dumps({"collection": KEY}).encode()),
+    ]:
+        method = "POST" if message == dap.SHARE_REQ else "DELETE" if message == dap.TASK_CONFIG else "PUT"
+        answer = send(helper, method, path, message, body, token=token)
+        assert answer.status_code == 401 and answer.json()["code"] == "unauthorized"
+    assert helper_state() == before
+    refusals = [r for r in caplog.records if "wrong aggregator auth token" in r.getMessage()]
+    assert len(refusals) == 3 and all(r.dap_task == dap.task_id(KEY) for r in refusals)
+    given = dap.auth_token(b"x", "x") if token == "wrong" else token
+    assert not given or all(given not in str(vars(r)) for r in refusals)  # the token itself is never logged
+
+
+def test_a_body_for_another_collection_than_its_path_or_another_version_is_refused(rules, helper) -> None:
+    body = dap.encode(dap.AggregateShareReq(collection="another", batches={}))
+    answer = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, body)
+    assert answer.status_code == 400 and answer.json()["code"] == "invalid_message"
+    body = dap.encode(dap.AggregateShareReq(collection=KEY, batches={}))
+    old = helper.post(
+        f"/tasks/{dap.task_id(KEY)}/aggregate_shares",
+        body,
+        content_type=dap.media_type(dap.SHARE_REQ).replace("version=1", "version=0"),
+    )
+    assert old.status_code == 415
+    assert not HelperRelease.objects.using(HELPER_STORE).exists()
+
+
+# ------------------------------------------------------------------ the task's configuration
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"min_cohort": 1}, id="a lower minimum cohort"),
+        pytest.param({"noise_epsilon": 100.0, "noise_delta": 1e-5}, id="other noise"),
+        pytest.param({"token_key": {"n": "3233", "e": "17"}}, id="a token key of the leader's own"),
+        pytest.param({"token_key": None}, id="made a simulated collection"),
+        pytest.param({"verify_key": dap.b64(b"\x01" * 32)}, id="another verification key"),
+    ],
+)
+def test_the_leader_cannot_reconfigure_a_task_the_helper_has(rules, helper, change) -> None:
+    config = json.loads(dap.encode(_config(rules)))
+    before = helper_state()
+    answer = send(helper, "PUT", "", dap.TASK_CONFIG, json.dumps({**config, **change}).encode())
+    assert answer.status_code == 409 and answer.json()["code"] == "conflict"
+    assert helper_state() == before
+    assert send(helper, "PUT", "", dap.TASK_CONFIG, json.dumps(config).encode()).status_code == 200  # the same: fine
+
+
+def _config(rules: CollectionRules) -> dap.TaskConfig:
+    captured = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(helper_client, "_call", lambda *args, **kwargs: captured.append(args[4]))
+        helper_client.task_provision(rules)
+    return dap.TaskConfig.parse(captured[0])
+
+
+def test_a_helper_that_takes_no_simulated_fleets_refuses_their_task_and_their_shares(db, helper, settings) -> None:
+    settings.PFS_HELPER_ACCEPT_SIMULATED = False
+    with pytest.raises(helper_client.HelperRefused, match="takes no simulated"):
+        collection_rules_open(key="simulated", length=DOMAIN, min_cohort=3, weight_bound=1)
+    assert not CollectionRules.objects.using(HELPER_STORE).filter(key="simulated").exists()
+
+
+def test_simulated_shares_never_join_a_collection_of_real_devices(rules, helper) -> None:
+    share = dap.SimulatedShare(batch="", pair="p1", vector=dap.b64(b"\x00" * 8 * DOMAIN), reports=1000, min_cohort=1)
+    body = dap.encode(dap.SimulatedSharesReq(collection=KEY, source="shard:1", shares=[share]))
+    answer = send(helper, "POST", "/simulated_shares", dap.SIMULATED, body)
+    assert answer.status_code == 403 and "devices' reports only" in answer.json()["detail"]
+    assert not HelperShare.objects.using(HELPER_STORE).exists()
+
+
+def test_a_devices_report_never_counts_in_a_simulated_collection(db, monkeypatch) -> None:
+    # The leader provisions a real fleet's collection as simulated (no token key) and sends the
+    # devices' reports into it: the helper takes none of them.
+    from privacy.mechanisms import report_weight_bound
+
+    collection_rules_open(key=KEY, length=DOMAIN, min_cohort=1, weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9))
+    CollectionRules.objects.filter(key=KEY).update(token_key={"n": "1", "e": "1"})  # only the leader's copy
+    sent = jobs_captured(monkeypatch)
+    from aggregation.ingest import reports_ingest
+
+    receive(report("a", one_hot(1)))
+    monkeypatch.setattr("aggregation.reports.verify", lambda *args: True)  # the leader lets the token through
+    assert reports_ingest(collection_key=KEY).accepted == 0
+    assert len(sent) == 1 and rejections(KEY) == {"helper": {"unknown_collection": 1}}
+    assert not HelperShare.objects.using(HELPER_STORE).exists()
+
+
+# ------------------------------------------------------------------ aggregation jobs
+
+
+def test_a_replayed_job_gets_the_same_answer_and_counts_nothing_twice(rules, monkeypatch, helper) -> None:
+    job_id, request = honest_job(monkeypatch)
+    state = helper_state()
+    first = send(helper, "PUT", f"/aggregation_jobs/{job_id}", dap.JOB_INIT, dap.encode(request))
+    second = send(helper, "PUT", f"/aggregation_jobs/{job_id}", dap.JOB_INIT, dap.encode(request))
+    assert first.status_code == second.status_code == 200 and first.content == second.content
+    assert all(r.type == dap.CONTINUE for r in dap.AggregationJobResp.parse(first.content).verify_resps)
+    assert helper_state() == state
+
+
+def test_another_body_under_a_jobs_id_is_refused(rules, monkeypatch, helper) -> None:
+    job_id, request = honest_job(monkeypatch)
+    state = helper_state()
+    reordered = replace(request, verify_inits=list(reversed(request.verify_inits)))
+    answer = send(helper, "PUT", f"/aggregation_jobs/{job_id}", dap.JOB_INIT, dap.encode(reordered))
+    assert answer.status_code == 409 and "exists with another request" in answer.json()["detail"]
+    assert helper_state() == state
+
+
+def test_a_jobs_reports_replayed_or_reordered_under_a_new_id_are_refused_as_spent(rules, monkeypatch, helper) -> None:
+    job_id, request = honest_job(monkeypatch)
+    for n, inits in enumerate([request.verify_inits, list(reversed(request.verify_inits))]):
+        body = dap.encode(replace(request, verify_inits=inits))
+        answer = send(helper, "PUT", f"/aggregation_jobs/{job_id}-again-{n}", dap.JOB_INIT, body)
+        resps = dap.AggregationJobResp.parse(answer.content).verify_resps
+        assert [(r.type, r.report_error) for r in resps] == [(dap.REJECT, "token_reused")] * 3
+    assert sum(HelperShare.objects.using(HELPER_STORE).values_list("reports", flat=True)) == 3
+
+
+def test_a_job_naming_one_report_twice_is_refused_whole(rules, monkeypatch, helper) -> None:
+    job_id, request = honest_job(monkeypatch)
+    state = helper_state()
+    doubled = replace(request, verify_inits=[request.verify_inits[0]] * 2)
+    answer = send(helper, "PUT", f"/aggregation_jobs/{job_id}-doubled", dap.JOB_INIT, dap.encode(doubled))
+    assert answer.status_code == 400 and "distinct" in answer.json()["detail"]
+    assert helper_state() == state
+
+
+def test_a_leader_that_forges_its_verifier_share_gets_no_report_accepted(rules, monkeypatch, helper) -> None:
+    job_id, request = honest_job(monkeypatch, devices=("a",))
+    fresh = report("d", one_hot(2))
+    forged = replace(
+        request.verify_inits[0],
+        report_id=fresh.token.digest,
+        token={"nonce": dap.b64(fresh.token.nonce), "signature": dap.b64(fresh.token.signature)},
+        encrypted_input_share={"enc": dap.b64(fresh.helper.enc), "payload": dap.b64(fresh.helper.ciphertext)},
+        public_share=dap.b64(fresh.public),
+    )  # another report's verifier share: the proof cannot add up
+    answer = send(
+        helper, "PUT", "/aggregation_jobs/forged", dap.JOB_INIT, dap.encode(replace(request, verify_inits=[forged]))
+    )
+    (resp,) = dap.AggregationJobResp.parse(answer.content).verify_resps
+    assert (resp.type, resp.report_error) == (dap.REJECT, "proof_invalid")
+
+
+# ------------------------------------------------------------------ aggregate shares
+
+
+def test_the_helper_releases_once_the_same_answer_to_a_retry_and_nothing_to_another_request(
+    rules, monkeypatch, helper
+) -> None:
+    honest_job(monkeypatch)
+    pairs = list(HelperShare.objects.using(HELPER_STORE).values_list("pair", flat=True))
+    request = dap.encode(dap.AggregateShareReq(collection=KEY, batches={"": pairs}))
+    first = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, request)
+    again = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, request)
+    assert first.status_code == again.status_code == 200 and first.content == again.content  # no second noise draw
+    other = dap.encode(dap.AggregateShareReq(collection=KEY, batches={"": [*pairs, "a-pair-it-never-held"]}))
+    refused = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, other)
+    assert refused.status_code == 409 and "released" in refused.json()["detail"]
+    # And a job after the release finds the collection closed.
+    late = send(helper, "PUT", "/aggregation_jobs/late", dap.JOB_INIT, _one_report_job())
+    assert {r.report_error for r in dap.AggregationJobResp.parse(late.content).verify_resps} == {"collection_closed"}
+
+
+def _one_report_job() -> bytes:
+    fresh = report("late", one_hot(3))
+    init = dap.VerifyInit(
+        report_id=fresh.token.digest,
+        batch="",
+        time=0.0,
+        version=fresh.version,
+        public_share=dap.b64(fresh.public),
+        token={"nonce": dap.b64(fresh.token.nonce), "signature": dap.b64(fresh.token.signature)},
+        encrypted_input_share={"enc": dap.b64(fresh.helper.enc), "payload": dap.b64(fresh.helper.ciphertext)},
+        input_share=None,
+        payload=dap.b64(b"\x00" * 64),
+    )
+    return dap.encode(dap.AggregationJobInitReq(collection=KEY, min_cohort=0, verify_inits=[init]))
+
+
+def test_the_helpers_own_floor_holds_whatever_the_leaders_rules_say(rules, monkeypatch, settings) -> None:
+    honest_job(monkeypatch, devices=("a", "b", "c", "d"))
+    settings.PFS_HELPER_MIN_COHORT_FLOOR = 5  # the helper's operator: never fewer than 5
+    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
+    assert batch.suppressed and batch.reason.startswith("helper: fewer than 5")
