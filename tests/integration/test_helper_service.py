@@ -30,6 +30,7 @@ HELPER_TABLES = {
     "aggregation_collection",
     "aggregation_collectionrules",
     "aggregation_helperjob",
+    "aggregation_helperrelease",
     "aggregation_helpershare",
     "aggregation_reportrejection",
     "aggregation_spenttoken",
@@ -61,7 +62,7 @@ def helper_env(folder: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def start_helper(folder: Path, **extra: str) -> tuple[services.Background, str]:
+def start_helper(folder: Path, *, log_name: str = "helper.log", **extra: str) -> tuple[services.Background, str]:
     env = helper_env(folder, **extra)
     migrate = [sys.executable, "manage.py", "migrate", "--database", "helper", "--noinput"]
     subprocess.run(migrate, cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
@@ -70,7 +71,7 @@ def start_helper(folder: Path, **extra: str) -> tuple[services.Background, str]:
         f"exec {sys.executable} -m gunicorn -c gunicorn.conf.py --workers 1 --bind 127.0.0.1:{port}",
         cwd=ROOT,
         env=env,
-        log_path=folder / "helper.log",
+        log_path=folder / log_name,
     )
     url = f"http://127.0.0.1:{port}"
     server.wait_for(lambda: services.http_status(f"{url}/healthz") == 200, timeout=60, what="/healthz")
