@@ -28,6 +28,10 @@ MIDDLEWARE = [
     "pfs_base.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # No cookie is ever set here (the leader's requests carry a bearer token and are csrf_exempt):
+    # these only keep `check --deploy` clean, and a browser that wanders in gets no frame and no form.
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 ROOT_URLCONF = "pfs_web.urls_helper"
 TEMPLATES = []

@@ -26,10 +26,11 @@ DEPLOY = ROOT / "deploy"
 VENV_BIN = "/opt/pfs/.venv/bin/"  # where deploy/systemd's units expect the virtualenv
 
 
-def documented_environment(tmp_path: Path) -> dict[str, str]:
-    """deploy/pfs.env as an operator fills it in: a generated SECRET_KEY, the metrics folder created."""
-    env = env_file_read(DEPLOY / "pfs.env")
+def documented_environment(tmp_path: Path, name: str = "pfs.env") -> dict[str, str]:
+    """deploy/pfs.env (or the helper's) as an operator fills it in: a generated SECRET_KEY, the metrics folder created."""
+    env = env_file_read(DEPLOY / name)
     assert env["SECRET_KEY"] == "", "the documented file must not ship a key"  # noqa: S105
+    assert env["PFS_AGGREGATOR_AUTH_SECRET"] == "", "nor the secret the two operators exchange"  # noqa: S105
     (tmp_path / "metrics").mkdir()
     return {**env, "SECRET_KEY": secrets.token_urlsafe(50), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
 
@@ -52,6 +53,14 @@ def test_check_deploy_is_clean_with_the_documented_configuration(tmp_path: Path)
     assert "System check identified no issues" in result.stdout
 
 
+def test_check_deploy_is_clean_with_the_helpers_documented_configuration(tmp_path: Path) -> None:
+    env = documented_environment(tmp_path, "pfs-helper.env")
+    assert env["DJANGO_SETTINGS_MODULE"] == "pfs_web.settings_helper"
+    result = check_deploy(env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
 def test_check_deploy_warns_without_the_https_settings(tmp_path: Path) -> None:
     """What the documented file fixes, each from the environment (so the test above is not vacuous)."""
     result = check_deploy({"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50)})
@@ -69,6 +78,7 @@ def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     for source in (DEPLOY / "systemd").glob("*.service"):
         text = source.read_text().replace(VENV_BIN, f"{venv_bin}/").replace("/opt/pfs", str(ROOT))
         text = text.replace("/etc/pfs/pfs.env", str(DEPLOY / "pfs.env"))
+        text = text.replace("/etc/pfs/pfs-helper.env", str(DEPLOY / "pfs-helper.env"))
         text = text.replace("User=pfs", "User=root").replace("Group=pfs", "Group=root")
         (tmp_path / source.name.replace("@", "@1")).write_text(text)
     result = subprocess.run(

@@ -44,8 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "production-profile-password"  # noqa: S105
 
 
-def procfile() -> dict[str, str]:
-    lines = (ROOT / "Procfile").read_text().splitlines()
+def procfile(name: str = "Procfile") -> dict[str, str]:
+    lines = (ROOT / name).read_text().splitlines()
     return dict(line.split(": ", 1) for line in lines if line and not line.startswith("#"))
 
 
@@ -171,11 +171,32 @@ def test_the_production_profile_serves_a_round_its_chart_its_probes_and_its_metr
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
         "PFS_REAPER_INTERVAL": "2",  # so that beat's schedule is seen to run within the test
     }
-    commands = procfile()
-    release = subprocess.run(
-        ["bash", "-c", commands["release"]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert release.returncode == 0, release.stdout + release.stderr
+    # The helper aggregator, as its own operator runs it (Procfile.helper, deploy/pfs-helper.env): its own
+    # settings, database, metrics and port; of the leader's, only the secret the two exchanged.
+    helper_port, exchanged = services.free_port(), secrets.token_urlsafe(32)
+    (tmp_path / "helper-metrics").mkdir()
+    helper_env = {
+        "PATH": env["PATH"],
+        "HOME": env["HOME"],
+        "PFS_ENV_FILE": os.devnull,
+        **env_file_read(ROOT / "deploy" / "pfs-helper.env"),
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "HELPER_DATABASE_URL": services.test_database_url("helper"),
+        "PFS_AGGREGATOR_AUTH_SECRET": exchanged,
+        "PFS_HELPER_ACCEPT_SIMULATED": "1",  # this test's fleet is simulated
+        "SECURE_SSL_REDIRECT": "0",  # reached on loopback here, without the TLS proxy of its host
+        "PFS_BIND": f"127.0.0.1:{helper_port}",
+        "WEB_CONCURRENCY": "2",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "helper-metrics"),
+    }
+    env.update(HELPER_URL=f"http://127.0.0.1:{helper_port}", PFS_AGGREGATOR_AUTH_SECRET=exchanged)
+    commands, helper_commands = procfile(), procfile("Procfile.helper")
+    for command, environment in ((commands["release"], env), (helper_commands["release"], helper_env)):
+        release = subprocess.run(
+            ["bash", "-c", command], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300
+        )
+        assert release.returncode == 0, release.stdout + release.stderr
 
     (tmp_path / "nginx" / "pfs.conf").write_text(
         nginx_site(
@@ -192,6 +213,9 @@ def test_the_production_profile_serves_a_round_its_chart_its_probes_and_its_metr
         name: services.Background(commands[name], cwd=ROOT, env=env, log_path=tmp_path / f"{name}.log")
         for name in ("web", "worker", "beat")
     }
+    processes["helper"] = services.Background(
+        helper_commands["web"], cwd=ROOT, env=helper_env, log_path=tmp_path / "helper.log"
+    )
     processes["nginx"] = services.Background(
         f"exec {nginx} -c {tmp_path / 'nginx' / 'nginx.conf'} -p {tmp_path / 'nginx'}",
         cwd=tmp_path,
@@ -207,6 +231,9 @@ def test_the_production_profile_serves_a_round_its_chart_its_probes_and_its_metr
             what="a ready web process (database, Redis and a worker answering)",
         )
         processes["nginx"].wait_for(lambda: services.http_status(f"{site}/healthz") == 200, timeout=30, what="nginx")
+        processes["helper"].wait_for(
+            lambda: services.http_status(f"http://127.0.0.1:{helper_port}/readyz") == 200, timeout=60, what="the helper"
+        )
 
         # ---- the probes, through nginx over HTTPS
         status, _, body = get(f"{site}/healthz")
@@ -231,6 +258,18 @@ def test_the_production_profile_serves_a_round_its_chart_its_probes_and_its_metr
         client = Client(site, username=analyst.username, password=PASSWORD)
         release = client.run_recipe(analysis.identifier, recipe, poll=0.5, timeout=180)
         assert release["reports"] == 5_000
+        # The helper released its share of each batch from its own process, and counted its work there.
+        helper_metrics = get(f"http://127.0.0.1:{helper_port}/metrics")[2].decode()
+        assert (
+            metric(
+                helper_metrics,
+                "pfs_http_request_duration_seconds_count",
+                route="tasks/<str:task_id>/aggregate_shares",
+                method="POST",
+                status="200",
+            )
+            == 1
+        )
 
         # ---- the request id: given through nginx, returned, and on the app's and nginx's log lines
         status, headers, _ = get(

@@ -17,8 +17,8 @@ DEPLOY = ROOT / "deploy"
 VENV_BIN = "/opt/pfs/.venv/bin/"  # where deploy/systemd's units expect the virtualenv
 
 
-def procfile() -> dict[str, str]:
-    lines = (ROOT / "Procfile").read_text().splitlines()
+def procfile(name: str = "Procfile") -> dict[str, str]:
+    lines = (ROOT / name).read_text().splitlines()
     return dict(line.split(": ", 1) for line in lines if line and not line.startswith("#"))
 
 
@@ -49,6 +49,20 @@ def test_the_systemd_units_run_the_procfiles_commands() -> None:
     assert venv_command(unit("pfs-beat.service")["Service"]["ExecStart"]) == commands["beat"]
     for name in ("pfs-web.service", "pfs-worker@.service", "pfs-beat.service"):
         assert unit(name)["Service"]["EnvironmentFile"] == "/etc/pfs/pfs.env"
+
+
+def test_the_helpers_unit_runs_its_procfiles_commands_with_its_own_settings() -> None:
+    """The helper's host runs Procfile.helper (pfs-helper.service), reading deploy/pfs-helper.env, never the leader's."""
+    commands = procfile("Procfile.helper")
+    helper = unit("pfs-helper.service")["Service"]
+    assert venv_command(helper["ExecStart"]) == commands["web"]
+    before_start = [venv_command(line) for line in _all(DEPLOY / "systemd" / "pfs-helper.service", "ExecStartPre")]
+    assert " && ".join(before_start) == commands["release"]
+    assert helper["EnvironmentFile"] == "/etc/pfs/pfs-helper.env"
+    documented = (DEPLOY / "pfs-helper.env").read_text()
+    assert "DJANGO_SETTINGS_MODULE=pfs_web.settings_helper" in documented
+    assert "DATABASE_URL=postgres" not in documented.replace("HELPER_DATABASE_URL", "")  # no leader's store
+    assert "--database helper" not in procfile()["release"]  # the leader's host migrates no helper store
 
 
 def _all(path: Path, key: str) -> list[str]:
