@@ -52,7 +52,7 @@ from aggregation.reports import (
     UNKNOWN_COLLECTION,
 )
 from aggregation.upload import share_store
-from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine, output_sum
+from aggregation.verification import AggregatorVerification, VerifyConfig, output_sum, proofs_decide
 from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed
 from pfs_device import hpke, tokens
@@ -199,7 +199,7 @@ def _job_verify(
         nonces = [_nonce(inits[i]) for i in opened]
         mine = side.start(nonces, [plain[i][0] for i in opened], [plain[i][1] for i in opened])
         leaders = [_payload(inits[i]) for i in opened]
-        decided = leader_combine(config, leaders, mine)
+        decided = proofs_decide(config, leaders, mine)
         accepted = side.finish(decided)
         for k, i in enumerate(opened):
             if not accepted[k]:

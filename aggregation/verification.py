@@ -1,19 +1,19 @@
 """Prio3 verification of uploaded reports: the leader's side, the helper's side, and what they exchange.
 
-Each aggregator holds only its own input shares and its own state (``AggregatorVerification``); what
-crosses between them is what draft-irtf-cfrg-vdaf-20 Section 7.2 exchanges, encoded:
+Each aggregator holds only its own input shares and its own state (``AggregatorVerification``), in
+its own process; what crosses between them is what draft-irtf-cfrg-vdaf-20 Section 7.2 exchanges,
+encoded, in DAP's ping-pong order for a one-round VDAF (aggregation.dap, aggregation.reports):
 
-1. each runs verify_init on its input shares (``start``): its verifier shares, kept state;
-2. the helper sends its verifier shares to the leader, which combines them with its own and decides
-   each proof (``leader_combine``: the verifier message, or None for a report refused);
-3. the leader sends the messages to the helper; each runs verify_next on its own state (``finish``)
-   and keeps the output shares of the reports it accepts.
+1. the leader runs verify_init on its input shares (``start``): its verifier shares, kept state;
+   they travel to the helper in the aggregation job;
+2. the helper runs verify_init on its own, combines both verifier shares and decides each proof
+   (``proofs_decide``: the verifier message, or None for a report
+   refused), runs verify_next (``finish``), commits its output shares and answers with the messages;
+3. the leader runs verify_next on its own state with the messages and keeps its output shares.
 
-A report counts only if both accept it. Everything is done for a whole chunk of reports at once
+A report counts only if both accept it. Everything is done for a whole job of reports at once
 (privacy.vdaf.batch: the FLP query vectorised with numpy), and agrees byte for byte with the
-per-report reference path of privacy.vdaf.prio3. Both sides run in this process in this deployment,
-but neither reads the other's state: the leader sees the helper's verifier shares, the helper the
-leader's messages, as over the network between two servers.
+per-report reference path of privacy.vdaf.prio3.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class AggregatorVerification:
         return verifier_shares
 
     def finish(self, messages: Sequence[bytes | None]) -> list[bool]:
-        """verify_next on the leader's messages: which reports this aggregator accepts."""
+        """verify_next on the verifier messages: which reports this aggregator accepts."""
         assert self.state is not None, "start first"
         self.accepted = batch.verify_next_batch(self.config.vdaf, self.config.ctx, self.state, messages)
         return self.accepted
@@ -81,35 +81,12 @@ class AggregatorVerification:
         return share
 
 
-def leader_combine(
+def proofs_decide(
     config: VerifyConfig, leader_shares: Sequence[bytes | None], helper_shares: Sequence[bytes | None]
 ) -> list[bytes | None]:
-    """The leader's step: decide each proof from both verifier shares; the messages it sends the helper."""
+    """Decide each proof from both verifier shares (the helper's step in DAP's ping-pong): the verifier
+    messages, None for a report refused."""
     return batch.verifier_shares_to_message_batch(config.vdaf, config.ctx, [leader_shares, helper_shares])
-
-
-def verify_reports(
-    config: VerifyConfig,
-    nonces: Sequence[bytes],
-    public_shares: Sequence[bytes],
-    input_shares: dict[str, Sequence[bytes]],
-    *,
-    helper_config: VerifyConfig | None = None,
-) -> dict[str, AggregatorVerification]:
-    """One round of verification of reports both aggregators hold a share of: each side, finished.
-
-    ``input_shares[role]``: that aggregator's input shares, one per report. The helper's verifier
-    shares go to the leader, the leader's messages come back; each side's ``accepted`` says which
-    reports it accepts (a report counts only if both do). ``config`` is the leader's configuration,
-    ``helper_config`` the helper's own (from its copy of the rules; the leader's when None).
-    """
-    configs = {"leader": config, "helper": helper_config or config}
-    sides = {role: AggregatorVerification(role, configs[role]) for role in AGG_IDS}
-    verifier_shares = {role: side.start(nonces, public_shares, input_shares[role]) for role, side in sides.items()}
-    messages = leader_combine(config, verifier_shares["leader"], verifier_shares["helper"])
-    for side in sides.values():
-        side.finish(messages)
-    return sides
 
 
 def output_sum(config: VerifyConfig, shares: Sequence[bytes]) -> bytes:

@@ -96,7 +96,7 @@ def ingest_phases(rules, bodies: list[bytes]) -> dict[str, float]:
     from aggregation.aggregators import AGGREGATORS, rules_shape
     from aggregation.ingest import _parse
     from aggregation.issuer import issuer_public_key
-    from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine, output_sum
+    from aggregation.verification import AggregatorVerification, VerifyConfig, output_sum, proofs_decide
     from pfs_device.tokens import verify
     from privacy.report_vdaf import report_nonce
 
@@ -137,7 +137,7 @@ def ingest_phases(rules, bodies: list[bytes]) -> dict[str, float]:
         role: timed(f"{role}: Prio3 verify_init", lambda s=side, o=opened[role]: s.start(nonces, publics, o))
         for role, side in sides.items()
     }
-    messages = timed("leader: verifier message", lambda: leader_combine(config, shares["leader"], shares["helper"]))
+    messages = timed("leader: verifier message", lambda: proofs_decide(config, shares["leader"], shares["helper"]))
     for role, side in sides.items():
         accepted = timed(f"{role}: Prio3 verify_next", lambda s=side: s.finish(messages))
         assert all(accepted)

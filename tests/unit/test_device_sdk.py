@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregation.verification import AggregatorVerification, VerifyConfig, leader_combine
+from aggregation.verification import AggregatorVerification, VerifyConfig, proofs_decide
 from pfs_device import hpke
 from pfs_device.decision import DeviceTask, snapshot_digest
 from pfs_device.report_client import AggregatorKeys
@@ -105,7 +105,7 @@ class Aggregators:
             side.start([report_nonce(report.token.nonce)], [report.public], [share])
             for side, share in zip(sides, shares)
         ]
-        messages = leader_combine(config, *verifier_shares)
+        messages = proofs_decide(config, *verifier_shares)
         assert all(side.finish(messages) == [True] for side in sides)
         outputs = [Field128.decode_vec(side.output_share(0)) for side in sides]
         vector = [(a + b) % Field128.MODULUS for a, b in zip(*outputs, strict=True)]
