@@ -26,7 +26,7 @@ from analyses.services.budget import recipe_budget_request, rounds_affordable
 from analyses.services.policy import analyses_spent, analysis_spent
 from analyses.services.releases import ReleaseView
 from analyses.services.rounds import round_create_and_start, round_dry_run, round_progress
-from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
+from pfs_base.errors import Conflict, NotAllowed, Unavailable, ValidationFailed
 from privacy.mechanisms import MECHANISMS
 
 
@@ -76,7 +76,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
                 return redirect("round-detail", pk=round_.pk)
         except ValidationFailed as invalid:
             form.add_recipe_errors(invalid.errors)
-        except NotAllowed as refusal:
+        except (NotAllowed, Unavailable) as refusal:  # Unavailable: the helper did not answer; nothing started
             form.add_error(None, str(refusal))
     if request.method == "POST" and form.errors:
         messages.error(request, _refusal_outcome(form))
@@ -232,7 +232,7 @@ def round_refine(request: HttpRequest, pk: int) -> HttpResponse:
         for path, problems in invalid.errors.items():
             for problem in problems:
                 messages.error(request, f"{path}: {problem}")
-    except NotAllowed as refusal:
+    except (NotAllowed, Unavailable) as refusal:
         messages.error(request, str(refusal))
     else:
         return redirect("round-detail", pk=new_round.pk)
