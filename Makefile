@@ -30,12 +30,14 @@ VENDOR := static/vendor/plotly.min.js static/vendor/plotly-full.min.js static/ve
 # The processes of this checkout (web, worker, beat) write their metrics into one folder, so that
 # /metrics counts what each of them did (Prometheus multiprocess mode, docs/deployment.md).
 run serve worker beat: export PROMETHEUS_MULTIPROC_DIR ?= $(CURDIR)/var/prometheus
+# Where the leader's processes reach the helper's service (the one `make run` starts, or `make helper`'s).
+run serve worker beat: export HELPER_URL ?= http://$(HELPER_HOST):$(HELPER_PORT)
 
 run: setup ## serve the dashboard with the demo at http://$(HOST):$(PORT), and the helper aggregator's service at http://$(HELPER_HOST):$(HELPER_PORT)
 	mkdir -p var/prometheus-helper
 	$(HELPER) $(PY) manage.py runserver $(HELPER_HOST):$(HELPER_PORT) --noreload & helper=$$!; \
 	  trap 'kill $$helper 2>/dev/null' EXIT; \
-	  HELPER_URL=$${HELPER_URL:-http://$(HELPER_HOST):$(HELPER_PORT)} $(PY) manage.py runserver $(HOST):$(PORT) --noreload
+	  $(PY) manage.py runserver $(HOST):$(PORT) --noreload
 
 setup: $(VENV)/.runtime $(VENDOR) .env ## install, migrate and seed the demo (no serving)
 	mkdir -p var var/prometheus var/prometheus-helper

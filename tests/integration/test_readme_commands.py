@@ -44,7 +44,13 @@ DOCUMENTED_PORT = "127.0.0.1:8000"
 DOCUMENTED_HELPER_PORT = "127.0.0.1:8001"
 DOCUMENTED_DATABASE = "postgres://postgres@127.0.0.1:5432/pfs"
 DOCUMENTED_REDIS = "redis://127.0.0.1:6379/0"
-SERVERS = {"make run": "web", "make serve": "web", "make worker": "worker", "make beat": "beat"}
+SERVERS = {
+    "make run": "web",
+    "make serve": "web",
+    "make worker": "worker",
+    "make beat": "beat",
+    "make helper": "helper",
+}
 NOT_RUN = {"make test": "the whole suite: this test is part of it"}
 # The environment bash gives any shell; not something a README line exported.
 SHELL_OWN = {"PWD", "OLDPWD", "SHLVL", "_"}
@@ -158,6 +164,10 @@ class Session:
                     lambda: services.http_status(f"{helper}/hpke_config") == 200, timeout=60, what="the helper"
                 )
                 assert services.http_status(f"{helper}/login/") == 404, "the helper serves no page of the leader's"
+        elif role == "helper":  # alone, as on a host of its own; make run's (stopped with it) is gone
+            helper = f"http://127.0.0.1:{self.env['HELPER_PORT']}"
+            server.wait_for(lambda: services.http_status(f"{helper}/readyz") == 200, timeout=120, what="the helper")
+            assert services.http_status(f"{helper}/login/") == 404, "the helper serves no page of the leader's"
         elif role == "worker":
             server.wait_for(self.worker_answers, timeout=120, what="an answer to worker_health")
         else:

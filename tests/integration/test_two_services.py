@@ -18,13 +18,14 @@ import signal
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from django.db import connections
 
-from aggregation import helper_client
+from aggregation import dap, helper_client
 from aggregation.aggregators import LEADER
 from aggregation.ingest import reports_ingest
 from aggregation.issuer import issuer_public_key, token_issue
@@ -213,3 +214,28 @@ def test_a_leader_with_a_wrong_auth_token_is_refused_and_logged(helper, settings
     assert helper.rows("SELECT COUNT(*) FROM aggregation_collectionrules") == [(0,)]
     assert "wrong aggregator auth token" in helper.log()
     assert "not-the-secret" not in helper.log()
+
+
+def test_a_replayed_or_reordered_job_over_http_is_answered_identically_or_refused(
+    helper, settings, monkeypatch
+) -> None:
+    open_collection()
+    reports(4)
+    sent = []
+    real = helper_client.job_run
+    monkeypatch.setattr(
+        helper_client, "job_run", lambda job, request: sent.append((job, request)) or real(job, request)
+    )
+    reports_ingest(collection_key=KEY)
+    job, request = sent[0]
+    path = f"/tasks/{dap.task_id(KEY)}/aggregation_jobs/{job}"
+    headers = {
+        "Content-Type": dap.media_type(dap.JOB_INIT),
+        "Authorization": f"Bearer {dap.auth_token(SECRET.encode(), KEY)}",
+    }
+    first = helper_client._send_http("PUT", path, dap.encode(request), headers)
+    again = helper_client._send_http("PUT", path, dap.encode(request), headers)
+    assert first.status == again.status == 200 and first.body == again.body
+    reordered = replace(request, verify_inits=list(reversed(request.verify_inits)))
+    assert helper_client._send_http("PUT", path, dap.encode(reordered), headers).status == 409
+    assert helper.rows("SELECT SUM(reports) FROM aggregation_helpershare") == [(4,)]  # nothing stored twice
