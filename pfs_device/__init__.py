@@ -12,4 +12,4 @@ the same code, so a real device and a simulated one cannot disagree.
 "Seed 000" … "seed 004" in comments name the source documents: docs/privacy.md, References.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
