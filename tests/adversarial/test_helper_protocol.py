@@ -15,13 +15,12 @@ import pytest
 from django.test import Client, override_settings
 
 from aggregation import dap, helper_client
-from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, HelperJob, HelperRelease, HelperShare, SpentToken
 from aggregation.reports import rejections
 from aggregation.services import collection_rules_open
 from analyses.services.collector import ClientNoiseEstimator, collection_release
 from tests.unit.test_report_ingest import receive
-from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, one_hot, report
+from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, one_hot, report, rules_open
 
 pytestmark = pytest.mark.django_db
 HELPER_STORE = "helper"
@@ -30,15 +29,7 @@ KARY = ClientNoiseEstimator(mechanism="asymmetric_ohe", epsilon0=3.0, domain_siz
 
 @pytest.fixture
 def rules():
-    from privacy.mechanisms import report_weight_bound
-
-    return collection_rules_open(
-        key=KEY,
-        length=DOMAIN,
-        min_cohort=3,
-        weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9),
-        token_key=issuer_public_key(KEY),
-    )
+    return rules_open()
 
 
 @pytest.fixture

@@ -31,7 +31,18 @@ from privacy.mechanisms import report_weight_bound
 from privacy.vdaf.field import Field128
 from tests.report_path import report_submit
 from tests.unit.test_hpke_v2 import shares_seal_v2
-from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, keys, one_hot, proven, report, shape_for, token
+from tests.unit.test_report_protocol import (
+    DOMAIN,
+    KEY,
+    ORACLE,
+    keys,
+    one_hot,
+    proven,
+    rate_rules_open,
+    report,
+    shape_for,
+    token,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -235,15 +246,7 @@ def test_the_release_drains_the_pending_reports_first(rules) -> None:
 
 @pytest.mark.parametrize(("spacing", "refused"), [(0, True), (10, False)])
 def test_rate_validation_reads_when_the_bulk_verified_reports_arrived(spacing, refused) -> None:
-    collection_rules_open(
-        key=KEY,
-        length=DOMAIN,
-        min_cohort=3,
-        weight_bound=DOMAIN,
-        expected_rate=0.1,
-        rate_window=60,
-        token_key=issuer_public_key(KEY),
-    )
+    rate_rules_open()
     for device in range(14):
         receive(report(f"d{device}", one_hot(device % DOMAIN)))
     start = timezone.now()

@@ -35,8 +35,8 @@ DOMAIN = 8
 ORACLE = mechanism_get("asymmetric_ohe", 3.0)
 
 
-@pytest.fixture
-def rules():
+def rules_open() -> CollectionRules:
+    """The test collection, opened at both aggregators for real devices (the issuer's key in the task)."""
     return collection_rules_open(
         key=KEY,
         length=DOMAIN,
@@ -44,6 +44,24 @@ def rules():
         weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9),
         token_key=issuer_public_key(KEY),
     )
+
+
+def rate_rules_open() -> CollectionRules:
+    """The test collection with rate validation on: 0.1 reports a second expected, 60-second windows."""
+    return collection_rules_open(
+        key=KEY,
+        length=DOMAIN,
+        min_cohort=3,
+        weight_bound=DOMAIN,
+        expected_rate=0.1,
+        rate_window=60,
+        token_key=issuer_public_key(KEY),
+    )
+
+
+@pytest.fixture
+def rules():
+    return rules_open()
 
 
 def keys() -> AggregatorKeys:
@@ -247,15 +265,7 @@ def test_uploaded_reports_release_an_unbiased_histogram(rules) -> None:
 
 
 def test_a_batch_that_arrived_faster_than_twice_the_expected_rate_is_refused() -> None:
-    collection_rules_open(
-        key=KEY,
-        length=DOMAIN,
-        min_cohort=3,
-        weight_bound=DOMAIN,
-        expected_rate=0.1,
-        rate_window=60,
-        token_key=issuer_public_key(KEY),
-    )
+    rate_rules_open()
     for device in range(14):
         assert report_submit(report(f"d{device}", one_hot(device % DOMAIN))).accepted
     # 14 reports within a minute against 0.1/s expected: 14 > 2 * 6. Each aggregator refuses alone.
@@ -266,15 +276,7 @@ def test_a_batch_that_arrived_faster_than_twice_the_expected_rate_is_refused() -
 
 
 def test_the_same_reports_spread_over_time_pass_rate_validation() -> None:
-    collection_rules_open(
-        key=KEY,
-        length=DOMAIN,
-        min_cohort=3,
-        weight_bound=DOMAIN,
-        expected_rate=0.1,
-        rate_window=60,
-        token_key=issuer_public_key(KEY),
-    )
+    rate_rules_open()
     for device in range(14):
         assert report_submit(report(f"d{device}", one_hot(device % DOMAIN))).accepted
     start = timezone.now()
