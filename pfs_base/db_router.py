@@ -8,7 +8,9 @@ database in the documented deployment — and nothing else does. They name their
 key, a plain value: no foreign key crosses the stores.
 
 Likewise the helper, whose non-collusion with the leader is the whole of the privacy argument,
-keeps its state and its private keys in the ``helper`` alias. It has the same schema as the
+keeps its state and its private keys in the ``helper`` alias, which only the helper's own service
+opens (pfs_web.settings_helper, HelperServiceRouter below); the leader's settings name it only in
+the unit tests, which run the helper's views in the leader's process. It has the same schema as the
 leader's aggregator tables (``HELPER_MODELS``: collections, rules, keys, spent tokens, rejection
 counters, all with rows of its own) and the only table of helper shares; the leader's shares and
 the pending uploads stay in ``default``. An aggregator names its store (aggregation.aggregators
