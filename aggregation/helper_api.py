@@ -52,9 +52,11 @@ def _endpoint(message: str, *methods: str) -> Callable:
             kind = dap.media_type_parse(request.headers.get("Content-Type", ""))
             if kind != (message, dap.VERSION):
                 return _refusal(415, f"Send {dap.media_type(message)}.", "unsupported_media_type")
-            if int(request.headers.get("Content-Length") or 0) > MAX_BODY:
+            # Read from the stream, not request.body: Django's smaller limit for form data
+            # (DATA_UPLOAD_MAX_MEMORY_SIZE) is not this protocol's.
+            body = request.read(MAX_BODY + 1)
+            if len(body) > MAX_BODY:
                 return _refusal(413, f"The body is larger than {MAX_BODY:,} bytes.", "too_large")
-            body = request.body
             collection = _collection_of(body)
             if collection is None or dap.task_id(collection) != task_id:
                 return _refusal(400, "The body must name the collection of the path's task id.", "invalid_message")

@@ -291,3 +291,16 @@ def test_the_helpers_own_floor_holds_whatever_the_leaders_rules_say(rules, monke
     settings.PFS_HELPER_MIN_COHORT_FLOOR = 5  # the helper's operator: never fewer than 5
     (batch,) = collection_release(collection_key=KEY, estimator=KARY)
     assert batch.suppressed and batch.reason.startswith("helper: fewer than 5")
+
+
+def test_a_shard_of_many_large_batches_is_taken_in_one_request(db, helper) -> None:
+    # 24 cohorts of 16,384 buckets: 4.5 MB of base64, more than Django's limit for form data.
+    collection_rules_open(key="wide", length=16_384, min_cohort=1, weight_bound=1)
+    vector = dap.b64(b"\x00" * 8 * 16_384)
+    shares = [
+        dap.SimulatedShare(batch=f"c={i}", pair=f"p{i}", vector=vector, reports=10, min_cohort=1) for i in range(24)
+    ]
+    body = dap.encode(dap.SimulatedSharesReq(collection="wide", source="shard:1", shares=shares))
+    assert len(body) > 4_000_000
+    assert send(helper, "POST", "/simulated_shares", dap.SIMULATED, body, collection="wide").status_code == 204
+    assert HelperShare.objects.using(HELPER_STORE).count() == 24
