@@ -29,7 +29,7 @@ import numpy as np
 from django.db import IntegrityError, transaction
 
 from aggregation import hpke_v2
-from aggregation.batch_rules import rate_exceeded
+from aggregation.batch_rules import rate_exceeded, rate_window
 from aggregation.keys import DATABASE, ENVIRONMENT, key_source, source_keys
 from aggregation.models import (
     FIELD64,
@@ -62,6 +62,22 @@ class AggregateShare:
     min_cohort: int
     field: str = FIELD64
     pairs: tuple[str, ...] = ()  # the pair ids summed (the leader names them to the helper)
+
+
+def rate_enforced(rules: CollectionRules, ceiling: float | None = None) -> tuple[float, float] | None:
+    """(expected reports per second, window in seconds) this aggregator validates a collection's
+    uploads against; None: no rate validation (a simulated fleet's collection, or none configured).
+
+    ``ceiling``: the operator's own largest expected rate. A collection of real devices is then
+    validated at no more than it — also when the rules name a higher rate or none — and in the
+    window the rate itself calls for (batch_rules.rate_window): a rate or a window chosen by whoever
+    configured the collection cannot switch the check off.
+    """
+    devices = rules.token_key is not None
+    if ceiling is None or not devices:
+        return None if rules.expected_rate is None else (rules.expected_rate, rules.rate_window)
+    rate = min(rules.expected_rate or ceiling, ceiling)
+    return rate, rate_window(rate)
 
 
 def rules_shape(rules: CollectionRules) -> ReportShape:
@@ -208,7 +224,12 @@ class Aggregator:
         return CollectionRules.objects.using(self.store).filter(key=key).first()
 
     def aggregate(
-        self, key: str, *, pairs: dict[str, tuple[str, ...]] | None = None, floor: int = 0
+        self,
+        key: str,
+        *,
+        pairs: dict[str, tuple[str, ...]] | None = None,
+        floor: int = 0,
+        rate_ceiling: float | None = None,
     ) -> dict[str, AggregateShare | BatchRefused]:
         """Sum this aggregator's shares of each batch of a collection, then delete them (released or not).
 
@@ -217,7 +238,8 @@ class Aggregator:
         and a batch or a share no one named is deleted uncounted. Rate validation looks at the whole
         collection at once — a flood into one cohort is a flood — so it is decided before any share
         is deleted. ``floor``: the smallest minimum cohort this aggregator's operator allows, whatever
-        the rules say. Run inside a transaction on this aggregator's store.
+        the rules say; ``rate_ceiling``: the largest expected rate it allows (rate_enforced). Run
+        inside a transaction on this aggregator's store.
         """
         collections = list(
             Collection.objects.using(self.store).select_for_update().filter(key=key).order_by("batch_key")
@@ -244,11 +266,8 @@ class Aggregator:
             if share.source.startswith(REPORT_SOURCE)
             for at in share.load_arrivals()
         ]
-        flooded = (
-            rules is not None
-            and rules.expected_rate is not None
-            and rate_exceeded(arrivals, expected_rate=rules.expected_rate, window=rules.rate_window)
-        )
+        rate = None if rules is None else rate_enforced(rules, rate_ceiling)
+        flooded = rate is not None and rate_exceeded(arrivals, expected_rate=rate[0], window=rate[1])
         results: dict[str, AggregateShare | BatchRefused] = {}
         for batch_key, batch in held.items():
             reports = sum(share.reports for share in batch)
@@ -261,8 +280,8 @@ class Aggregator:
                 reason = f"fewer than {min_cohort:,} reports (the minimum cohort)"
             elif flooded:
                 reason = (
-                    f"reports arrived faster than twice the expected {rules.expected_rate:g} per second "
-                    f"in a {rules.rate_window:g}-second window (rate validation)"
+                    f"reports arrived faster than twice the expected {rate[0]:g} per second "
+                    f"in a {rate[1]:g}-second window (rate validation)"
                 )
             else:
                 field, vector = self._noised_sum(batch, lengths[batch_key], rules)

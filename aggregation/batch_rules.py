@@ -34,14 +34,18 @@ def arrival_coarse(moment: datetime | None = None) -> datetime:
 def rate_rules(*, devices: int, sampling_rate: float, spread: float) -> tuple[float, float]:
     """(expected reports per second, seconds per window) of a collection on ``devices`` devices
     sampled at ``sampling_rate`` that spread their uploads over ``spread`` seconds (seed 003, 4.8).
-
-    The window is long enough to expect HONEST_PER_WINDOW honest reports, so a window that holds
-    more than RATE_FACTOR times its expectation is a flood, not chance.
     """
     if devices < 1 or not 0 < sampling_rate <= 1 or spread <= 0:
         raise ValueError("devices, sampling_rate and spread must be positive")
     rate = devices * sampling_rate / spread
-    return rate, max(MIN_WINDOW, HONEST_PER_WINDOW / rate)
+    return rate, rate_window(rate)
+
+
+def rate_window(rate: float) -> float:
+    """Seconds per window of rate validation at ``rate`` expected reports a second: long enough to
+    expect HONEST_PER_WINDOW honest reports, so that a window holding more than RATE_FACTOR times
+    its expectation is a flood, not chance."""
+    return max(MIN_WINDOW, HONEST_PER_WINDOW / rate)
 
 
 def busiest_window(arrivals: npt.ArrayLike, window: float) -> int:

@@ -405,6 +405,7 @@ def aggregate_share(collection_key: str, body: bytes) -> bytes:
             collection_key,
             pairs={batch: tuple(pairs) for batch, pairs in request.batches.items()},
             floor=settings.PFS_HELPER_MIN_COHORT_FLOOR,
+            rate_ceiling=settings.PFS_HELPER_MAX_EXPECTED_RATE,
         )
         answer = dap.encode(dap.AggregateShareResp(batches={key: _batch_share(r) for key, r in results.items()}))
         HelperJob.objects.using(STORE).filter(collection_key=collection_key).delete()

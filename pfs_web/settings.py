@@ -208,6 +208,9 @@ PFS_AGGREGATOR_AUTH_SECRET = (env_str("PFS_AGGREGATOR_AUTH_SECRET") or f"derived
 # made up by the leader's simulator: off for a helper that serves real devices only).
 PFS_HELPER_MIN_COHORT_FLOOR = env_int("PFS_HELPER_MIN_COHORT_FLOOR", 0)
 PFS_HELPER_ACCEPT_SIMULATED = env_bool("PFS_HELPER_ACCEPT_SIMULATED", True)
+# And the largest expected upload rate (reports a second) it validates a collection of real devices
+# at, whatever the task says (unset: the task's). Rate validation is then never off for devices.
+PFS_HELPER_MAX_EXPECTED_RATE = env_float("PFS_HELPER_MAX_EXPECTED_RATE", 0.0, minimum=0.0) or None
 
 # Private keys (docs/deployment.md, "Keys"): each of the leader's and the helper's HPKE keys, and the
 # issuer's key-wrapping key, from the environment (PFS_<ROLE>_KEY: base64 of 32 bytes, the current

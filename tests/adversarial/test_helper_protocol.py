@@ -15,6 +15,7 @@ import pytest
 from django.test import Client, override_settings
 
 from aggregation import dap, helper_client
+from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules, HelperJob, HelperRelease, HelperShare, SpentToken
 from aggregation.reports import rejections
 from aggregation.services import collection_rules_open
@@ -304,3 +305,30 @@ def test_a_shard_of_many_large_batches_is_taken_in_one_request(db, helper) -> No
     assert len(body) > 4_000_000
     assert send(helper, "POST", "/simulated_shares", dap.SIMULATED, body, collection="wide").status_code == 204
     assert HelperShare.objects.using(HELPER_STORE).count() == 24
+
+
+@pytest.mark.parametrize(
+    ("rate", "window"), [(None, 60.0), (1e9, 60.0), (0.1, 1e9)], ids=["off", "huge", "long window"]
+)
+def test_the_helpers_rate_ceiling_holds_whatever_the_task_says(db, monkeypatch, settings, rate, window) -> None:
+    # A leader that provisions rate validation off, at a rate no flood reaches, or over a window that
+    # averages any burst away, to slip 201 reports sent at once past the helper: its own ceiling holds.
+    from privacy.mechanisms import report_weight_bound
+
+    weight = report_weight_bound(ORACLE, DOMAIN, 1e-9)
+    token_key = issuer_public_key(KEY)
+    collection_rules_open(
+        key=KEY,
+        length=DOMAIN,
+        min_cohort=3,
+        weight_bound=weight,
+        expected_rate=rate,
+        rate_window=window,
+        token_key=token_key,
+    )
+    # The helper operator's: 0.1 a second, so a 1,000-second window (100 honest reports expected in
+    # it, batch_rules.rate_window) and at most 200 in any of them.
+    settings.PFS_HELPER_MAX_EXPECTED_RATE = 0.1
+    honest_job(monkeypatch, devices=[f"d{i}" for i in range(201)])
+    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
+    assert batch.suppressed and batch.reason.startswith("helper:") and "1000-second window" in batch.reason
