@@ -27,13 +27,26 @@ logger = logging.getLogger(__name__)
 # Only transient database trouble (a lock timeout, a dropped connection) is retried; a refusal
 # or a bug is not.
 _RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": 2, "retry_backoff_max": 30, "max_retries": 5}
-# The helper not answering is retried longer: a round waits for it (about 20 minutes) before it fails.
-_HELPER_RETRY = {**_RETRY, "autoretry_for": (OperationalError, HelperUnavailable), "max_retries": 40}
+# A helper that does not answer (after its client's own attempts, about half a minute): with Celery
+# a round waits for it about 20 minutes, a task retried every 30 s; in-process there is no queue to
+# wait in (a retry would run at once), so the round fails, saying why.
+_HELPER_RETRIES = 40 if settings.PFS_TASK_MODE == "celery" else 0
+_HELPER_COUNTDOWN = 30
 
 
-@shared_task(name=task_names.DISPATCH_ROUND, acks_late=True, reject_on_worker_lost=True, **_HELPER_RETRY)
-def dispatch_round(round_id: int) -> None:
-    shard_ids = rounds.round_dispatch(round_id=round_id)
+def _helper_retry_or_fail(task, round_id: int, unavailable: HelperUnavailable) -> None:
+    if task.request.retries < _HELPER_RETRIES:
+        raise task.retry(exc=unavailable, countdown=_HELPER_COUNTDOWN, max_retries=_HELPER_RETRIES) from unavailable
+    rounds.round_fail(round_id=round_id, error=f"the helper aggregator did not answer: {unavailable}")
+
+
+@shared_task(name=task_names.DISPATCH_ROUND, bind=True, acks_late=True, reject_on_worker_lost=True, **_RETRY)
+def dispatch_round(self, round_id: int) -> None:
+    try:
+        shard_ids = rounds.round_dispatch(round_id=round_id)
+    except HelperUnavailable as unavailable:
+        _helper_retry_or_fail(self, round_id, unavailable)
+        return
     if not shard_ids:
         return
     header = [run_shard.si(round_id, shard_id) for shard_id in shard_ids]
@@ -45,9 +58,12 @@ def dispatch_round(round_id: int) -> None:
         raise
 
 
-@shared_task(name=task_names.RUN_SHARD, acks_late=True, reject_on_worker_lost=True, **_HELPER_RETRY)
-def run_shard(round_id: int, shard_id: int) -> None:
-    rounds.round_shard_run(round_id=round_id, shard_id=shard_id)
+@shared_task(name=task_names.RUN_SHARD, bind=True, acks_late=True, reject_on_worker_lost=True, **_RETRY)
+def run_shard(self, round_id: int, shard_id: int) -> None:
+    try:
+        rounds.round_shard_run(round_id=round_id, shard_id=shard_id)
+    except HelperUnavailable as unavailable:  # the shard's transaction rolled back: nothing spent
+        _helper_retry_or_fail(self, round_id, unavailable)
 
 
 # How long the aggregation waits for shards still being redelivered before it fails the round.
@@ -60,11 +76,17 @@ _PENDING_RETRIES, _PENDING_COUNTDOWN = 90, 2
 def aggregate_round(self, round_id: int) -> None:
     try:
         rounds.round_aggregate(round_id=round_id)
-    except (rounds.ShardsPending, OperationalError, HelperUnavailable) as pending:
+    except (rounds.ShardsPending, OperationalError) as pending:
         if self.request.retries >= _PENDING_RETRIES:
             rounds.round_fail(round_id=round_id, error=f"aggregation gave up: {pending}")
             return
         raise self.retry(exc=pending, countdown=_PENDING_COUNTDOWN) from pending
+    except HelperUnavailable as unavailable:
+        # Nothing was released and nothing is lost (the leader's shares and the reports are kept):
+        # the round stays running, and the reaper resumes it (docs/architecture.md, the reaper).
+        if self.request.retries < _HELPER_RETRIES:
+            raise self.retry(exc=unavailable, countdown=_HELPER_COUNTDOWN, max_retries=_HELPER_RETRIES) from unavailable
+        logger.warning("round %s waits for the helper aggregator, which did not answer: %s", round_id, unavailable)
     except Exception as error:
         logger.exception("aggregation of round %s failed", round_id)
         rounds.round_fail(round_id=round_id, error=f"aggregation failed: {error}")

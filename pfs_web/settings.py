@@ -194,7 +194,10 @@ DATABASE_ROUTERS = ["pfs_base.db_router.StoreRouter"]
 # or the helper's own service (pfs_web.settings_helper). Each aggregator serves its own HPKE
 # configuration at /hpke_config; HELPER_URL is where devices and the leader reach the helper's.
 PFS_ROLE = "leader"
-HELPER_URL = env_str("HELPER_URL", "http://127.0.0.1:8001").rstrip("/")
+# Unset, the helper `make run` starts beside the dashboard: HELPER_HOST and HELPER_PORT, as the Makefile reads them.
+HELPER_URL = (
+    env_str("HELPER_URL") or f"http://{env_str('HELPER_HOST', '127.0.0.1')}:{env_int('HELPER_PORT', 8001, minimum=1)}"
+).rstrip("/")
 # The leader's requests to the helper (aggregation.helper_client): seconds each, and attempts
 # (with backoff, about half a minute in all) before it leaves the work to be resumed.
 PFS_HELPER_TIMEOUT = env_float("PFS_HELPER_TIMEOUT", 60.0, minimum=0.1)
