@@ -44,6 +44,7 @@ setup: $(VENV)/.runtime $(VENDOR) .env ## install, migrate and seed the demo (no
 	$(PY) manage.py database_create
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py migrate --database issuer --noinput
+	$(HELPER) $(PY) manage.py database_create
 	$(HELPER) $(PY) manage.py migrate --database helper --noinput
 	$(PY) manage.py seed_demo
 

@@ -11,7 +11,7 @@ from psycopg import sql
 
 
 class Command(BaseCommand):
-    help = "Create the PostgreSQL databases of every store (default, issuer, helper) that do not exist (nothing for SQLite)."
+    help = "Create the PostgreSQL databases of every store this process has (the leader: default, issuer; the helper's service: helper) that do not exist (nothing for SQLite)."
 
     def handle(self, *args, **options) -> None:
         for alias in connections:
