@@ -13,7 +13,9 @@ per pass; with --verbose one line per device and task too. Bad input (among it a
 naming no helper) exits with code 2; with --once, a server that cannot be reached, or aggregators'
 keys that cannot be had, 1.
 Each device asks for its token and uploads at random times over the spread its task is served
-with (pfs_device.sdk.pacing; --spread overrides it), so a pass lasts up to that long.
+with (pfs_device.sdk.pacing; --spread overrides it), so a pass lasts up to that long; never over
+less than --min-spread, the device's own floor (default 600 s), whatever the server sends, and a
+task whose deadline leaves less is declined (too_little_time): nothing charged, nothing sent.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pfs_device.sdk.client import ClientError, Credential, DeviceClient
 from pfs_device.sdk.device import DataInvalid, DeviceData, Offer, ServerKeys, data_read, task_answer
 from pfs_device.sdk.keys import FetchedKeys, KeyPins, announced_keys, keys_fetch
 from pfs_device.sdk.ledger import Ledger, LedgerCorrupt
-from pfs_device.sdk.pacing import Pacing
+from pfs_device.sdk.pacing import MIN_SPREAD, Pacing
 
 # Devices waiting at once in one process: each mostly sleeps until its random times.
 MAX_THREADS = 1000
@@ -86,8 +88,16 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="seconds over which each device asks for its token and uploads, at random times (default: "
-        "the spread each task is served with; 0 sends at once, which lets the issuer's and the "
-        "aggregators' records be joined: for tests only)",
+        "the spread each task is served with, raised to --min-spread); below --min-spread: refused",
+    )
+    parser.add_argument(
+        "--min-spread",
+        type=float,
+        default=MIN_SPREAD,
+        help="this device's own floor (seconds) on the spread, whatever the server sends; a task whose "
+        "deadline leaves less is declined (default: %(default)s). Set by the device's owner; lower only "
+        "for tests: below the default the issuer's and the aggregators' records can be joined, and 0 "
+        "with --spread 0 sends at once",
     )
     options = parser.parse_args(argv)
     try:
@@ -95,12 +105,22 @@ def main(argv: list[str] | None = None) -> int:
         devices = _data(Path(options.data), len(credentials))
         if not options.interval > 0:
             raise UsageError("--interval: must be a positive number of seconds")
+        if not 0 <= options.min_spread < float("inf"):
+            raise UsageError("--min-spread: must be a number of seconds, 0 or more")
         if options.spread is not None and not 0 <= options.spread < float("inf"):
             raise UsageError("--spread: must be a number of seconds, 0 or more")
+        if options.spread is not None and options.spread < options.min_spread:
+            raise UsageError(
+                f"--spread: {options.spread:g} s is below this device's floor (--min-spread {options.min_spread:g} s): "
+                "token and upload that close together let the issuer's and the aggregators' records be joined"
+            )
         clients = [DeviceClient(server, credential) for credential in credentials]
     except (UsageError, ValueError) as error:
         print(f"invalid input: {error}", file=sys.stderr)
         return 2
+    if options.min_spread < MIN_SPREAD:
+        warning = f"--min-spread {options.min_spread:g} s is below the safe floor of {MIN_SPREAD:g} s: for tests only"
+        print(json.dumps({"warning": warning}), file=sys.stderr, flush=True)
     state = Path(options.state)
     pins = KeyPins(state)
     while True:
@@ -112,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 state,
                 verbose=options.verbose,
                 spread=options.spread,
+                min_spread=options.min_spread,
                 aggregator_keys=lambda: keys_fetch(leader=server, helper=helper, pins=pins),
             )
         except LedgerCorrupt as error:
@@ -132,13 +153,15 @@ def _pass(
     verbose: bool,
     aggregator_keys: Callable[[], FetchedKeys],
     spread: float | None = None,
+    min_spread: float = MIN_SPREAD,
 ):
     """One pass: every device at once, each in its own thread, since each waits its own random
     times (pfs_device.sdk.pacing) before its token and its upload.
 
     ``aggregator_keys``: each aggregator's key from its own /hpke_config, fetched once per pass
     (pfs_device.sdk.keys.keys_fetch). When they cannot be had, every task is refused and the pass
-    says why (stderr, and the summary's "keys")."""
+    says why (stderr, and the summary's "keys"). ``spread`` and ``min_spread``: pfs_device.sdk.pacing.Pacing's;
+    a task declined for too little time is said on stderr too."""
     fetched = aggregator_keys()
     if fetched.keys is None:
         print(
@@ -176,12 +199,12 @@ def _pass(
                 ledger=ledger,
                 keys=keys,
                 service=service,
-                pacing=Pacing(spread=spread),
+                pacing=Pacing(spread=spread, min_spread=min_spread),
             )
             if outcome.repeated:
                 continue
             with lock:
-                if outcome.problem and fetched.keys is not None:  # the tasks answer named other keys: say so
+                if outcome.problem and fetched.keys is not None:  # other keys named, or too little time: say so
                     print(
                         json.dumps(
                             {

@@ -30,7 +30,7 @@ from pfs_device.report_client import AggregatorKeys, report_seal, report_vector
 from pfs_device.sdk.client import ClientError, issuer_key
 from pfs_device.sdk.keys import KEY_MISMATCH, KEYS_UNAVAILABLE
 from pfs_device.sdk.ledger import Ledger
-from pfs_device.sdk.pacing import Pacing
+from pfs_device.sdk.pacing import TOO_LITTLE_TIME, Pacing, Plan, TooLittleTime
 from pfs_device.streams import apply_retention
 from pfs_device.tokens import IssuerPublicKey, token_obtain
 from pfs_device.wire import Report
@@ -142,10 +142,10 @@ class Service(Protocol):
 @dataclass(frozen=True)
 class Outcome:
     task_key: str
-    decision: str  # a Decision label, or TASK_INVALID
+    decision: str  # a Decision label, TASK_INVALID or TOO_LITTLE_TIME
     upload: str = ""  # with "answered": "accepted", or why the upload failed
     repeated: bool = False  # decided before: nothing was done this time
-    problem: str = ""  # with a refusal for the aggregators' keys: why
+    problem: str = ""  # with a refusal for the aggregators' keys, or TOO_LITTLE_TIME: why
 
 
 def task_answer(
@@ -162,8 +162,10 @@ def task_answer(
     """Decide on ``offer`` once; when answering, charge the ledger, then upload one sealed report.
 
     ``pacing``: ask for the token and upload at random times over the collection's spread
-    (pfs_device.sdk.pacing; the CLI always paces). None sends both at once, which lets the issuer's
-    and the aggregators' orders be joined: for tests of everything else."""
+    (pfs_device.sdk.pacing; the CLI always paces), never over less than the pacing's own floor; a
+    task whose deadline leaves less is declined (TOO_LITTLE_TIME) before anything is charged or sent.
+    None sends both at once, which lets the issuer's and the aggregators' orders be joined: for tests
+    of everything else."""
     task = offer.task
     earlier = ledger.decision(task.task_key)
     if earlier is not None:
@@ -180,6 +182,17 @@ def task_answer(
     refusal, why = keys.problem()
     if refusal:
         return Outcome(task.task_key, refusal, problem=why)
+    # The times are drawn before deciding, so that a deadline too near is declined, not rushed:
+    # nothing charged, no token, no upload. The ledger keeps the decision, as it keeps a refusal.
+    paced: tuple[Pacing, float, Plan] | None = None
+    if pacing is not None:
+        start = pacing.clock()
+        try:
+            paced = (pacing, start, pacing.plan(offer.spread_seconds, closes_at=offer.closes_at))
+        except TooLittleTime as error:
+            ledger.record(task.task_key, decision=TOO_LITTLE_TIME, problem=str(error))
+            ledger.save()
+            return Outcome(task.task_key, TOO_LITTLE_TIME, problem=str(error))
 
     columns = ledger.columns(task.analysis)
     decision, accountant = _decide(offer, fleet, columns, rng)
@@ -201,7 +214,7 @@ def task_answer(
     ledger.save()
 
     vector, batch_key = report_compute(offer, data, rng)
-    upload = _send(task.task_key, vector, batch_key, offer, keys, service, pacing, report_shape_of(offer))
+    upload = _send(task.task_key, vector, batch_key, offer, keys, service, paced, report_shape_of(offer))
     ledger.record(task.task_key, upload=upload)
     ledger.save()
     return Outcome(task.task_key, decision.label, upload)
@@ -264,20 +277,19 @@ def _send(
     offer: Offer,
     keys: ServerKeys,
     service: Service,
-    pacing: Pacing | None,
+    paced: tuple[Pacing, float, Plan] | None,
     shape: ReportShape,
 ) -> str:
     issue: Callable[[int], int] = lambda blinded: service.token(task_key, blinded)  # noqa: E731
-    if pacing is not None:
-        start = pacing.clock()
-        plan = pacing.plan(offer.spread_seconds, closes_at=offer.closes_at)
+    if paced is not None:
+        pacing, start, plan = paced
         pacing.wait_until(start, plan.token_delay)
     try:
         token = token_obtain(collection_key=task_key, issuer=offer.issuer, issue=issue)
         report = report_seal(
             collection_key=task_key, batch_key=batch_key, vector=vector, keys=keys.aggregators, token=token, shape=shape
         )
-        if pacing is not None:
+        if paced is not None:
             pacing.wait_until(start, plan.upload_delay)
         return service.upload(report)
     except ClientError as error:  # the server refused or could not be reached: the budget stays spent

@@ -16,6 +16,12 @@ variance 1 per collection), and the rank correlation of issue and arrival orders
 variance 1/(n-1). Both are checked within 4 standard errors over every collection. The same
 attack on devices that upload as soon as they have their token (the SDK before pacing) pairs
 every device: the test can tell.
+
+Issue 29, requirement 3: the spread and the deadline are the server's to send, so a server could
+send spread 0, or a deadline 30 s away, to force token and upload back to back. The SDK keeps its
+own floors (pfs_device.sdk.pacing.MIN_SPREAD, MIN_GAP): served spread 0, the devices still pace over
+MIN_SPREAD and the same join finds no more than chance; served a deadline 30 s away, they decline
+(too_little_time), and the issuer and the leader record nothing.
 """
 
 from __future__ import annotations
@@ -24,17 +30,25 @@ import copy
 import hashlib
 import json
 import random
+from datetime import timedelta
 
 import numpy as np
 import pytest
+from django.utils import timezone
 
+from aggregation.aggregators import HELPER, LEADER
 from aggregation.batch_rules import ARRIVAL_GRAIN
 from aggregation.models import Collection, HelperShare, IssuedToken, LeaderShare, PendingReport
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
+from devices.models import CollectionWindow
 from pfs_device import wire
-from pfs_device.sdk.pacing import plan_draw
+from pfs_device.report_client import AggregatorKeys
+from pfs_device.sdk.device import Offer, ServerKeys, task_answer
+from pfs_device.sdk.keys import announced_keys
+from pfs_device.sdk.ledger import Ledger
+from pfs_device.sdk.pacing import MIN_GAP, MIN_SPREAD, TOO_LITTLE_TIME, Pacing, plan_draw
 from tests.unit.test_device_http import CENTRAL, PHONES_SPEC, Device, upload, verify
 
 DEVICES = 60
@@ -116,6 +130,77 @@ def test_the_same_join_pairs_every_device_that_uploads_as_soon_as_it_has_its_tok
     ]
     found, correlation = _join(devices, keys[0], _collect(devices, keys[0], events))
     assert (found, round(correlation, 6)) == (DEVICES, 1.0)
+
+
+def test_a_server_that_sends_spread_0_still_finds_devices_no_better_than_chance(crowd, settings) -> None:
+    """The devices read spread 0 from the tasks they are served, plan with the SDK's Pacing (fixed
+    coins) and still pace over MIN_SPREAD, each upload more than MIN_GAP after its token. Deciding
+    within POLL of each other is common to a device's two times: at the floor that alone gives the
+    two orders an expected rank correlation of about 0.1 (0.005 at the default hour), within the
+    tolerance of 4 standard errors (0.26); the pairs found stay those of chance."""
+    devices, keys = crowd
+    settings.PFS_REPORT_SPREAD_SECONDS = 0
+    served = [{t["task"]["task_key"]: Offer.from_json(t) for t in device.tasks()["tasks"]} for device in devices]
+    assert {offer.spread_seconds for offers in served for offer in offers.values()} == {0.0}
+    rng = random.Random(17)
+    pacing = Pacing(rng=rng)  # the device's own floor: MIN_SPREAD
+    right, correlations = 0, []
+    for key in keys:
+        events = []
+        for device in range(DEVICES):
+            offer = served[device][key]
+            decided = rng.uniform(0, POLL)
+            plan = pacing.plan(offer.spread_seconds, closes_at=offer.closes_at)
+            assert plan.upload_delay - plan.token_delay > MIN_GAP and plan.upload_delay < MIN_SPREAD
+            events += [(decided + plan.token_delay, device, "token"), (decided + plan.upload_delay, device, "upload")]
+        found, correlation = _join(devices, key, _collect(devices, key, events))
+        right += found
+        correlations.append(correlation)
+    assert right <= COLLECTIONS + 4 * np.sqrt(COLLECTIONS), right
+    assert abs(np.mean(correlations)) < 4 / np.sqrt(COLLECTIONS * (DEVICES - 1)), correlations
+
+
+class _NothingSent:
+    """The device's service: a declining device calls neither the issuer nor the leader."""
+
+    def token(self, collection_key: str, blinded: int) -> int:
+        raise AssertionError("no token is asked for when the deadline leaves too little time")
+
+    def upload(self, report) -> str:
+        raise AssertionError("nothing is uploaded when the deadline leaves too little time")
+
+
+def test_a_server_that_sets_a_deadline_30_seconds_away_gets_devices_to_decline_and_nothing_spent(
+    crowd, tmp_path
+) -> None:
+    devices, keys = crowd
+    CollectionWindow.objects.filter(task_key__in=keys).update(closes_at=timezone.now() + timedelta(seconds=30))
+    aggregators = AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())  # as each serves it
+
+    def sleep(seconds: float) -> None:
+        raise AssertionError("a device that declines does not wait")
+
+    for device in devices:
+        tasks = device.tasks()
+        ledger = Ledger(tmp_path / f"{device.device_id}.json")
+        for offered in tasks["tasks"]:
+            offer = Offer.from_json(offered)
+            assert offer.closes_at is not None and offer.closes_at - timezone.now().timestamp() <= 30
+            outcome = task_answer(
+                offer=offer,
+                data=None,  # never read: declined before anything is computed
+                fleet="crowd",
+                ledger=ledger,
+                keys=ServerKeys(aggregators, announced=announced_keys(tasks)),
+                service=_NothingSent(),
+                pacing=Pacing(sleep=sleep),
+            )
+            assert outcome.decision == TOO_LITTLE_TIME, outcome
+            assert ledger.state["tasks"][offer.task.task_key]["decision"] == TOO_LITTLE_TIME
+        assert ledger.columns(offer.task.analysis)["reports_used"].tolist() == [0]  # nothing charged
+    # Nothing for the issuer or the leader to record, let alone join.
+    assert not IssuedToken.objects.using("issuer").filter(collection_key__in=keys).exists()
+    assert not PendingReport.objects.filter(collection_key__in=keys).exists()
 
 
 def test_each_task_serves_the_spread_the_sdk_paces_over(crowd, settings) -> None:

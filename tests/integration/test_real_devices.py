@@ -96,7 +96,8 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
     worker, live_server, analyst, officer, tmp_path, settings
 ) -> None:
     # The device processes answer within seconds: the collection expects its uploads over 10 s
-    # (rate validation is on; at the default hour, 1,800 uploads in seconds would be a flood).
+    # (rate validation is on; at the default hour, 1,800 uploads in seconds would be a flood), and
+    # the devices are run with --min-spread 10 (their own floor, 600 s by default).
     settings.PFS_REPORT_SPREAD_SECONDS = 10
     records = device_records(DEVICES, seed=2024)
     data = tmp_path / "devices.jsonl"
@@ -125,6 +126,9 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
         command = [sys.executable, "-m", "pfs_device.sdk", "--server", live_server.url, "--helper", helper_url]
         command += ["--credential", str(creds)]
         command += ["--data", str(lines), "--state", str(tmp_path / "ledgers"), "--once"]
+        # The devices' own floor on the spread, lowered by their owner (the test) to the 10 s served:
+        # the default, 600 s (pfs_device.sdk.pacing.MIN_SPREAD), would make the pass last 10 minutes.
+        command += ["--min-spread", "10"]
         # The SDK needs no Django settings: leave none for it to find.
         env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
         processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))

@@ -146,8 +146,15 @@ def run(tmp_path: Path, leader_url: str, helper_url: str | None, devices: tuple[
     data = tmp_path / "data.jsonl"
     data.write_bytes(b"".join(device_line(device_id=d) + b"\n" for d in devices))
     state = tmp_path / "state"
-    argv = ["--credential", str(creds), "--data", str(data), "--state", str(state), "--once", "--spread", "0"]
+    # The device sends at once: its floor lowered for the test (pfs_device.sdk.pacing).
+    argv = ["--credential", str(creds), "--data", str(data), "--state", str(state), "--once"]
+    argv += ["--min-spread", "0", "--spread", "0"]
     return main([*argv, *extra])
+
+
+def refusal_of(err: str) -> dict:
+    """The first refusal the SDK printed on stderr (after its warning about the lowered floor)."""
+    return next(line for line in map(json.loads, err.strip().splitlines()) if "refused" in line)
 
 
 def summary_of(out: str) -> dict:
@@ -221,7 +228,7 @@ def test_a_helper_whose_configuration_cannot_be_had_gets_nothing_uploaded(setup,
     summary = summary_of(out)
     assert summary["decisions"] == {KEYS_UNAVAILABLE: 1} and summary["keys"] == KEYS_UNAVAILABLE
     assert server.tokens == [] and leader.uploads == 0 and nothing_spent(tmp_path)
-    refusal = json.loads(err.strip().splitlines()[0])
+    refusal = refusal_of(err)
     assert refusal["refused"] == KEYS_UNAVAILABLE and said in refusal["detail"], refusal
     assert not (tmp_path / "state" / PIN_FILE).exists()  # nothing pinned from a failed fetch
 
@@ -248,7 +255,7 @@ def test_a_pinned_key_id_that_comes_with_another_key_is_refused_until_the_pin_fi
     assert run(tmp_path, leader_url, helper_url) == 1
     out, err = capsys.readouterr()
     assert summary_of(out)["decisions"] == {KEY_CHANGED: 1} and summary_of(out)["uploads"] == {}
-    refusal = json.loads(err.strip().splitlines()[0])
+    refusal = refusal_of(err)
     assert refusal["refused"] == KEY_CHANGED and f"deleted {tmp_path / 'state' / PIN_FILE}" in refusal["detail"]
     assert len(server.tokens) == 1 and len(server.reports) == 1  # only the first task's
     # The operator checks, then deletes the pin file: the new key is pinned and the device answers.
