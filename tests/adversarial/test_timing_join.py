@@ -136,7 +136,7 @@ def test_a_server_that_sends_spread_0_still_finds_devices_no_better_than_chance(
     """The devices read spread 0 from the tasks they are served, plan with the SDK's Pacing (fixed
     coins) and still pace over MIN_SPREAD, each upload more than MIN_GAP after its token. Deciding
     within POLL of each other is common to a device's two times: at the floor that alone gives the
-    two orders an expected rank correlation of about 0.1 (0.005 at the default hour), within the
+    two orders an expected rank correlation of about 0.1 (0.01 at the default hour), within the
     tolerance of 4 standard errors (0.26); the pairs found stay those of chance."""
     devices, keys = crowd
     settings.PFS_REPORT_SPREAD_SECONDS = 0
