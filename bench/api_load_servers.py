@@ -92,6 +92,9 @@ def server_env(*, database_url: str, redis_url: str, **extra: str) -> dict[str, 
         "REDIS_URL": redis_url,
         "PFS_TASK_MODE": "celery",  # as deployed; the reads enqueue nothing
         "LOG_LEVEL": "WARNING",
+        # Plain HTTP on loopback: urllib's cookie jar (session_cookie) returns no secure cookie over it.
+        "SESSION_COOKIE_SECURE": "0",
+        "CSRF_COOKIE_SECURE": "0",
         **UNTHROTTLED,
         **extra,
     }

@@ -8,6 +8,7 @@ docs/deployment.md.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -51,15 +52,20 @@ def _proxy_ssl_header(value: str | None) -> tuple[str, str] | None:
 
 
 # HTTPS, when a proxy in front terminates TLS (deploy/nginx). Each setting comes from the
-# environment and is off by default, so that `make serve` also answers over plain HTTP on a laptop;
-# deploy/pfs.env turns them on, and `manage.py check --deploy` is clean with it (tested).
+# environment. With DEBUG off, HSTS (a year, sent only on answers over HTTPS) and secure cookies are
+# on unless the environment says 0: a browser then never sends the session or the CSRF cookie over
+# plain HTTP (browsers count http://localhost and 127.0.0.1 as secure, so `make serve` on a laptop
+# still signs in; a script's cookie jar over plain HTTP, as bench/api_load.py's, sets both to 0).
+# The redirect to HTTPS and the proxy's header stay off by default: which header a proxy sets is the
+# deployment's to say, and a redirect behind a proxy that does not say would loop. deploy/pfs.env
+# sets them all, and `manage.py check --deploy` is clean with it (tested).
 SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(env_str("SECURE_PROXY_SSL_HEADER"))
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 # Origins allowed to POST forms (the dashboard's own, as the browser names it: https://pfs.example.org).
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 for _origin in CSRF_TRUSTED_ORIGINS:
@@ -90,6 +96,8 @@ MIDDLEWARE = [
     # that a load balancer or Prometheus can probe the process by its address over plain HTTP.
     "pfs_base.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy on every answer: scripts from this origin only, none inline.
+    "pfs_base.security_headers.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, from the web process itself
     "pfs_base.api_limits.ApiBodyLimitMiddleware",  # before anything reads a body
     "pfs_base.api_limits.ApiNullCharacterMiddleware",
@@ -375,6 +383,17 @@ LOGGING = logging_config(
 )
 # Each check of /readyz (database, Redis, a worker's ping) waits at most this many seconds.
 PFS_READYZ_TIMEOUT = env_float("PFS_READYZ_TIMEOUT", 2.0, minimum=0.1)
+# Who reads /metrics and the checks of /readyz (pfs_base.probes): a client whose address (behind
+# PFS_NUM_PROXIES proxies, the one they name) is in these networks, or one sending
+# "Authorization: Bearer <PFS_PROBE_TOKEN>" when a token is set. Anyone else: /metrics a 403,
+# /readyz its status only. /healthz answers everyone.
+PFS_PROBE_NETWORKS = env_list("PFS_PROBE_NETWORKS", ["127.0.0.0/8", "::1/128"])
+for _network in PFS_PROBE_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as _bad:
+        raise ImproperlyConfigured(f"PFS_PROBE_NETWORKS: {_bad}") from None
+PFS_PROBE_TOKEN = env_str("PFS_PROBE_TOKEN")
 # Prometheus multiprocess mode: every process of a host (gunicorn's workers, Celery's pool, beat)
 # writes its counts into this folder and /metrics adds them up. prometheus_client reads the
 # variable itself; checked here so that a missing folder stops start-up with a clear message.

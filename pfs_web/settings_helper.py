@@ -27,6 +27,7 @@ MIDDLEWARE = [
     "pfs_base.request_context.RequestContextMiddleware",
     "pfs_base.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "pfs_base.security_headers.ContentSecurityPolicyMiddleware",  # its JSON answers load nothing
     "django.middleware.common.CommonMiddleware",
     # No cookie is ever set here (the leader's requests carry a bearer token and are csrf_exempt):
     # these only keep `check --deploy` clean, and a browser that wanders in gets no frame and no form.

@@ -62,11 +62,28 @@ def test_check_deploy_is_clean_with_the_helpers_documented_configuration(tmp_pat
 
 
 def test_check_deploy_warns_without_the_https_settings(tmp_path: Path) -> None:
-    """What the documented file fixes, each from the environment (so the test above is not vacuous)."""
-    result = check_deploy({"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(50)})
-    assert result.returncode != 0
+    """What the documented file fixes, each from the environment (so the test above is not vacuous).
+    With DEBUG off, HSTS and secure cookies are on by default: without the file's settings only the
+    redirect to HTTPS (W008) and HSTS's subdomains (W005) are left to warn about; an explicit
+    opt-out of the secure defaults brings their warnings back."""
+    key = secrets.token_urlsafe(50)
+    defaults = check_deploy({"DEBUG": "0", "SECRET_KEY": key})
+    assert defaults.returncode != 0
+    for warning in ("security.W005", "security.W008"):
+        assert warning in defaults.stderr, defaults.stderr
+    for warning in ("security.W004", "security.W012", "security.W016"):
+        assert warning not in defaults.stderr, defaults.stderr
+    opted_out = check_deploy(
+        {
+            "DEBUG": "0",
+            "SECRET_KEY": key,
+            "SECURE_HSTS_SECONDS": "0",
+            "SESSION_COOKIE_SECURE": "0",
+            "CSRF_COOKIE_SECURE": "0",
+        }
+    )
     for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
-        assert warning in result.stderr, result.stderr
+        assert warning in opted_out.stderr, opted_out.stderr
 
 
 def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ ENV_KEYS = (
     "SECURE_SSL_REDIRECT",
     "SECURE_HSTS_SECONDS",
     "SESSION_COOKIE_SECURE",
+    "PFS_PROBE_NETWORKS",
+    "PFS_PROBE_TOKEN",
     "CSRF_COOKIE_SECURE",
     "CSRF_TRUSTED_ORIGINS",
     "PROMETHEUS_MULTIPROC_DIR",
@@ -141,10 +143,33 @@ def test_every_https_setting_comes_from_the_environment(monkeypatch) -> None:
     assert settings.CSRF_TRUSTED_ORIGINS == ["https://pfs.example.org", "https://pfs-staging.example.org"]
 
 
-def test_https_settings_are_off_by_default_so_make_serve_answers_plain_http(monkeypatch) -> None:
+def test_with_debug_off_hsts_and_secure_cookies_are_on_by_default_but_no_redirect(monkeypatch) -> None:
+    """Secure unless told otherwise; the redirect (and the proxy's header) are the deployment's to
+    set, so that `make serve` still answers plain HTTP and a proxy that says nothing gets no loop."""
     settings = load_settings(monkeypatch, SECRET_KEY="s")
     assert settings.SECURE_PROXY_SSL_HEADER is None and not settings.SECURE_SSL_REDIRECT
-    assert not settings.SESSION_COOKIE_SECURE and settings.SECURE_HSTS_SECONDS == 0
+    assert settings.SESSION_COOKIE_SECURE and settings.CSRF_COOKIE_SECURE
+    assert settings.SECURE_HSTS_SECONDS == 31_536_000
+    opted_out = load_settings(
+        monkeypatch, SECRET_KEY="s", SESSION_COOKIE_SECURE="0", CSRF_COOKIE_SECURE="0", SECURE_HSTS_SECONDS="0"
+    )
+    assert not opted_out.SESSION_COOKIE_SECURE and not opted_out.CSRF_COOKIE_SECURE
+    assert opted_out.SECURE_HSTS_SECONDS == 0
+
+
+def test_with_debug_on_the_https_settings_are_off_by_default(monkeypatch) -> None:
+    settings = load_settings(monkeypatch, DEBUG="1")
+    assert not settings.SESSION_COOKIE_SECURE and not settings.CSRF_COOKIE_SECURE
+    assert settings.SECURE_HSTS_SECONDS == 0 and not settings.SECURE_SSL_REDIRECT
+
+
+def test_the_probes_readers_default_to_loopback_and_a_bad_network_stops_start_up(monkeypatch) -> None:
+    settings = load_settings(monkeypatch, SECRET_KEY="s")
+    assert settings.PFS_PROBE_NETWORKS == ["127.0.0.0/8", "::1/128"] and settings.PFS_PROBE_TOKEN is None
+    configured = load_settings(monkeypatch, SECRET_KEY="s", PFS_PROBE_NETWORKS="10.0.0.0/8, 2001:db8::/32")
+    assert configured.PFS_PROBE_NETWORKS == ["10.0.0.0/8", "2001:db8::/32"]
+    with pytest.raises(ImproperlyConfigured, match="PFS_PROBE_NETWORKS"):
+        load_settings(monkeypatch, SECRET_KEY="s", PFS_PROBE_NETWORKS="10.0.0.0/33")
 
 
 def test_debug_off_serves_hashed_compressed_static_files_and_debug_on_the_files_as_they_are(monkeypatch) -> None:
