@@ -21,6 +21,9 @@ import logging
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -162,6 +165,25 @@ def job_run(job: str, request: dap.AggregationJobInitReq) -> dap.AggregationJobR
 
 def simulated_put(request: dap.SimulatedSharesReq) -> None:
     _call("POST", request.collection, "/simulated_shares", dap.SIMULATED, dap.encode(request), expect=(204,))
+
+
+@contextmanager
+def simulated_put_beside(request: dap.SimulatedSharesReq) -> Iterator[None]:
+    """simulated_put, sent while the ``with`` block runs (the leader's own uncommitted writes), and
+    awaited when it ends, raising what the request raised: the helper's time, mostly its synced
+    commit, overlaps the leader's instead of adding to it. The block's caller commits only after
+    this returns, so nothing of the leader's is durable before the helper has stored its part.
+
+    In-process (the unit tests): sent first, in this thread, whose database connections the
+    helper's views use."""
+    if settings.PFS_HELPER_TRANSPORT == IN_PROCESS:
+        simulated_put(request)
+        yield
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pfs-helper-put") as pool:
+        sent = pool.submit(simulated_put, request)
+        yield  # an error of the block leaves the pool waiting for the request, then propagates
+        sent.result()
 
 
 def aggregate_shares(request: dap.AggregateShareReq) -> dap.AggregateShareResp:

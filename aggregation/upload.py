@@ -12,6 +12,8 @@ store, under one pair id, the helper's first; nothing else about the report is k
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
@@ -51,14 +53,19 @@ class BatchPair:
     min_cohort: int
 
 
-def shard_shares_upload(*, collection_key: str, source: str, batches: list[BatchPair]) -> None:
-    """Store a simulated shard's pairs of shares, every batch at once: the helper's in one request to
-    its service, then the leader's in the caller's transaction (a shard's), each pair under a fresh id.
+@contextmanager
+def shard_shares_upload(*, collection_key: str, source: str, batches: list[BatchPair]) -> Iterator[None]:
+    """Store a simulated shard's pairs of shares, every batch at once, each pair under a fresh id: the
+    helper's in one request to its service, and the leader's in the caller's transaction (a shard's)
+    while that request is out, as are the caller's writes in the ``with`` block. The block ends once
+    the helper has answered, so the caller's commit comes after the helper's; a request that fails
+    raises there and the caller's transaction rolls back.
 
     A shard retried after its transaction failed stores new pairs; the helper's first shares are
     then orphans the leader never names. A closed collection: CollectionClosed, before any request.
     """
     if not batches:
+        yield
         return
     for batch in batches:
         if batch.leader_share.shape != batch.helper_share.shape or batch.leader_share.ndim != 1:
@@ -66,25 +73,24 @@ def shard_shares_upload(*, collection_key: str, source: str, batches: list[Batch
     if CollectionRules.objects.filter(key=collection_key, closed=True).exists():
         raise CollectionClosed(f"collection {collection_key} is closed")
     pairs = [secrets.token_hex(16) for _ in batches]
-    helper_client.simulated_put(
-        dap.SimulatedSharesReq(
-            collection=collection_key,
-            source=source,
-            shares=[
-                dap.SimulatedShare(
-                    batch=batch.batch_key,
-                    pair=pair,
-                    vector=dap.b64(batch.helper_share.astype("<u8").tobytes()),
-                    reports=batch.reports,
-                    min_cohort=batch.min_cohort,
-                )
-                for batch, pair in zip(batches, pairs, strict=True)
-            ],
-        )
+    request = dap.SimulatedSharesReq(
+        collection=collection_key,
+        source=source,
+        shares=[
+            dap.SimulatedShare(
+                batch=batch.batch_key,
+                pair=pair,
+                vector=dap.b64(batch.helper_share.astype("<u8").tobytes()),
+                reports=batch.reports,
+                min_cohort=batch.min_cohort,
+            )
+            for batch, pair in zip(batches, pairs, strict=True)
+        ],
     )
     # No savepoint when the caller's transaction holds this one (a shard's): a failure here fails
-    # the caller's whole transaction anyway.
-    with transaction.atomic(savepoint=False):
+    # the caller's whole transaction anyway. The helper's answer is awaited inside the transaction,
+    # so that even as the outermost one it commits after the helper's.
+    with transaction.atomic(savepoint=False), helper_client.simulated_put_beside(request):
         for batch, pair in zip(batches, pairs, strict=True):
             share_store(
                 store=DEFAULT,
@@ -99,6 +105,7 @@ def shard_shares_upload(*, collection_key: str, source: str, batches: list[Batch
                 min_cohort=batch.min_cohort,
                 check_open=True,
             )
+        yield
 
 
 def share_store(

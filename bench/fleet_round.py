@@ -1,9 +1,11 @@
 """Benchmark: one round over a simulated fleet, from the API call that starts it to its release.
 
-Three paths, each workload in a fresh process and a fresh database:
+Three paths, each workload in a fresh process and a fresh database, the helper aggregator beside it
+as its own service (gunicorn, ``pfs_web.settings_helper``, its own SQLite file: bench/host.py's
+helper_service), reached over HTTP as the product reaches it (``PFS_HELPER_TRANSPORT=http``):
 
 - ``inline``: the embedded default, Celery-less: a SQLite file, tasks inline (the API call
-  returns once the round is released).
+  returns once the round is released), DEBUG off.
 - ``inline-pg``: the same in-process path on PostgreSQL, to separate the database from the task path.
 - ``worker``: as deployed: PostgreSQL, and a real ``celery -A pfs_web worker --concurrency=2``
   consuming from Redis; the clock runs from the API call until the Release row exists.
@@ -13,7 +15,10 @@ analysis, and a BucketedType recipe of K buckets under asymmetric OHE at epsilon
 with ``POST /api/recipes/<id>/rounds/`` (DRF's test client in the process). Devices privatize
 with their own coins, except where a shard's devices × buckets exceed 2^26 coins: there the
 shard draws the sum of its reports from its exact distribution (privacy.randomizer_support), as
-the product does. Writes bench/results/fleet_round.md (or ``--out``).
+the product does. Beside each round, in the same process and run: the time of 10^9 uniform float64
+draws (numpy, 10^7 at a time), the work a dense per-device sampler at 10^6 devices × 1,024 buckets
+cannot avoid, and each round's time as a multiple of it. Writes bench/results/fleet_round.md (or
+``--out``).
 
     .venv/bin/python bench/fleet_round.py                                  # the committed table
     .venv/bin/python bench/fleet_round.py --devices 10000 --buckets 64 --out /tmp/fleet.md   # a quick check
@@ -29,12 +34,15 @@ import cProfile
 import json
 import os
 import resource
+import secrets
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.parse
 from pathlib import Path
+
+from host import describe, helper_service, process_group_stop  # bench/host.py: this script's folder is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICES = [10_000, 100_000, 1_000_000]
@@ -47,8 +55,11 @@ PATHS = {
 # Seconds one round may take (``--timeout``; the 10^7-device run needs more); a slower one is
 # reported, not waited for.
 RUN_TIMEOUT = float(os.environ.get("PFS_BENCH_ROUND_TIMEOUT", 240))
+# 10^9 uniform draws, 10^7 at a time: one per device and bucket at 10^6 × 1,024, in 80 MB arrays.
+DRAWS, DRAWS_CHUNK = 10**9, 10**7
 EXACT_SUM_ABOVE = 1 << 26  # privacy.randomizer_support's default, restated for the table's sampler column
 BENCH_DB = "pfs_bench_fleet"
+HELPER_SECRET = secrets.token_urlsafe(32)  # the aggregator auth secret both services of a run share
 
 
 # --- one workload, in its own process -----------------------------------------------------------
@@ -68,8 +79,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
     from analyses.services.recipes import recipe_create
     from devices.fleet_io import fleet_create
 
-    call_command("migrate", verbosity=0)
-    call_command("migrate", database="helper", verbosity=0)  # the helper's own store (pfs_base.db_router)
+    call_command("migrate", verbosity=0)  # the leader's store; the helper's service migrated its own
     officer = get_user_model().objects.create_user("officer", is_staff=True)
     built = time.perf_counter()
     fleet = fleet_create(name="bench", size=devices, seed=1, shard_size=shard_size())
@@ -108,6 +118,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
         if worker is not None:
             worker.stop()
     release = Release.objects.get(round_id=round_id)
+    draws = draws_seconds()
     return {
         "path": path,
         "devices": devices,
@@ -119,6 +130,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
         "seconds_next": elapsed_next,
         "cpu_seconds": cpu,
         "cpu_seconds_next": cpu_next,
+        "draws_seconds": draws,
         "reports": release.content["reports"],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "worker_peak_rss_mib": worker_rss,
@@ -150,6 +162,18 @@ def timed_round(client: object, recipe_id: int, label: str) -> tuple[float, floa
         profile.disable()
         profile.dump_stats(f"{os.environ['PFS_BENCH_PROFILE']}.{label}")
     return elapsed, cpu, round_id
+
+
+def draws_seconds() -> float:
+    """Seconds for DRAWS uniform float64 draws, a new array of DRAWS_CHUNK each time, as a dense
+    per-device sampler would draw them (one per device and bucket), in this process."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    started = time.perf_counter()
+    for _ in range(DRAWS // DRAWS_CHUNK):
+        rng.random(DRAWS_CHUNK)
+    return time.perf_counter() - started
 
 
 class CeleryWorker:
@@ -193,8 +217,6 @@ class CeleryWorker:
         return max(peaks, default=0.0)
 
     def stop(self) -> None:
-        from host import process_group_stop  # bench/host.py: this script's folder is on sys.path
-
         process_group_stop(self.process, timeout=30)
         self.log.close()
 
@@ -211,25 +233,35 @@ def fresh_database(admin_url: str, name: str) -> str:
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as admin:
-        for database in (name, f"{name}_issuer", f"{name}_helper"):  # the issuer's and the helper's own stores
+        for database in (name, f"{name}_issuer"):  # and the issuer's own store; the helper has its service's
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
             admin.execute(f'CREATE DATABASE "{database}"')
     return urllib.parse.urlsplit(admin_url)._replace(path=f"/{name}").geturl()
 
 
-def child_env(path: str, tmp: str, args: argparse.Namespace) -> dict[str, str]:
-    env = {**os.environ, "SECRET_KEY": "bench", "ALLOWED_HOSTS": "testserver", "LOG_LEVEL": "WARNING"}
-    # No request limit in the way: one round start per run is far below any rate anyway.
-    env["PFS_ROUND_START_RATE"] = "1000/minute"
+def child_env(path: str, tmp: str, args: argparse.Namespace, helper_url: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "pfs_web.settings",
+        "PFS_ENV_FILE": os.devnull,  # nothing from this checkout's .env
+        "DEBUG": "0",
+        "SECRET_KEY": "bench",
+        "ALLOWED_HOSTS": "testserver",
+        "LOG_LEVEL": "WARNING",
+        # The helper as the product reaches it: its own service, over HTTP, with the shared secret.
+        "PFS_HELPER_TRANSPORT": "http",
+        "HELPER_URL": helper_url,
+        "PFS_AGGREGATOR_AUTH_SECRET": HELPER_SECRET,
+        # No request limit in the way: one round start per run is far below any rate anyway.
+        "PFS_ROUND_START_RATE": "1000/minute",
+    }
     if path == "inline":
-        return {**env, "DJANGO_SETTINGS_MODULE": "pfs_web.settings_test", "DATABASE_URL": f"sqlite:///{tmp}/b.sqlite3"}
+        return {**env, "PFS_TASK_MODE": "sync", "DATABASE_URL": f"sqlite:///{tmp}/b.sqlite3"}
     database_url = fresh_database(args.postgres, BENCH_DB)
     if path == "inline-pg":
-        return {**env, "DJANGO_SETTINGS_MODULE": "pfs_web.settings_test", "DATABASE_URL": database_url}
+        return {**env, "PFS_TASK_MODE": "sync", "DATABASE_URL": database_url}
     return {
         **env,
-        "DJANGO_SETTINGS_MODULE": "pfs_web.settings",
-        "DEBUG": "0",
         "DATABASE_URL": database_url,
         "REDIS_URL": args.redis_url,
         "PFS_TASK_MODE": "celery",
@@ -238,8 +270,8 @@ def child_env(path: str, tmp: str, args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_workload(path: str, devices: int, buckets: int, args: argparse.Namespace) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = child_env(path, tmp, args)
+    with tempfile.TemporaryDirectory() as tmp, helper_service(Path(tmp), secret=HELPER_SECRET) as helper:
+        env = child_env(path, tmp, args, helper.url)
         try:
             done = subprocess.run(
                 [sys.executable, __file__, "--one", path, str(devices), str(buckets)],
@@ -267,8 +299,6 @@ def sampler(devices: int, buckets: int) -> str:
 
 
 def machine() -> str:
-    from host import describe  # bench/host.py: this script's folder is on sys.path
-
     return describe(tasks="tasks as each path says", memory=True, database="SQLite or PostgreSQL as each path says")
 
 
@@ -298,7 +328,9 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
         f"Asymmetric OHE at epsilon0 = 4, one batch (no cohorts), {shard_size():,} devices per shard "
         "(`PFS_SHARD_SIZE`). The clock runs from "
         "`POST /api/recipes/<id>/rounds/` until the release exists; building the fleet and starting the worker "
-        "are not timed. Sampler: per-device coins, or, where one shard's devices × buckets exceed 2^26, the sum "
+        "are not timed. The helper aggregator runs as its own service (gunicorn, `pfs_web.settings_helper`, "
+        "2 workers, its own SQLite file) on the same machine; the leader reaches it over HTTP, one request "
+        "per shard for the shard's helper shares and a few per round. Sampler: per-device coins, or, where one shard's devices × buckets exceed 2^26, the sum "
         "of the shard's reports drawn from its exact distribution (what the product does, "
         "privacy.randomizer_support). Paths:",
         "",
@@ -316,14 +348,21 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
         "on each round (first / next): on a shared machine, the wall-clock time minus the waits for a core "
         "and for the disk.",
         "",
+        f"Draws: {DRAWS:,} uniform float64 draws by numpy (`default_rng(1).random({DRAWS_CHUNK:_})`, a new array "
+        "each time), timed in the same process right after its rounds: what a dense per-device sampler "
+        "cannot avoid at 10^6 devices × 1,024 buckets (one draw per device and bucket). ÷ draws: each "
+        "round's time (first / next) over it; issue 28's target for 10^6 × 1,024 on `inline`: at most 0.75.",
+        "",
         "| devices | buckets | shards | sampler | fleet built (s) | "
         + " | ".join(f"{p} first (s) | {p} next (s)" for p in paths)
         + " | "
         + " | ".join(f"{p} CPU (s)" for p in in_process)
         + (" | " if in_process else "")
         + " | ".join(f"{p} peak RSS (MiB)" for p in paths)
+        + " | "
+        + " | ".join(f"{p} draws (s) | {p} ÷ draws" for p in paths)
         + " |",
-        "|---:|---:|---:|---|---:|" + "---:|" * (3 * len(paths) + len(in_process)),
+        "|---:|---:|---:|---|---:|" + "---:|" * (5 * len(paths) + len(in_process)),
     ]
     by_key = {(r["path"], r["devices"], r["buckets"]): r for r in rows}
     failures = []
@@ -331,12 +370,13 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
         cells = [by_key.get((p, devices, buckets)) for p in paths]
         shards = next((c["shards"] for c in cells if c and "shards" in c), -(-devices // shard_size()))
         built = next((f"{c['fleet_seconds']:.1f}" for c in cells if c and "fleet_seconds" in c), "—")
-        secs, cpus, rss = [], [], []
+        secs, cpus, rss, draws = [], [], [], []
         for p, c in zip(paths, cells, strict=True):
             if c is None or "failed" in c:
                 secs += ["—", "—"]
                 cpus += ["—"] if p in in_process else []
                 rss.append("—")
+                draws += ["—", "—"]
                 if c is not None:
                     failures.append(f"{p}, {devices:,} × {buckets:,}: {c['failed']}")
                 continue
@@ -344,9 +384,11 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
             cpus += [f"{c['cpu_seconds']:.2f} / {c['cpu_seconds_next']:.2f}"] if p in in_process else []
             peak = c["worker_peak_rss_mib"] if c.get("worker_peak_rss_mib") is not None else c["peak_rss_mib"]
             rss.append(f"{peak:.0f}")
+            ratios = f"{c['seconds'] / c['draws_seconds']:.2f} / {c['seconds_next'] / c['draws_seconds']:.2f}"
+            draws += [f"{c['draws_seconds']:.2f}", ratios]
         lines.append(
             f"| {devices:,} | {buckets:,} | {shards} | {sampler(devices, buckets)} | {built} | "
-            + " | ".join(secs + cpus + rss)
+            + " | ".join(secs + cpus + rss + draws)
             + " |"
         )
     if failures:
@@ -389,7 +431,8 @@ def main() -> None:
             print(
                 f"{path:>9} {devices:>9,} devices × {buckets:>6,} buckets: {row['seconds']:7.2f} s, "
                 f"next round {row['seconds_next']:7.2f} s (CPU {row['cpu_seconds']:.2f}, {row['cpu_seconds_next']:.2f} s), "
-                f"peak {row['worker_peak_rss_mib'] or row['peak_rss_mib']:.0f} MiB",
+                f"peak {row['worker_peak_rss_mib'] or row['peak_rss_mib']:.0f} MiB, "
+                f"10^9 draws {row['draws_seconds']:.2f} s",
                 flush=True,
             )
     context = {

@@ -1,11 +1,19 @@
-"""The machine a bench ran on, as its results tables state it, and stopping the servers a bench starts."""
+"""The machine a bench ran on, as its results tables state it; the helper aggregator's service a bench
+runs beside the leader; and stopping the servers a bench starts."""
 
 from __future__ import annotations
 
 import os
 import platform
 import signal
+import socket
 import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -37,3 +45,93 @@ def process_group_stop(process: subprocess.Popen, *, timeout: float = 20) -> Non
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+@dataclass(frozen=True)
+class HelperService:
+    url: str
+    process: subprocess.Popen
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds its processes (gunicorn's master and workers, one process group) used so far."""
+        ticks = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # a process that just ended
+                continue
+            if int(fields[2]) == self.process.pid:  # its process group: the master's pid
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def helper_service(
+    folder: Path, *, secret: str, database_url: str = "", workers: int = 2, **extra: str
+) -> Iterator[HelperService]:
+    """The helper aggregator as its own service, as `make helper` and Procfile.helper start it: its
+    store migrated, then gunicorn with ``pfs_web.settings_helper`` in a process group of its own.
+    Yields it (its URL); on the way out (a failure included) it is stopped with its workers.
+
+    ``folder``: where its log, its metrics and (without ``database_url``) its SQLite store go;
+    ``secret``: PFS_AGGREGATOR_AUTH_SECRET, the leader's must be the same; ``extra``: more of its
+    environment (e.g. PFS_HELPER_KEY).
+    """
+    root = Path(__file__).resolve().parent.parent
+    metrics = folder / "helper-metrics"
+    metrics.mkdir()
+    port = _free_port()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "DJANGO_SETTINGS_MODULE": "pfs_web.settings_helper",
+        "PFS_ENV_FILE": os.devnull,  # nothing from this checkout's .env
+        "SECRET_KEY": "bench-helper-secret-key",
+        "DEBUG": "0",
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "HELPER_DATABASE_URL": database_url or f"sqlite:///{folder / 'helper.sqlite3'}",
+        "PFS_AGGREGATOR_AUTH_SECRET": secret,
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics),
+        "PFS_BIND": f"127.0.0.1:{port}",
+        "WEB_CONCURRENCY": str(workers),
+        "LOG_LEVEL": "WARNING",
+        **extra,
+    }
+    migrate = [sys.executable, "manage.py", "migrate", "--database", "helper", "--noinput"]
+    subprocess.run(migrate, cwd=root, env=env, check=True, capture_output=True, timeout=120)
+    log_path = folder / "helper.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--name", "pfs-helper"],
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            _wait_healthy(process, url, log_path)
+            yield HelperService(url, process)
+        finally:
+            process_group_stop(process)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_healthy(process: subprocess.Popen, url: str, log_path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the helper exited with {process.returncode}: {log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as answer:  # noqa: S310 - loopback
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the helper did not answer /healthz within {timeout:.0f} s: {log_path.read_text()[-3000:]}")

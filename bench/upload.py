@@ -19,6 +19,10 @@ Three measurements:
     verifying while the reports arrive (the upload path sends the task once a second): from the
     first upload to the last report verified.
 
+The helper aggregator runs as its own service beside them (bench/host.py's helper_service:
+gunicorn with ``pfs_web.settings_helper``, its own PostgreSQL database ``<database>_helper``),
+and the leader's processes reach it over HTTP (``PFS_HELPER_TRANSPORT=http``), as in production.
+
 Writes bench/results/upload.md (or ``--out``). Traffic goes to 127.0.0.1 only.
 
     .venv/bin/python bench/upload.py                                  # the committed table
@@ -28,6 +32,7 @@ Writes bench/results/upload.md (or ``--out``). Traffic goes to 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -35,16 +40,18 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from host import describe, process_group_stop  # bench/host.py: this script's folder is on sys.path
+from host import describe, helper_service, process_group_stop  # bench/host.py: this script's folder is on sys.path
 from upload_prio3 import prio3_ingest
 from upload_setup import VAR, counts, setup, upload_statements, write_bodies
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 TARGET_RATE, TARGET_P99_MS = 2_000, 100.0
+HELPER_SECRET = "bench-aggregator-auth-secret"  # PFS_AGGREGATOR_AUTH_SECRET: the same on both sides
 WRK_THREADS = 2
 WARM_SECONDS = 3
 
@@ -127,9 +134,26 @@ def main() -> None:
         for statement in (f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}"):
             subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", statement, "postgres"], check=True)
     subprocess.run([PY, "-c", f"import redis; redis.Redis.from_url({options.redis!r}).flushdb()"], check=True)
+    # The helper as its own service (its own PostgreSQL store, as deploy/pfs-helper.env has it),
+    # with a key the bench makes, so that the breakdown of the verification can time its steps too.
+    helper_key = os.urandom(32)  # an X25519 private key: any 32 bytes
+    with (
+        tempfile.TemporaryDirectory(prefix="pfs-bench-helper-") as folder,
+        helper_service(
+            Path(folder),
+            secret=HELPER_SECRET,
+            database_url=f"{database_url}_helper",
+            PFS_HELPER_KEY=base64.b64encode(helper_key).decode(),
+        ) as helper,
+    ):
+        measure(options, configs, connections, database_url, helper, helper_key)
+
+
+def measure(options, configs, connections, database_url: str, helper, helper_key: bytes) -> None:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "pfs_web.settings",
+        "PFS_ENV_FILE": os.devnull,  # nothing from this checkout's .env
         "DEBUG": "0",
         "SECRET_KEY": "bench-secret-key-not-for-production",
         "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
@@ -138,6 +162,10 @@ def main() -> None:
         "PFS_TASK_MODE": "sync",  # (a) and (b): the upload path sends no verification task
         "LOG_LEVEL": "WARNING",
         "PFS_UPLOAD_RATE": "1000000/second",  # counted, never reached
+        # The leader (this process, its servers and workers) reaches the helper over HTTP only.
+        "PFS_HELPER_TRANSPORT": "http",
+        "HELPER_URL": helper.url,
+        "PFS_AGGREGATOR_AUTH_SECRET": HELPER_SECRET,
     }
     os.environ.update(env)
     sys.path.insert(0, str(ROOT))
@@ -148,9 +176,8 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     call_command("migrate", database="issuer", verbosity=0)
-    call_command("migrate", database="helper", verbosity=0)
     if options.prio3:
-        prio3_ingest(options)
+        prio3_ingest(options, helper, helper_key)
         return
     accept_key, verify_key, e2e_key = setup(3)
     VAR.mkdir(exist_ok=True)

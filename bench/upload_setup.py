@@ -64,11 +64,13 @@ def write_bodies(collection_key: str, count: int, buckets: int = 8, timings: lis
     """
     import multiprocessing
 
-    from aggregation.aggregators import HELPER, LEADER
+    from aggregation import helper_client
+    from aggregation.aggregators import LEADER
     from aggregation.issuer import issuer_key
 
     key = issuer_key(collection_key)  # the collection's own token key
-    job = (collection_key, LEADER.public_key(), HELPER.public_key(), key.public.modulus, key.public.exponent, buckets)
+    helper = helper_client.public_key()  # as the helper's service serves it (the leader has no other)
+    job = (collection_key, LEADER.public_key(), helper, key.public.modulus, key.public.exponent, buckets)
     private = (key.prime_p, key.prime_q)
     chunks = [(job, private, start, min(500, count - start)) for start in range(0, count, 500)]
     with multiprocessing.get_context("fork").Pool(os.cpu_count()) as pool:

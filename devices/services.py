@@ -74,25 +74,28 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
         ledger = ledger_row.load_state() if ledger_row else ledger_empty(shard.size)
         decision, accountant = _decide(shard, task, ledger)
         answered = decision == Decision.ANSWERED
-        if answered.any():
-            _answer(shard, task, answered, columns)
-            accountant.charge(ledger, budget_request(task), answered)
-            if ledger_row is None:
-                ledger_row = ShardLedger(shard=shard, analysis_identifier=task.analysis)
-            ledger_row.state = pack(ledger)
-            ledger_row.save()
+        pairs = _answer(shard, task, answered, columns) if answered.any() else []
+        # The helper stores its shares while the rest of the shard is written here; the commit waits
+        # for its answer (aggregation.upload).
+        with shard_shares_upload(collection_key=task.task_key, source=f"shard:{shard.pk}", batches=pairs):
+            if answered.any():
+                accountant.charge(ledger, budget_request(task), answered)
+                if ledger_row is None:
+                    ledger_row = ShardLedger(shard=shard, analysis_identifier=task.analysis)
+                ledger_row.state = pack(ledger)
+                ledger_row.save()
 
-        counts = np.bincount(decision, minlength=len(Decision))
-        outcomes = {d.label: int(counts[d]) for d in Decision if d != Decision.ANSWERED and counts[d]}
-        ShardRun.objects.create(
-            task_key=task.task_key,
-            shard=shard,
-            answered=int(counts[Decision.ANSWERED]),
-            outcomes=outcomes,
-            epsilon_spent=task.privacy.epsilon,
-            task=task.audit_json(),
-            decisions=decision.astype(np.int8).tobytes(),
-        )
+            counts = np.bincount(decision, minlength=len(Decision))
+            outcomes = {d.label: int(counts[d]) for d in Decision if d != Decision.ANSWERED and counts[d]}
+            ShardRun.objects.create(
+                task_key=task.task_key,
+                shard=shard,
+                answered=int(counts[Decision.ANSWERED]),
+                outcomes=outcomes,
+                epsilon_spent=task.privacy.epsilon,
+                task=task.audit_json(),
+                decisions=decision.astype(np.int8).tobytes(),
+            )
         metrics.budget_refusals_counted(outcomes)
     return ShardOutcome(created=True, answered=int(counts[Decision.ANSWERED]), outcomes=outcomes)
 
@@ -180,8 +183,10 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarr
     )
 
 
-def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: dict) -> None:
-    """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort."""
+def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: dict) -> list[BatchPair]:
+    """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort:
+    each batch's pair of shares, for shard_shares_upload (none for a fleet with ``prio3_reports``,
+    whose devices' reports are verified and stored here)."""
     parsed = task.parsed_content or content_encoding(task.data_types)  # unparseable: raises here
     _, encoding = parsed
     encode_rng = _coins(task, shard, 3)
@@ -216,8 +221,7 @@ def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: 
                 min_cohort=privacy.min_cohort,
             )
         )
-    # The shard's helper shares in one request to the helper's service, every batch at once.
-    shard_shares_upload(collection_key=task.task_key, source=f"shard:{shard.pk}", batches=pairs)
+    return pairs
 
 
 def _prio3_reports_upload(
