@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from host import process_group_stop  # bench/host.py: this script's folder is on sys.path
+from host import helper_service, process_group_stop  # bench/host.py: this script's folder is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -267,13 +267,20 @@ def database_prepare(*, admin_url: str, name: str, redis_url: str, devices: int)
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
             admin.execute(f'CREATE DATABASE "{database}"')
     url = urllib.parse.urlsplit(admin_url)._replace(path=f"/{name}").geturl()
+    helper_url = urllib.parse.urlsplit(admin_url)._replace(path=f"/{name}_helper").geturl()
     # The seeding rounds run in this process's thread (no worker needed); the server later uses Redis.
     env = server_env(database_url=url, redis_url=redis_url, PFS_TASK_MODE="thread")
     manage(env, "migrate", "--noinput")
     manage(env, "migrate", "--database", "issuer", "--noinput")
-    manage(env, "migrate", "--database", "helper", "--noinput")
     manage(env, "seed_demo", "--devices", str(devices))
-    with tempfile.TemporaryDirectory() as tmp:
+    # The rounds need the helper aggregator: its own service on its own database, for the seeding
+    # only (the reads the bench then times never reach it).
+    secret = "bench-aggregator-auth-secret"
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        helper_service(Path(tmp), secret=secret, database_url=helper_url) as helper,
+    ):
+        env = {**env, "HELPER_URL": helper.url, "PFS_AGGREGATOR_AUTH_SECRET": secret}
         for analysis, recipe in DEMO_ROUNDS:
             path = Path(tmp) / f"{recipe['recipeIdentifier']}.json"
             path.write_text(json.dumps(recipe))
