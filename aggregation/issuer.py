@@ -72,16 +72,31 @@ def issuer_public_key(collection_key: str) -> IssuerPublicKey:
 
 
 def token_issue(*, collection_key: str, device_identity: str, blinded: int) -> int:
-    """Sign ``blinded`` with the collection's key, once per device; TokenRefused for a second request."""
+    """Sign ``blinded`` with the collection's key, once per device; TokenRefused for a second request.
+
+    The same device asking again with the same blinded message gets the same blind signature again
+    (RSA signing is deterministic): a device stopped after sending its request but before storing the
+    answer retries with the blinding it stored first (pfs_device.sdk.device). It still gets one token:
+    the blinded message determines the message signed. Another blinded message is refused."""
     key = issuer_key(collection_key)
     if not 0 < blinded < key.public.modulus:
         raise TokenRefused("the blinded message must be an integer in (0, n)")
     digest = hashlib.sha256(device_identity.encode()).hexdigest()
+    blinded_digest = hashlib.sha256(blinded.to_bytes(key.public.size, "big")).hexdigest()
     try:
         with transaction.atomic(using=ISSUER_DB):
-            IssuedToken.objects.create(collection_key=collection_key, device_digest=digest)
+            IssuedToken.objects.create(
+                collection_key=collection_key, device_digest=digest, blinded_digest=blinded_digest
+            )
             return sign_blinded(key, blinded)
     except IntegrityError:
+        earlier = (
+            IssuedToken.objects.filter(collection_key=collection_key, device_digest=digest)
+            .values_list("blinded_digest", flat=True)
+            .first()
+        )
+        if earlier and earlier == blinded_digest:
+            return sign_blinded(key, blinded)
         raise TokenRefused("this device already has its token for this collection") from None
 
 

@@ -288,6 +288,10 @@ class IssuedToken(models.Model):
 
     collection_key = models.CharField(max_length=200)
     device_digest = models.CharField(max_length=64)
+    # The SHA-256 of the blinded message it signed, so that the same device asking again with the
+    # same blinded message (a device stopped before it stored the answer) gets the same signature
+    # again. The issuer sees the blinded message anyway; it says nothing of the token it becomes.
+    blinded_digest = models.CharField(max_length=64, blank=True, default="")
     # The day only: a finer time could be joined with the aggregators' arrival times.
     issued_on = models.DateField(auto_now_add=True)
 

@@ -80,18 +80,41 @@ def token_message(collection_key: str) -> bytes:
     return b"pfs-studio token v2|" + collection_key.encode()
 
 
-def token_obtain(*, collection_key: str, issuer: IssuerPublicKey, issue: Callable[[int], int]) -> Token:
-    """A token for one collection: prepare and blind its message, have ``issue`` sign the blinded
-    message (an integer, as the HTTP API carries it), finalize. Finalizing verifies the signature
-    (RFC 9474 Section 4.4), so a misbehaving issuer is caught at once (blind_rsa.BlindRSAError)."""
-    public = issuer.rsa()
+@dataclass(frozen=True)
+class Blinding:
+    """A token request in flight: the prepared message (its first NONCE_BYTES are the token's
+    nonce), the blinded message the issuer signs, and the blind inverse the device keeps secret.
+    A device stores it before sending ``blinded`` (pfs_device.sdk.ledger), so that a device stopped
+    before the answer came asks again with the same blinded message, and can unblind the answer."""
+
+    input_msg: bytes
+    blinded: int
+    inv: int
+
+
+def token_blind(*, collection_key: str, issuer: IssuerPublicKey) -> Blinding:
+    """Prepare and blind a token message for one collection (RFC 9474 Sections 4.1 and 4.2)."""
     input_msg = blind_rsa.prepare(token_message(collection_key), VARIANT)
-    blinded_msg, inv = blind_rsa.blind(public, input_msg, VARIANT)
-    blind_sig = issue(int.from_bytes(blinded_msg, "big"))
+    blinded_msg, inv = blind_rsa.blind(issuer.rsa(), input_msg, VARIANT)
+    return Blinding(input_msg=input_msg, blinded=int.from_bytes(blinded_msg, "big"), inv=inv)
+
+
+def token_finalize(*, issuer: IssuerPublicKey, blinding: Blinding, blind_sig: int) -> Token:
+    """The token from the issuer's blind signature (RFC 9474 Section 4.4, which verifies it, so a
+    misbehaving issuer is caught at once: blind_rsa.BlindRSAError)."""
     if not 0 <= blind_sig < issuer.modulus:
         raise blind_rsa.UnexpectedInputSize("the issuer's blind signature is not below the modulus")
-    signature = blind_rsa.finalize(public, input_msg, blind_sig.to_bytes(issuer.size, "big"), inv, VARIANT)
-    return Token(nonce=input_msg[:NONCE_BYTES], signature=signature)
+    signature = blind_rsa.finalize(
+        issuer.rsa(), blinding.input_msg, blind_sig.to_bytes(issuer.size, "big"), blinding.inv, VARIANT
+    )
+    return Token(nonce=blinding.input_msg[:NONCE_BYTES], signature=signature)
+
+
+def token_obtain(*, collection_key: str, issuer: IssuerPublicKey, issue: Callable[[int], int]) -> Token:
+    """A token for one collection: prepare and blind its message, have ``issue`` sign the blinded
+    message (an integer, as the HTTP API carries it), finalize (token_blind, token_finalize)."""
+    blinding = token_blind(collection_key=collection_key, issuer=issuer)
+    return token_finalize(issuer=issuer, blinding=blinding, blind_sig=issue(blinding.blinded))
 
 
 def sign_blinded(key: IssuerPrivateKey, blinded: int) -> int:

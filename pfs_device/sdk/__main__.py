@@ -8,8 +8,12 @@
 the leader's HPKE key from the leader's /hpke_config and the helper's from the helper's, pins them
 in --state (pfs_device.sdk.keys), and refuses every task that names other keys. --data: the
 devices' data in the fleet JSONL format (docs/fleets.md), one line per credential, in the same
-order. Each device keeps its ledger in --state (one JSON file per device). Prints one JSON summary
-per pass; with --verbose one line per device and task too. Bad input (among it a credential file
+order. Each device keeps its ledger in --state (one JSON file per device), and there each task's
+progress: charged, token requested, report sealed, each on disk before the next step leaves the
+device, so a device stopped at any step resumes there on the next run and uploads exactly once.
+Prints one JSON summary per pass; with --verbose one line per device and task too. On stderr, one
+JSON line per device and step: what it waits for and until when ({"waiting": "token", "until":
+ISO time}) before each wait, and each step done ({"progress": "charged" | "sealed" | "uploaded"}). Bad input (among it a credential file
 naming no helper) exits with code 2; with --once, a server that cannot be reached, or aggregators'
 keys that cannot be had, 1.
 Each device asks for its token and uploads at random times over the spread its task is served
@@ -171,6 +175,7 @@ def _pass(
         )
     decisions: Counter[str] = Counter()
     uploads: Counter[str] = Counter()
+    resumed: Counter[str] = Counter()
     unreachable = 0
     lock = threading.Lock()
     gate = threading.BoundedSemaphore(REQUESTS_AT_ONCE)
@@ -191,6 +196,11 @@ def _pass(
             aggregators=fetched.keys, announced=announced_keys(tasks), unavailable=fetched.reason, detail=fetched.detail
         )
         ledger = Ledger(state / f"{device_id}.json")
+
+        def say(event: dict) -> None:  # what the device waits for and until when, and each step done
+            with lock:
+                print(json.dumps({"device": device_id, **event}), file=sys.stderr, flush=True)
+
         for offer_json in tasks["tasks"]:
             outcome = task_answer(
                 offer=Offer.from_json(offer_json),
@@ -200,6 +210,7 @@ def _pass(
                 keys=keys,
                 service=service,
                 pacing=Pacing(spread=spread, min_spread=min_spread),
+                progress=say,
             )
             if outcome.repeated:
                 continue
@@ -218,6 +229,8 @@ def _pass(
                         flush=True,
                     )
                 decisions[outcome.decision] += 1
+                if outcome.resumed:
+                    resumed[outcome.resumed] += 1
                 if outcome.upload:
                     uploads[outcome.upload] += 1
                 if verbose:
@@ -227,6 +240,8 @@ def _pass(
         for done in [pool.submit(device_pass, client, data) for client, data in zip(clients, devices, strict=True)]:
             done.result()  # a device's error (a corrupt ledger) stops the pass, as before
     summary = {"devices": len(clients), "unreachable": unreachable, "decisions": decisions, "uploads": uploads}
+    if resumed:
+        summary["resumed"] = resumed
     if fetched.keys is None:
         summary["keys"] = fetched.reason
     return summary

@@ -6,8 +6,23 @@ encoding (pfs_device.encode), retention (pfs_device.streams), the batch key (pfs
 randomizer (privacy.mechanisms through pfs_device.report_client) and the shares (privacy.field).
 Only the coins differ: the device's own OS randomness, not a round's seed.
 
-Fail closed: the device charges its ledger and writes it to disk before it asks for a token or
-uploads anything. An upload that fails leaves the budget spent.
+Fail closed, and never lose a report: each step is on disk before the next leaves the device
+(pfs_device.sdk.ledger keeps it under the task's "pending" entry, each write atomic):
+
+1. decide (policy, budget);
+2. charge the ledger, and in the same write record the task as charged with its plan (the token's
+   and the upload's times) and its privatized report vector;
+3. blind the token request and store the blinding, then ask the issuer (which signs the same
+   blinded message again for the same device, aggregation.issuer.token_issue);
+4. unblind the token, seal the report, and store the sealed report with its token;
+5. upload exactly those bytes;
+6. record the outcome and delete the stored report.
+
+A device stopped at any step resumes there when it is offered the task again: it never charges
+twice, never asks for a token with a second blinded message, never seals a second report. A
+report whose upload reached the leader though its answer was lost is refused as token_reused
+when sent again: that is recorded as "already_received". A transient failure (the server
+unreachable, a 5xx, 429) keeps the step for the next pass; a refusal ends the task, budget spent.
 """
 
 from __future__ import annotations
@@ -16,7 +31,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 import numpy as np
@@ -27,13 +42,13 @@ from pfs_device.decision import DeviceTask, budget_request, cohort_keys, decide,
 from pfs_device.encode import encode_devices
 from pfs_device.records import Parsed, columns_slice, parse_line, parsed_columns
 from pfs_device.report_client import AggregatorKeys, report_seal, report_vector
-from pfs_device.sdk.client import ClientError, issuer_key
+from pfs_device.sdk.client import RETRY_STATUSES, ClientError, issuer_key
 from pfs_device.sdk.keys import KEY_MISMATCH, KEYS_UNAVAILABLE
 from pfs_device.sdk.ledger import Ledger
-from pfs_device.sdk.pacing import TOO_LITTLE_TIME, Pacing, Plan, TooLittleTime
+from pfs_device.sdk.pacing import TOO_LITTLE_TIME, Pacing, TooLittleTime
 from pfs_device.streams import apply_retention
-from pfs_device.tokens import IssuerPublicKey, token_obtain
-from pfs_device.wire import Report
+from pfs_device.tokens import Blinding, IssuerPublicKey, token_blind, token_finalize
+from pfs_device.wire import Report, report_json, report_parse
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
 from privacy.report_vdaf import ReportShape, report_shape
@@ -41,6 +56,13 @@ from privacy.report_vdaf import ReportShape, report_shape
 # Not a Decision of the budget: the task is inconsistent (its report length is not the recipe's,
 # or it cannot be encoded), so the device refuses it before deciding anything.
 TASK_INVALID = "task_invalid"
+# The upload outcome of a stored report sent again after its first upload's answer was lost: the
+# leader refused it as token_reused, so it had received it (only this report carries its token).
+ALREADY_RECEIVED = "already_received"
+# The steps a pending task can be at (its "pending" entry in the ledger), in order.
+CHARGED, TOKEN_REQUESTED, SEALED = "charged", "token_requested", "sealed"
+
+Progress = Callable[[dict], None]
 
 
 class DataInvalid(ValueError):
@@ -145,6 +167,7 @@ class Outcome:
     decision: str  # a Decision label, TASK_INVALID or TOO_LITTLE_TIME
     upload: str = ""  # with "answered": "accepted", or why the upload failed
     repeated: bool = False  # decided before: nothing was done this time
+    resumed: str = ""  # a task stopped before its upload: the step it was resumed at
     problem: str = ""  # with a refusal for the aggregators' keys, or TOO_LITTLE_TIME: why
 
 
@@ -158,18 +181,27 @@ def task_answer(
     service: Service,
     rng: np.random.Generator | None = None,
     pacing: Pacing | None = None,
+    progress: Progress | None = None,
 ) -> Outcome:
-    """Decide on ``offer`` once; when answering, charge the ledger, then upload one sealed report.
+    """Decide on ``offer`` once; when answering, charge the ledger, then upload one sealed report,
+    each step on disk before the next (the module's docstring); a task stopped before its upload
+    is resumed where it stopped.
 
     ``pacing``: ask for the token and upload at random times over the collection's spread
     (pfs_device.sdk.pacing; the CLI always paces), never over less than the pacing's own floor; a
     task whose deadline leaves less is declined (TOO_LITTLE_TIME) before anything is charged or sent.
     None sends both at once, which lets the issuer's and the aggregators' orders be joined: for tests
-    of everything else."""
+    of everything else. ``progress``: told each step as a JSON-able dict ({"task", "waiting":
+    "token" or "upload", "until": ISO time} before each wait; {"task", "progress": ...} after)."""
     task = offer.task
     earlier = ledger.decision(task.task_key)
-    if earlier is not None:
+    if earlier is not None and "pending" not in earlier:
         return Outcome(task.task_key, earlier["decision"], earlier.get("upload", ""), repeated=True)
+    say: Progress = progress or (lambda event: None)
+    if earlier is not None:  # stopped before its upload: resume where it stopped
+        step = earlier["pending"]["step"]
+        say({"task": task.task_key, "resuming": step})
+        return _proceed(task.task_key, offer, ledger, keys, service, pacing, say, resumed=step)
     rng = rng or np.random.default_rng(secrets.randbits(128))
 
     problem = _task_problem(offer)
@@ -184,15 +216,16 @@ def task_answer(
         return Outcome(task.task_key, refusal, problem=why)
     # The times are drawn before deciding, so that a deadline too near is declined, not rushed:
     # nothing charged, no token, no upload. The ledger keeps the decision, as it keeps a refusal.
-    paced: tuple[Pacing, float, Plan] | None = None
+    plan: dict | None = None
     if pacing is not None:
         start = pacing.clock()
         try:
-            paced = (pacing, start, pacing.plan(offer.spread_seconds, closes_at=offer.closes_at))
+            drawn = pacing.plan(offer.spread_seconds, closes_at=offer.closes_at)
         except TooLittleTime as error:
             ledger.record(task.task_key, decision=TOO_LITTLE_TIME, problem=str(error))
             ledger.save()
             return Outcome(task.task_key, TOO_LITTLE_TIME, problem=str(error))
+        plan = {"start": start, "token_delay": drawn.token_delay, "upload_delay": drawn.upload_delay}
 
     columns = ledger.columns(task.analysis)
     decision, accountant = _decide(offer, fleet, columns, rng)
@@ -201,23 +234,25 @@ def task_answer(
         ledger.save()
         return Outcome(task.task_key, decision.label)
 
-    # The charge is on disk before anything leaves the device (fail closed).
+    # The charge is on disk before anything leaves the device (fail closed), in the same write as
+    # the task's plan and its privatized report: a device stopped after it resumes with both.
+    vector, batch_key = report_compute(offer, data, rng)
     accountant.charge(columns, budget_request(task), np.ones(1, dtype=bool))
     ledger.store(task.analysis, columns)
+    pending: dict = {"step": CHARGED, "vector": [int(v) for v in vector], "batch_key": batch_key}
+    if plan is not None:
+        pending["plan"] = plan
     ledger.record(
         task.task_key,
         decision=decision.label,
         snapshot=offer.policy_digest,
         epsilon=task.privacy.epsilon,
         token_key=offer.issuer.digest,  # logged: the key this device's token is signed with
+        pending=pending,
     )
     ledger.save()
-
-    vector, batch_key = report_compute(offer, data, rng)
-    upload = _send(task.task_key, vector, batch_key, offer, keys, service, paced, report_shape_of(offer))
-    ledger.record(task.task_key, upload=upload)
-    ledger.save()
-    return Outcome(task.task_key, decision.label, upload)
+    say({"task": task.task_key, "progress": CHARGED})
+    return _proceed(task.task_key, offer, ledger, keys, service, pacing, say)
 
 
 def _task_problem(offer: Offer) -> str:
@@ -270,29 +305,119 @@ def report_shape_of(offer: Offer) -> ReportShape:
     return report_shape(mechanism=mechanism, epsilon0=privacy.epsilon0, domain_size=encoding.size)
 
 
-def _send(
+def _proceed(
     task_key: str,
-    vector: np.ndarray,
-    batch_key: str,
     offer: Offer,
+    ledger: Ledger,
     keys: ServerKeys,
     service: Service,
-    paced: tuple[Pacing, float, Plan] | None,
-    shape: ReportShape,
-) -> str:
-    issue: Callable[[int], int] = lambda blinded: service.token(task_key, blinded)  # noqa: E731
-    if paced is not None:
-        pacing, start, plan = paced
-        pacing.wait_until(start, plan.token_delay)
+    pacing: Pacing | None,
+    say: Progress,
+    *,
+    resumed: str = "",
+) -> Outcome:
+    """From the step the task's pending entry is at to its upload; each step saved before the next."""
+    pending = ledger.decision(task_key)["pending"]
+    decision = ledger.decision(task_key)["decision"]
+    if pending["step"] in (CHARGED, TOKEN_REQUESTED):
+        # Resumed with another offer than the one charged for: nothing is sealed to keys or signed by
+        # a key the device would refuse now. The task stays pending.
+        refusal, why = ("", "") if not resumed else (TASK_INVALID, _task_problem(offer))
+        if not why:
+            refusal, why = keys.problem()
+        if why:
+            return Outcome(task_key, refusal, problem=why, resumed=resumed)
+        _wait(pacing, pending.get("plan"), "token", task_key, say)
+        if pending["step"] == CHARGED:
+            blinding = token_blind(collection_key=task_key, issuer=offer.issuer)
+            pending.update(step=TOKEN_REQUESTED, blinding=_blinding_json(blinding))
+            ledger.save()  # before the request leaves: a rerun asks with this very blinded message
+        else:
+            blinding = _blinding_parse(pending["blinding"])
+        try:
+            token = token_finalize(
+                issuer=offer.issuer, blinding=blinding, blind_sig=service.token(task_key, blinding.blinded)
+            )
+            report = report_seal(
+                collection_key=task_key,
+                batch_key=pending["batch_key"],
+                vector=np.array(pending["vector"], dtype=np.int64),
+                keys=keys.aggregators,
+                token=token,
+                shape=report_shape_of(offer),
+            )
+        except ClientError as error:
+            return _failed(task_key, decision, ledger, f"failed: {error.code}", _transient(error), say, resumed)
+        except ValueError as error:  # the issuer's signature did not verify, or the report is over the weight bound
+            return _failed(task_key, decision, ledger, f"failed: {error}", False, say, resumed)
+        ledger.record(task_key, pending={"step": SEALED, "report": report_json(report), **_plan_of(pending)})
+        ledger.save()  # the sealed report and its token, before the upload
+        pending = ledger.decision(task_key)["pending"]
+        say({"task": task_key, "progress": SEALED})
+
+    report = report_parse(pending["report"])
+    _wait(pacing, pending.get("plan"), "upload", task_key, say)
     try:
-        token = token_obtain(collection_key=task_key, issuer=offer.issuer, issue=issue)
-        report = report_seal(
-            collection_key=task_key, batch_key=batch_key, vector=vector, keys=keys.aggregators, token=token, shape=shape
+        upload = service.upload(report)
+    except ClientError as error:
+        if error.code == "token_reused" and resumed == SEALED:
+            upload = ALREADY_RECEIVED  # an earlier upload of these very bytes reached the leader
+        else:
+            return _failed(task_key, decision, ledger, f"failed: {error.code}", _transient(error), say, resumed)
+    ledger.record(task_key, upload=upload)
+    ledger.forget(task_key, "pending")
+    ledger.save()
+    say({"task": task_key, "progress": "uploaded", "upload": upload})
+    return Outcome(task_key, decision, upload, resumed=resumed)
+
+
+def _failed(
+    task_key: str, decision: str, ledger: Ledger, upload: str, transient: bool, say: Progress, resumed: str
+) -> Outcome:
+    """A failed request: kept pending for the next pass when transient; otherwise the task ends
+    there, its budget spent (fail closed)."""
+    ledger.record(task_key, upload=upload)
+    if not transient:
+        ledger.forget(task_key, "pending")
+    ledger.save()
+    say({"task": task_key, "progress": "failed", "upload": upload, "retry": transient})
+    return Outcome(task_key, decision, upload, resumed=resumed)
+
+
+def _transient(error: ClientError) -> bool:
+    return error.code == "unreachable" or error.status in RETRY_STATUSES
+
+
+def _plan_of(pending: dict) -> dict:
+    return {"plan": pending["plan"]} if "plan" in pending else {}
+
+
+def _wait(pacing: Pacing | None, plan: dict | None, what: str, task_key: str, say: Progress) -> None:
+    """Wait for the plan's time of ``what`` ("token" or "upload"), saying so first."""
+    if pacing is None or plan is None:
+        return
+    delay = plan[f"{what}_delay"]
+    until = plan["start"] + delay
+    if until > pacing.clock():
+        say(
+            {
+                "task": task_key,
+                "waiting": what,
+                "until": datetime.fromtimestamp(until, UTC).isoformat(timespec="seconds"),
+            }
         )
-        if paced is not None:
-            pacing.wait_until(start, plan.upload_delay)
-        return service.upload(report)
-    except ClientError as error:  # the server refused or could not be reached: the budget stays spent
-        return f"failed: {error.code}"
-    except ValueError as error:  # the issuer's signature did not verify, or the report is over the weight bound
-        return f"failed: {error}"
+    pacing.wait_until(plan["start"], delay)
+
+
+def _blinding_json(blinding: Blinding) -> dict:
+    return {
+        "input_msg": blinding.input_msg.hex(),
+        "blinded": format(blinding.blinded, "x"),
+        "inv": format(blinding.inv, "x"),
+    }
+
+
+def _blinding_parse(stored: dict) -> Blinding:
+    return Blinding(
+        input_msg=bytes.fromhex(stored["input_msg"]), blinded=int(stored["blinded"], 16), inv=int(stored["inv"], 16)
+    )

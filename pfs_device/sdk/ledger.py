@@ -5,6 +5,12 @@ nano-epsilon, reports, per field, and the accountant's extra columns). Per task,
 device took, so that it decides once: a device asked again neither samples itself again nor
 answers twice. Every change is written to a temporary file, flushed to disk and renamed over
 the ledger, so a crash leaves either the old ledger or the new one, never half of one.
+
+A task being answered keeps its progress in its log entry, under "pending" (pfs_device.sdk.device):
+the plan and the report vector, written with the charge; then the blinding of its token request,
+written before the request is sent; then the sealed report with its token, written before the
+upload. A device stopped at any step resumes there the next time it is offered the task; the entry
+is removed once the report is sent.
 """
 
 from __future__ import annotations
@@ -63,15 +69,34 @@ class Ledger:
         log = self.state["tasks"].setdefault(task_key, {"at": datetime.now(UTC).isoformat(timespec="seconds")})
         log.update(entry)
 
+    def forget(self, task_key: str, *names: str) -> None:
+        """Remove entries of a task's log (its pending report, once it is sent)."""
+        log = self.state["tasks"].get(task_key, {})
+        for name in names:
+            log.pop(name, None)
+
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        atomic_write(self.path, json.dumps(self.state, sort_keys=True).encode())
+
+
+def atomic_write(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` so that a crash leaves the old file or the new one: a temporary
+    file in the same folder, flushed to disk, renamed over ``path``, then the folder flushed too (the
+    rename itself is durable once the folder's entry is on disk)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    if hasattr(os, "O_DIRECTORY"):  # POSIX; elsewhere a folder cannot be opened to flush it
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            with os.fdopen(descriptor, "w") as file:
-                json.dump(self.state, file, sort_keys=True)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, self.path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+            os.fsync(folder)
+        finally:
+            os.close(folder)

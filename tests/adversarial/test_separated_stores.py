@@ -85,7 +85,13 @@ def test_the_issuers_records_and_keys_live_in_its_own_store_and_nowhere_else(pho
         assert model._meta.db_table in default_tables and model._meta.db_table not in issuer_tables
     assert IssuedToken.objects.using("issuer").filter(collection_key=central_round.task_key).count() == 1
     # The issuer keeps the day of an issue, never a finer time.
-    assert [f.name for f in IssuedToken._meta.fields] == ["id", "collection_key", "device_digest", "issued_on"]
+    assert [f.name for f in IssuedToken._meta.fields] == [
+        "id",
+        "collection_key",
+        "device_digest",
+        "blinded_digest",
+        "issued_on",
+    ]
 
 
 # ---------------------------------------------------------------- keys from the environment or a file

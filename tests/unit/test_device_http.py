@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 from aggregation.aggregators import HELPER, LEADER, rules_shape
 from aggregation.ingest import reports_ingest
 from aggregation.issuer import issuer_public_key
-from aggregation.models import CollectionRules, HelperShare, LeaderShare, PendingReport
+from aggregation.models import CollectionRules, HelperShare, IssuedToken, LeaderShare, PendingReport
 from aggregation.reports import rejections, upload_body_limit
 from analyses.models import Round
 from analyses.reaper import rounds_reap
@@ -35,7 +35,8 @@ from devices.credentials import devices_register
 from devices.models import CollectionWindow, DeviceCredential, Fleet
 from pfs_device import hpke, wire
 from pfs_device.report_client import AggregatorKeys, report_seal, report_shard
-from pfs_device.tokens import Token, token_obtain
+from pfs_device.tokens import Token, token_blind, token_finalize, token_obtain
+from pfs_device.tokens import verify as verify_token
 from privacy.report_vdaf import ReportShape
 from tests.conftest import RECIPE
 from tests.unit.test_hpke_v2 import shares_seal_v2
@@ -236,6 +237,27 @@ def test_a_device_gets_one_token_per_collection(phones, central_round) -> None:
     again = device.token_request(central_round.task_key, 12345)
     assert again.status_code == 409 and again.json()["code"] == "token_already_issued"
     other.token(central_round.task_key)  # another device has its own allowance
+
+
+def test_a_device_asking_again_with_the_same_blinded_message_gets_the_same_signature(phones, central_round) -> None:
+    """A device stopped after its request left but before it stored the answer asks again with the
+    blinding it stored first (pfs_device.sdk.device): the issuer signs that same message again, and
+    only that one, so the device still has one token."""
+    _, (device, other, *_) = phones
+    key = central_round.task_key
+    blinding = token_blind(collection_key=key, issuer=issuer_public_key(key))
+    first, again = (device.token_request(key, blinding.blinded) for _ in range(2))
+    assert first.status_code == again.status_code == 201
+    assert first.json()["blind_signature"] == again.json()["blind_signature"]
+    signature = int.from_bytes(base64.b64decode(again.json()["blind_signature"]), "big")
+    token = token_finalize(issuer=issuer_public_key(key), blinding=blinding, blind_sig=signature)
+    assert verify_token(issuer_public_key(key), key, token)
+    other_blinding = token_blind(collection_key=key, issuer=issuer_public_key(key))
+    refused = device.token_request(key, other_blinding.blinded)
+    assert refused.status_code == 409 and refused.json()["code"] == "token_already_issued"
+    # Another device's request with that same blinded message is its own, not a retry of this one's.
+    assert other.token_request(key, blinding.blinded).status_code == 201
+    assert IssuedToken.objects.filter(collection_key=key).count() == 2
 
 
 def test_a_token_for_a_collection_the_fleet_does_not_have_is_refused(phones, central_round) -> None:
