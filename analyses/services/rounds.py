@@ -38,7 +38,7 @@ from analyses.services.recipes import (
     recipe_unsaved,
     recipe_validate,
 )
-from analyses.services.releases import release_content
+from analyses.services.releases import refusals_countable, release_content
 from analyses.signals import round_finished
 from analyses.task_names import DISPATCH_ROUND
 from devices.models import FleetShard, ShardRun
@@ -218,7 +218,7 @@ def round_aggregate(*, round_id: int) -> Round | None:
         round_ = Round.objects.select_for_update().select_related("recipe__analysis").filter(pk=round_id).first()
         if round_ is None or round_.status != Round.Status.RUNNING:
             return round_
-        progress = round_progress(round_)
+        progress = round_progress(round_, exact_refusals=True)
         if progress["shards_done"] < round_.shards_total:
             raise ShardsPending(f"{progress['shards_done']} of {round_.shards_total} shards answered")
         recipe = round_.recipe
@@ -281,13 +281,25 @@ def _announce_finished(round_: Round) -> None:
     round_finished.send(sender=Round, round_=round_)
 
 
-def round_progress(round_: Round) -> dict[str, Any]:
-    """Shards done and devices answered or refused by reason, derived from the shards' own records."""
-    return rounds_progress([round_])[round_.pk]
+def round_progress(round_: Round, *, exact_refusals: bool = False) -> dict[str, Any]:
+    """Shards done, devices answered (as a release would count them) and not answering by reason.
+
+    What the analyst may read (docs/architecture.md, "Nothing released is not a release"): no count
+    includes a batch below its minimum cohort, live or after the release. ``exact_refusals``: the
+    refusal counts themselves, for the release's record (release_content), never for display.
+    """
+    return rounds_progress([round_], exact_refusals=exact_refusals)[round_.pk]
 
 
-def rounds_progress(rounds: list[Round]) -> dict[int, dict[str, Any]]:
-    """round_progress of each round, by id: the shard records of every simulated round in one query."""
+def rounds_progress(rounds: list[Round], *, exact_refusals: bool = False) -> dict[int, dict[str, Any]]:
+    """round_progress of each round, by id: the shard records of every simulated round in one query.
+
+    ``devices_answered`` of a simulated round: while it runs, the reports held in the batches that
+    have reached their minimum cohort (device_rounds.reports_releasable); once released, the
+    released batches' reports. ``devices_not_answering`` names the reasons with no counts
+    (None) unless the round released every batch it had, or no device has answered: the fleet's
+    size minus the devices not answering is the devices answering, suppressed batches included.
+    """
     simulated = {r.task_key: r for r in rounds if not device_rounds.is_device_round(r)}
     tallies: dict[str, dict[str, Any]] = {key: {"done": 0, "answered": 0, "outcomes": {}} for key in simulated}
     runs = ShardRun.objects.filter(task_key__in=list(simulated)).values_list("task_key", "answered", "outcomes")
@@ -297,19 +309,27 @@ def rounds_progress(rounds: list[Round]) -> dict[int, dict[str, Any]]:
         tally["answered"] += answered
         for reason, count in outcomes.items():
             tally["outcomes"][reason] = tally["outcomes"].get(reason, 0) + count
+    releases = {r.pk: device_rounds.round_release(r) for r in simulated.values()}
+    live = [r.task_key for r in simulated.values() if releases[r.pk] is None]
+    releasable = device_rounds.reports_releasable(live) if live else {}
     progress = {}
     for round_ in rounds:
         if round_.task_key not in simulated:
             progress[round_.pk] = device_rounds.round_progress_devices(round_)  # what the aggregators hold
             continue
         tally = tallies[round_.task_key]
+        release = releases[round_.pk]
         elapsed, eta = _round_timing(round_, tally["done"])
+        outcomes = tally["outcomes"]
+        # No device answered (yet): every batch is empty, there is no size to hide.
+        counted = not tally["answered"] or (release is not None and refusals_countable(release.content))
         progress[round_.pk] = {
             "status": round_.status,
             "shards_total": round_.shards_total,
             "shards_done": tally["done"],
-            "devices_answered": tally["answered"],
-            "devices_not_answering": tally["outcomes"],
+            "devices_answered": release.content["reports"] if release else releasable[round_.task_key],
+            "devices_charged": tally["answered"] > 0,  # some device answered (spent budget): never how many
+            "devices_not_answering": (outcomes if exact_refusals or counted else dict.fromkeys(outcomes)),
             "error": round_.error,
             "elapsed_seconds": elapsed,
             "eta_seconds": eta,
