@@ -12,6 +12,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import BooleanField, Case, Q, Value, When
+from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from aggregation.batch_rules import rate_rules
@@ -38,7 +40,7 @@ from analyses.services.recipes import (
     recipe_unsaved,
     recipe_validate,
 )
-from analyses.services.releases import refusals_countable, release_content
+from analyses.services.releases import release_content
 from analyses.signals import round_finished
 from analyses.task_names import DISPATCH_ROUND
 from devices.models import FleetShard, ShardRun
@@ -309,8 +311,10 @@ def rounds_progress(rounds: list[Round], *, exact_refusals: bool = False) -> dic
         tally["answered"] += answered
         for reason, count in outcomes.items():
             tally["outcomes"][reason] = tally["outcomes"].get(reason, 0) + count
-    releases = {r.pk: device_rounds.round_release(r) for r in simulated.values()}
-    live = [r.task_key for r in simulated.values() if releases[r.pk] is None]
+    releases = _releases_counted(
+        [r.pk for r in simulated.values() if r.status in (Round.Status.RELEASED, Round.Status.WITHHELD)]
+    )
+    live = [r.task_key for r in simulated.values() if r.pk not in releases]
     releasable = device_rounds.reports_releasable(live) if live else {}
     progress = {}
     for round_ in rounds:
@@ -318,16 +322,16 @@ def rounds_progress(rounds: list[Round], *, exact_refusals: bool = False) -> dic
             progress[round_.pk] = device_rounds.round_progress_devices(round_)  # what the aggregators hold
             continue
         tally = tallies[round_.task_key]
-        release = releases[round_.pk]
+        release = releases.get(round_.pk)
         elapsed, eta = _round_timing(round_, tally["done"])
         outcomes = tally["outcomes"]
         # No device answered (yet): every batch is empty, there is no size to hide.
-        counted = not tally["answered"] or (release is not None and refusals_countable(release.content))
+        counted = not tally["answered"] or (release is not None and release["countable"])
         progress[round_.pk] = {
             "status": round_.status,
             "shards_total": round_.shards_total,
             "shards_done": tally["done"],
-            "devices_answered": release.content["reports"] if release else releasable[round_.task_key],
+            "devices_answered": release["reports"] if release else releasable[round_.task_key],
             "devices_charged": tally["answered"] > 0,  # some device answered (spent budget): never how many
             "devices_not_answering": (outcomes if exact_refusals or counted else dict.fromkeys(outcomes)),
             "error": round_.error,
@@ -335,6 +339,29 @@ def rounds_progress(rounds: list[Round], *, exact_refusals: bool = False) -> dic
             "eta_seconds": eta,
         }
     return progress
+
+
+# A batch's JSON as PostgreSQL (jsonb as text) and SQLite (json_extract, minified) write it.
+_SUPPRESSED = Q(batches_text__contains='"suppressed": true') | Q(batches_text__contains='"suppressed":true')
+
+
+def _releases_counted(round_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """By round, what progress reads of its release, in one query and without its estimates: the
+    released reports, and whether its refusals may be counted (releases.refusals_countable)."""
+    if not round_ids:
+        return {}
+    rows = (
+        Release.objects.filter(round_id__in=round_ids)
+        .annotate(
+            batches_text=KeyTextTransform("batches", "content"),
+            any_suppressed=Case(When(_SUPPRESSED, then=Value(True)), default=Value(False), output_field=BooleanField()),
+        )
+        .values_list("round_id", "content__reports", "content__epsilon_spent", "any_suppressed")
+    )
+    return {
+        round_id: {"reports": reports or 0, "countable": not spent or not any_suppressed}
+        for round_id, reports, spent, any_suppressed in rows
+    }
 
 
 def _round_timing(round_: Round, shards_done: int) -> tuple[float | None, float | None]:

@@ -146,6 +146,8 @@ def test_a_simulated_round_shows_no_count_that_gives_a_suppressed_size(api, logg
     answered = ShardRun.objects.filter(task_key=round_.task_key).aggregate(n=Sum("answered"))["n"]
     assert answered - release["reports"] == sum(suppressed)  # the attack, had "answered" been shown
     analyst.assert_no_arithmetic_gives(suppressed, fleet=FLEET_SIZE)
+    # The devices not sampled are named, never counted: the fleet's size minus them is the answering.
+    assert all(refusals == {"not_sampled": None} for refusals in analyst.refusals[1:])
     assert release["reports"] in analyst.shown  # the released batches are counted, exactly
 
 
