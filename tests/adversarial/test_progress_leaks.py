@@ -185,3 +185,21 @@ def test_a_real_device_round_shows_no_count_that_gives_a_suppressed_size(
     # Accepted 7 - released 5 = 2 was the attack; pending + accepted 8 - released 5 - rejected 1 too.
     analyst.assert_no_arithmetic_gives([2], fleet=fleet.size)
     assert 5 in analyst.shown and 7 not in analyst.shown and 8 not in analyst.shown
+
+
+def test_a_release_stored_with_counted_refusals_and_a_suppressed_batch_shows_none(
+    api, analysis, recipe, django_capture_on_commit_callbacks
+) -> None:
+    recipe["cohorts"] = ["locale"]
+    recipe["privacy"]["minCohort"] = 974
+    created = api.post("/api/analyses/test.ages/recipes/", recipe, format="json").json()
+    with django_capture_on_commit_callbacks(execute=True):
+        started = api.post(f"/api/recipes/{created['id']}/rounds/", {"confirmSmallCohorts": True}, format="json")
+    round_ = Round.objects.get(pk=started.json()["id"])
+    release = round_.release
+    release.content["refusals"] = {"not_sampled": 64}  # as releases were stored before the rule
+    release.save(update_fields=["content"])
+    from django.core.cache import cache
+
+    cache.clear()
+    assert api.get(f"/api/rounds/{round_.pk}/release/").json()["refusals"] == {"not_sampled": None}
