@@ -10,8 +10,8 @@ stops the leader receiving reports and sends aggregate_round, which verifies wha
 pending and releases as for a simulated round.
 
 The server never learns which devices refused or why: a device decides on its own ledger and
-says nothing unless it answers. Progress is what the aggregators know: reports received and not
-yet verified, reports accepted so far, and uploads rejected by reason.
+says nothing unless it answers. Progress is what the aggregators know, as a release would show
+it: reports accepted in batches that reached their minimum cohort, and uploads rejected by reason.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Max, Sum
 from django.utils import timezone
 
 from aggregation.issuer import issuer_public_key
-from aggregation.models import CollectionRules, LeaderShare, PendingReport
+from aggregation.models import CollectionRules, LeaderShare
 from aggregation.reports import collection_close, rejections
 from analyses.models import Round
 from analyses.rules.roles import check_may_run
@@ -103,31 +104,35 @@ def round_close(*, round_: Round, user: AbstractBaseUser | None, at: datetime | 
 def round_progress_devices(round_: Round) -> dict[str, Any]:
     """Progress of a round on real devices, in round_progress's shape, from what the aggregators hold.
 
-    ``devices_answered`` counts the reports accepted: the shares stored while the collection is
-    open, the released batches' reports once it is released (the shares are deleted then).
-    ``reports_pending``: received and not yet verified (verification runs about once a second
-    with a Celery worker, and always before the release).
+    ``devices_answered`` and ``reports_accepted`` count only what a release would show: while the
+    collection runs, the accepted reports of the batches that have reached their minimum cohort
+    (reports_releasable); once released, the released batches' reports. A batch below its minimum
+    cohort adds nothing to any count, live or after, so no difference of counts gives its size
+    (docs/architecture.md, "Nothing released is not a release"). Reports received and not yet
+    verified are not counted for the analyst: they are not attributed to a batch yet.
     """
     window = CollectionWindow.objects.filter(task_key=round_.task_key).first()
-    release = getattr(round_, "release", None) if round_.status == Round.Status.RELEASED else None
+    release = round_release(round_)
     if release is not None:
         accepted = release.content["reports"]  # the released batches: a suppressed one's size stays hidden
+        charged = bool(release.content.get("epsilon_spent")) or accepted > 0
     else:
-        stored = LeaderShare.objects.filter(collection__key=round_.task_key).aggregate(reports=Sum("reports"))
-        accepted = stored["reports"] or 0
+        accepted = reports_releasable([round_.task_key])[round_.task_key]
+        charged = LeaderShare.objects.filter(collection__key=round_.task_key, reports__gt=0).exists()
     rules = CollectionRules.objects.filter(key=round_.task_key).first()
     return {
         "status": round_.status,
         "shards_total": 0,
         "shards_done": 0,
         "devices_answered": accepted,
+        "devices_charged": charged,  # some device answered (spent budget), however few: never how many
         # Devices refuse on their own and tell no one: the server cannot count refusals.
         "devices_not_answering": {},
         "error": round_.error,
         "elapsed_seconds": _elapsed(round_),
         "eta_seconds": None,  # devices answer when they fetch the task: there is no pace to extrapolate
         "reports_accepted": accepted,
-        "reports_pending": PendingReport.objects.filter(collection_key=round_.task_key).count(),
+        # Rejected reports are in no batch: their counts say nothing of a batch's size.
         "reports_rejected": rejections(round_.task_key),
         "collection": {
             "open": bool(window and window.closed_at is None and rules and not rules.closed),
@@ -136,6 +141,35 @@ def round_progress_devices(round_: Round) -> dict[str, Any]:
             "closed_at": window.closed_at if window else None,
         },
     }
+
+
+def round_release(round_: Round) -> Any:
+    """The round's Release once it is released or withheld, else None."""
+    if round_.status not in (Round.Status.RELEASED, Round.Status.WITHHELD):
+        return None
+    return getattr(round_, "release", None)
+
+
+def reports_releasable(task_keys: list[str]) -> dict[str, int]:
+    """By collection, the reports held in the batches that have reached their minimum cohort.
+
+    A batch's minimum cohort is the one the aggregators apply (aggregation.aggregators): the
+    largest of its shares' and its rules', and of the helper's floor. A batch below it counts 0:
+    reports only add up, so a batch that ends suppressed for its size counted 0 at every moment.
+    """
+    floors = dict(CollectionRules.objects.filter(key__in=task_keys).values_list("key", "min_cohort"))
+    floor = settings.PFS_HELPER_MIN_COHORT_FLOOR
+    batches = (
+        LeaderShare.objects.filter(collection__key__in=task_keys)
+        .values("collection__key", "collection__batch_key")
+        .annotate(reports=Sum("reports"), min_cohort=Max("min_cohort"))
+    )
+    totals = dict.fromkeys(task_keys, 0)
+    for batch in batches:
+        key = batch["collection__key"]
+        if batch["reports"] >= max(batch["min_cohort"], floors.get(key, 0), floor, 1):
+            totals[key] += batch["reports"]
+    return totals
 
 
 def _elapsed(round_: Round) -> float | None:

@@ -137,13 +137,20 @@ class RecipeSerializer(serializers.ModelSerializer):
 class ProgressSerializer(serializers.Serializer):
     shards_total = serializers.IntegerField()
     shards_done = serializers.IntegerField()
-    devices_answered = serializers.IntegerField()
-    devices_not_answering = serializers.DictField(child=serializers.IntegerField(), help_text="Devices by reason.")
+    devices_answered = serializers.IntegerField(
+        help_text="Reports in batches that reached their minimum cohort (while running), or released: "
+        "never a count that includes a batch below its minimum cohort."
+    )
+    devices_not_answering = serializers.DictField(
+        child=serializers.IntegerField(allow_null=True),
+        help_text="Devices by reason; the counts are null unless the round released every batch.",
+    )
     elapsed_seconds = serializers.FloatField(allow_null=True, help_text="Since the round started, or until it ended.")
     eta_seconds = serializers.FloatField(allow_null=True, help_text="Left at the shards' pace; null when unknown.")
     # A round on real devices (no shards) says what the aggregators hold instead.
-    reports_accepted = serializers.IntegerField(required=False)
-    reports_pending = serializers.IntegerField(required=False, help_text="Received, not verified yet.")
+    reports_accepted = serializers.IntegerField(
+        required=False, help_text="Accepted reports in batches that reached their minimum cohort, or released."
+    )
     reports_rejected = serializers.DictField(
         child=serializers.DictField(child=serializers.IntegerField()), required=False, help_text="By aggregator."
     )
@@ -287,7 +294,11 @@ class ReleaseSerializer(serializers.Serializer):
     min_cohort = serializers.IntegerField()
     reports = serializers.IntegerField()
     epsilon_spent = serializers.FloatField()
-    refusals = serializers.DictField(child=serializers.IntegerField())
+    refusals = serializers.DictField(
+        child=serializers.IntegerField(allow_null=True),
+        help_text="Devices not answering, by reason; null counts where a batch was suppressed: the fleet's "
+        "size minus them would give the suppressed batches' total.",
+    )
     rejected_reports = serializers.DictField(
         child=serializers.DictField(child=serializers.IntegerField()),
         required=False,

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from analyses.models import Recipe, Release
-from analyses.services.releases import ReleaseView
+from analyses.services.releases import ReleaseView, refusals_shown
 from privacy.intervals import view_rule
 from privacy.parameters import PRIVACY_KEYS
 
@@ -95,6 +95,10 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
         )
         if k in content  # releases stored before a key existed lack it
     }
+    if "refusals" in summary:  # a release stored before the rule may count them where they give sizes
+        summary["refusals"] = refusals_shown(
+            summary["refusals"], charged=bool(content.get("epsilon_spent")), batches=content["batches"]
+        )
     summary.update(view.describe())
     summary["notes"] = _release_notes(negative, view, content)
     released = [b for b in batches if not b["suppressed"]]

@@ -57,7 +57,7 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
     for round_ in rounds:
         recipe = round_.recipe
         # What devices spent: a round no device answered charged none of them.
-        charged = progress[round_.pk]["devices_answered"] > 0
+        charged = progress[round_.pk]["devices_charged"]
         # A joint histogram charges every field it reads, as analysis_spent counts it.
         for key in (None, *fields_of(recipe.encoded_field)):
             # A field charged without a policy of its own still shows, with no allowed line.

@@ -21,6 +21,7 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
     recipe = round_.recipe
     privacy = recipe.privacy
     released = [b for b in batches if not b.suppressed]
+    charged = progress["devices_charged"] or any(b.answered for b in batches)
     return {
         "analysis": recipe.analysis.identifier,
         "recipe": recipe.identifier,
@@ -40,11 +41,29 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
         "reports": sum(b.reports for b in released),  # suppressed batches' sizes are never released
         # Each answering device spent epsilon once; with no released batch nothing was learned,
         # but the devices were charged all the same.
-        "epsilon_spent": privacy.epsilon if progress["devices_answered"] or any(b.answered for b in batches) else 0.0,
-        "refusals": progress["devices_not_answering"],
+        "epsilon_spent": privacy.epsilon if charged else 0.0,
+        # Counted only where they cannot give a suppressed batch's size (refusals_countable).
+        "refusals": refusals_shown(
+            progress["devices_not_answering"], charged=charged, batches=[b.as_json() for b in batches]
+        ),
         "rejected_reports": rejections(round_.task_key),
         "batches": [b.as_json() for b in batches],
     }
+
+
+def refusals_countable(content: dict[str, Any]) -> bool:
+    """Whether a release's devices not answering may be counted: the fleet's size minus them is the
+    devices that answered, the suppressed batches included, unless no batch was suppressed or no
+    device answered (nothing to hide)."""
+    return not content.get("epsilon_spent") or not any(b["suppressed"] for b in content["batches"])
+
+
+def refusals_shown(refusals: dict[str, Any], *, charged: bool, batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """The refusals by reason as they may be shown: the reasons with None for counts where counting
+    them would give the suppressed batches' total size (refusals_countable)."""
+    if refusals_countable({"epsilon_spent": charged, "batches": batches}):
+        return refusals
+    return dict.fromkeys(refusals)
 
 
 # Releases stored before suppressed sizes were withheld say "3 reports is below the minimum cohort".

@@ -12,6 +12,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import BooleanField, Case, Q, Value, When
+from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from aggregation.batch_rules import rate_rules
@@ -218,7 +220,7 @@ def round_aggregate(*, round_id: int) -> Round | None:
         round_ = Round.objects.select_for_update().select_related("recipe__analysis").filter(pk=round_id).first()
         if round_ is None or round_.status != Round.Status.RUNNING:
             return round_
-        progress = round_progress(round_)
+        progress = round_progress(round_, exact_refusals=True)
         if progress["shards_done"] < round_.shards_total:
             raise ShardsPending(f"{progress['shards_done']} of {round_.shards_total} shards answered")
         recipe = round_.recipe
@@ -281,13 +283,25 @@ def _announce_finished(round_: Round) -> None:
     round_finished.send(sender=Round, round_=round_)
 
 
-def round_progress(round_: Round) -> dict[str, Any]:
-    """Shards done and devices answered or refused by reason, derived from the shards' own records."""
-    return rounds_progress([round_])[round_.pk]
+def round_progress(round_: Round, *, exact_refusals: bool = False) -> dict[str, Any]:
+    """Shards done, devices answered (as a release would count them) and not answering by reason.
+
+    What the analyst may read (docs/architecture.md, "Nothing released is not a release"): no count
+    includes a batch below its minimum cohort, live or after the release. ``exact_refusals``: the
+    refusal counts themselves, for the release's record (release_content), never for display.
+    """
+    return rounds_progress([round_], exact_refusals=exact_refusals)[round_.pk]
 
 
-def rounds_progress(rounds: list[Round]) -> dict[int, dict[str, Any]]:
-    """round_progress of each round, by id: the shard records of every simulated round in one query."""
+def rounds_progress(rounds: list[Round], *, exact_refusals: bool = False) -> dict[int, dict[str, Any]]:
+    """round_progress of each round, by id: the shard records of every simulated round in one query.
+
+    ``devices_answered`` of a simulated round: while it runs, the reports held in the batches that
+    have reached their minimum cohort (device_rounds.reports_releasable); once released, the
+    released batches' reports. ``devices_not_answering`` names the reasons with no counts
+    (None) unless the round released every batch it had, or no device has answered: the fleet's
+    size minus the devices not answering is the devices answering, suppressed batches included.
+    """
     simulated = {r.task_key: r for r in rounds if not device_rounds.is_device_round(r)}
     tallies: dict[str, dict[str, Any]] = {key: {"done": 0, "answered": 0, "outcomes": {}} for key in simulated}
     runs = ShardRun.objects.filter(task_key__in=list(simulated)).values_list("task_key", "answered", "outcomes")
@@ -297,24 +311,57 @@ def rounds_progress(rounds: list[Round]) -> dict[int, dict[str, Any]]:
         tally["answered"] += answered
         for reason, count in outcomes.items():
             tally["outcomes"][reason] = tally["outcomes"].get(reason, 0) + count
+    releases = _releases_counted(
+        [r.pk for r in simulated.values() if r.status in (Round.Status.RELEASED, Round.Status.WITHHELD)]
+    )
+    live = [r.task_key for r in simulated.values() if r.pk not in releases]
+    releasable = device_rounds.reports_releasable(live) if live else {}
     progress = {}
     for round_ in rounds:
         if round_.task_key not in simulated:
             progress[round_.pk] = device_rounds.round_progress_devices(round_)  # what the aggregators hold
             continue
         tally = tallies[round_.task_key]
+        release = releases.get(round_.pk)
         elapsed, eta = _round_timing(round_, tally["done"])
+        outcomes = tally["outcomes"]
+        # No device answered (yet): every batch is empty, there is no size to hide.
+        counted = not tally["answered"] or (release is not None and release["countable"])
         progress[round_.pk] = {
             "status": round_.status,
             "shards_total": round_.shards_total,
             "shards_done": tally["done"],
-            "devices_answered": tally["answered"],
-            "devices_not_answering": tally["outcomes"],
+            "devices_answered": release["reports"] if release else releasable[round_.task_key],
+            "devices_charged": tally["answered"] > 0,  # some device answered (spent budget): never how many
+            "devices_not_answering": (outcomes if exact_refusals or counted else dict.fromkeys(outcomes)),
             "error": round_.error,
             "elapsed_seconds": elapsed,
             "eta_seconds": eta,
         }
     return progress
+
+
+# A batch's JSON as PostgreSQL (jsonb as text) and SQLite (json_extract, minified) write it.
+_SUPPRESSED = Q(batches_text__contains='"suppressed": true') | Q(batches_text__contains='"suppressed":true')
+
+
+def _releases_counted(round_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """By round, what progress reads of its release, in one query and without its estimates: the
+    released reports, and whether its refusals may be counted (releases.refusals_countable)."""
+    if not round_ids:
+        return {}
+    rows = (
+        Release.objects.filter(round_id__in=round_ids)
+        .annotate(
+            batches_text=KeyTextTransform("batches", "content"),
+            any_suppressed=Case(When(_SUPPRESSED, then=Value(True)), default=Value(False), output_field=BooleanField()),
+        )
+        .values_list("round_id", "content__reports", "content__epsilon_spent", "any_suppressed")
+    )
+    return {
+        round_id: {"reports": reports or 0, "countable": not spent or not any_suppressed}
+        for round_id, reports, spent, any_suppressed in rows
+    }
 
 
 def _round_timing(round_: Round, shards_done: int) -> tuple[float | None, float | None]:

@@ -39,19 +39,20 @@
   function showRefusals(reasons) {
     const body = document.querySelector("#refusals tbody");
     const entries = Object.entries(reasons);
-    const rows = entries.length ? entries : [["None so far.", null]];
+    const rows = entries.length ? entries : [["None so far.", undefined]];
     body.replaceChildren(
       ...rows.map(([reason, count]) => {
         const row = document.createElement("tr");
         const name = document.createElement("td");
         name.textContent = reason;
         row.append(name);
-        if (count === null) {
+        if (count === undefined) {
           name.colSpan = 2;
         } else {
+          // null: not counted while a batch may yet be suppressed (its size would follow)
           const cell = document.createElement("td");
           cell.className = "num";
-          cell.textContent = grouped(count);
+          cell.textContent = count === null ? "not counted" : grouped(count);
           row.append(cell);
         }
         return row;

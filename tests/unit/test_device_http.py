@@ -305,13 +305,20 @@ def test_an_upload_is_received_anonymously_then_verified_and_shows_in_progress(a
     assert response.json() == {"received": True}
     assert PendingReport.objects.count() == 1 and not LeaderShare.objects.exists()
     progress = api.get(f"/api/rounds/{central_round.pk}/").json()["progress"]
-    assert (progress["reports_pending"], progress["reports_accepted"]) == (1, 0)
+    # Reports received and not verified are not counted for the analyst (issue 29, requirement 4).
+    assert "reports_pending" not in progress and progress["reports_accepted"] == 0
     assert verify(central_round.task_key) == 1
     assert LeaderShare.objects.count() == HelperShare.objects.count() == 1
     assert not PendingReport.objects.exists()
     progress = api.get(f"/api/rounds/{central_round.pk}/").json()["progress"]
-    assert progress["reports_accepted"] == progress["devices_answered"] == 1
-    assert progress["reports_pending"] == 0 and progress["collection"]["open"] is True
+    # One accepted report: its batch is below the minimum cohort of 3, so it is not counted yet.
+    assert progress["reports_accepted"] == progress["devices_answered"] == 0
+    assert progress["collection"]["open"] is True
+    for device in phones[1][1:3]:
+        assert upload(device.report(central_round.task_key, 2)).status_code == 202
+    assert verify(central_round.task_key) == 2
+    progress = api.get(f"/api/rounds/{central_round.pk}/").json()["progress"]
+    assert progress["reports_accepted"] == progress["devices_answered"] == 3  # the batch reached 3
 
 
 @pytest.mark.django_db(transaction=True)  # the fast path checks the connection as a request would
@@ -615,7 +622,7 @@ def test_the_round_page_shows_the_collection_and_closes_it_in_one_click(
     client.force_login(analyst)
     page = client.get(f"/rounds/{central_round.pk}/").content.decode()
     assert 'id="collection"' in page and 'id="close-form"' in page and "shards" not in page
-    assert 'id="reports-pending">3<' in page
+    assert 'id="reports-pending"' not in page and 'id="reports-accepted">0<' in page  # received, not counted
 
     client.force_login(other_analyst)
     assert client.post(f"/rounds/{central_round.pk}/close/").status_code == 404
