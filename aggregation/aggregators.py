@@ -188,6 +188,20 @@ class Aggregator:
             raise ValueError(f"input share of {len(plaintext)} bytes, expected {expected}")
         return plaintext
 
+    def open_report(self, rules: CollectionRules, report: wire.Report, *, private_key: bytes | None = None) -> bytes:
+        """open_share of this aggregator's share of an uploaded report, in the report's own context."""
+        sealed = report.share_for(self.role)
+        return self.open_share(
+            rules,
+            sealed.enc,
+            sealed.ciphertext,
+            batch_key=report.batch_key,
+            token_digest=report.token.digest,
+            public_share=report.public,
+            private_key=private_key,
+            version=report.version,
+        )
+
     def _opener(
         self, version: int, collection_key: str, *, batch_key: str, token_digest: str, public_share: bytes
     ) -> Callable[[bytes, bytes, bytes], bytes]:

@@ -159,16 +159,7 @@ def _leader_open(
     if report.token.digest in spent:
         return TOKEN_REUSED, b""
     try:
-        return None, LEADER.open_share(
-            rules,
-            report.leader.enc,
-            report.leader.ciphertext,
-            batch_key=report.batch_key,
-            token_digest=report.token.digest,
-            public_share=report.public,
-            private_key=private_key,
-            version=report.version,
-        )
+        return None, LEADER.open_report(rules, report, private_key=private_key)
     except hpke.OpenFailed:
         return SHARE_UNOPENED, b""
     except ValueError:

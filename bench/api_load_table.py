@@ -6,10 +6,9 @@ import argparse
 import os
 import shutil
 import subprocess
-import time
 
 from api_load_servers import DEMO_ROUNDS, UNTHROTTLED, wrk_path
-from host import describe  # bench/host.py: this script's folder is on sys.path
+from host import describe, results_header  # bench/host.py: this script's folder is on sys.path
 
 TARGET_P99_MS = 100.0
 # The round page polls its status 500 ms after each answer (static/js/round.js): the fastest any PFS
@@ -43,22 +42,12 @@ def versions() -> str:
 def render(*, runs: list[dict], queries: dict[str, int], context: dict) -> str:
     args = argparse.Namespace(**context["settings"])
     lines = [
-        "# API and dashboard load (issue 8)",
-        "",
-        f"Machine: {context['machine']}; {context['versions']}. Date: {time.strftime('%Y-%m-%d')}.",
-        f"Load average (1, 5, 15 min) before the run: {context['load_before']}; after: {context['load_after']}."
-        + (
-            " **Measured while other work shared the two cores**: the numbers are noisy and low."
-            if context["busy"]
-            else ""
+        *results_header(
+            "API and dashboard load (issue 8)",
+            machine=f"{context['machine']}; {context['versions']}",
+            context=context,
+            busy="the numbers are noisy and low.",
         ),
-        "",
-        "Reproduce:",
-        "",
-        "```",
-        context["command"],
-        "```",
-        "",
         f"gunicorn (`DEBUG=0`, `pfs_web.settings`) on 127.0.0.1 against PostgreSQL (database `{args.database}`, "
         f"made anew: migrate, `seed_demo --devices {args.devices}`, two demo rounds) and Redis (`{args.redis_url}`: "
         "the API's request counts and what is rendered from releases). wrk on the same machine, "

@@ -42,7 +42,12 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from host import describe, helper_service, process_group_stop  # bench/host.py: this script's folder is on sys.path
+from host import (  # bench/host.py: this script's folder is on sys.path
+    describe,
+    helper_service,
+    process_group_stop,
+    results_header,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICES = [10_000, 100_000, 1_000_000]
@@ -309,22 +314,12 @@ def load_text() -> str:
 def render(rows: list[dict], paths: list[str], context: dict) -> str:
     in_process = [p for p in paths if p != "worker"]  # the worker's CPU is not this process's
     lines = [
-        "# Fleet round: API call to release",
-        "",
-        f"Machine: {context['machine']}. Date: {time.strftime('%Y-%m-%d')}.",
-        f"Load average (1, 5, 15 min) before the run: {context['load_before']}; after: {context['load_after']}."
-        + (
-            " **Measured while other work shared the two cores**: the numbers are noisy and slow."
-            if context["busy"]
-            else ""
+        *results_header(
+            "Fleet round: API call to release",
+            machine=context["machine"],
+            context=context,
+            busy="the numbers are noisy and slow.",
         ),
-        "",
-        "Reproduce:",
-        "",
-        "```",
-        context["command"],
-        "```",
-        "",
         f"Asymmetric OHE at epsilon0 = 4, one batch (no cohorts), {shard_size():,} devices per shard "
         "(`PFS_SHARD_SIZE`). The clock runs from "
         "`POST /api/recipes/<id>/rounds/` until the release exists; building the fleet and starting the worker "

@@ -34,6 +34,25 @@ def describe(*, tasks: str, memory: bool = False, database: str = "SQLite") -> s
     return ", ".join(parts)
 
 
+def results_header(title: str, *, machine: str, context: dict, busy: str) -> list[str]:
+    """The first lines of a results table: the title, the machine, the load around the run (with
+    ``busy`` when other work shared the cores) and the command that reproduces it."""
+    return [
+        f"# {title}",
+        "",
+        f"Machine: {machine}. Date: {time.strftime('%Y-%m-%d')}.",
+        f"Load average (1, 5, 15 min) before the run: {context['load_before']}; after: {context['load_after']}."
+        + (f" **Measured while other work shared the two cores**: {busy}" if context["busy"] else ""),
+        "",
+        "Reproduce:",
+        "",
+        "```",
+        context["command"],
+        "```",
+        "",
+    ]
+
+
 def process_group_stop(process: subprocess.Popen, *, timeout: float = 20) -> None:
     """SIGTERM a server started in a process group of its own (start_new_session=True), with its
     workers; SIGKILL if it has not exited within ``timeout`` seconds."""

@@ -131,19 +131,7 @@ def ingest_phases(rules, bodies: list[bytes], helper_key: bytes) -> dict[str, fl
     timed("leader: token, RSA signature check", lambda: [verify(issuer, r.collection_key, r.token) for r in reports])
     leader_opened = timed(
         "leader: HPKE open",
-        lambda: [
-            LEADER.open_share(
-                rules,
-                r.leader.enc,
-                r.leader.ciphertext,
-                batch_key=r.batch_key,
-                token_digest=r.token.digest,
-                public_share=r.public,
-                private_key=leader_key,
-                version=r.version,
-            )
-            for r in reports
-        ],
+        lambda: [LEADER.open_report(rules, r, private_key=leader_key) for r in reports],
     )
     leader = AggregatorVerification("leader", config)
     nonces = [report_nonce(r.token.nonce) for r in reports]

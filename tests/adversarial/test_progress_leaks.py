@@ -14,7 +14,6 @@ or the suppressed batches' total.
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import itertools
@@ -25,12 +24,10 @@ from django.db.models import Sum
 
 from aggregation.models import LeaderShare
 from analyses.models import Round
-from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.rounds import round_aggregate, round_dispatch, round_shard_run
-from devices.credentials import devices_register
 from devices.models import ShardRun
 from tests.conftest import FLEET_SIZE
-from tests.unit.test_device_http import CENTRAL, PHONES_SPEC, Device, start, upload, verify, with_close
+from tests.unit.test_device_http import CENTRAL, start, upload, verify, with_close
 
 pytestmark = pytest.mark.django_db
 
@@ -100,17 +97,6 @@ class Analyst:
             if refusals and all(v is not None for v in refusals.values()):
                 for released in shown:
                     assert fleet - sum(refusals.values()) - released not in targets
-
-
-@pytest.fixture
-def phones(db):
-    fleet, issued = devices_register(fleet_name="phones", count=1000)
-    return fleet, [Device(c.device_id, c.secret) for c in issued[:8]]
-
-
-@pytest.fixture
-def phones_analysis(phones, analyst, officer):
-    return analysis_approve(analysis=analysis_create(spec=copy.deepcopy(PHONES_SPEC), owner=analyst), officer=officer)
 
 
 @pytest.fixture

@@ -18,28 +18,25 @@ from django.utils import timezone
 from aggregation import ingest, intake
 from aggregation.aggregators import HELPER
 from aggregation.ingest import reports_ingest
-from aggregation.issuer import issuer_public_key
 from aggregation.key_rotation import keys_rotate
 from aggregation.models import HelperJob, HelperShare, LeaderShare, PendingReport, SpentToken
 from aggregation.reports import rejections
-from aggregation.services import collection_rules_open
 from aggregation.upload import SealedShare
 from analyses.services.collector import ClientNoiseEstimator, collection_release
 from pfs_device import hpke, wire
 from pfs_device.report_client import report_seal, report_shard
-from privacy.mechanisms import report_weight_bound
 from privacy.vdaf.field import Field128
 from tests.report_path import report_submit
 from tests.unit.test_hpke_v2 import shares_seal_v2
 from tests.unit.test_report_protocol import (
     DOMAIN,
     KEY,
-    ORACLE,
     keys,
     one_hot,
     proven,
     rate_rules_open,
     report,
+    rules_open,
     shape_for,
     token,
 )
@@ -51,13 +48,7 @@ KARY = ClientNoiseEstimator(mechanism="kary_rr", epsilon0=3.0, domain_size=DOMAI
 
 @pytest.fixture
 def rules():
-    return collection_rules_open(
-        key=KEY,
-        length=DOMAIN,
-        min_cohort=3,
-        weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9),
-        token_key=issuer_public_key(KEY),
-    )
+    return rules_open()
 
 
 def receive(sealed: wire.Report) -> None:
