@@ -42,7 +42,7 @@ from aggregation.models import (
     StoredShare,
 )
 from pfs_base.db_router import aggregator_store
-from pfs_device import hpke, wire
+from pfs_device import hpke, tokens, wire
 from privacy import field as prime_field
 from privacy.aggregator_noise import AggregatorGaussian
 from privacy.field import FieldVector, add, field_sum
@@ -50,9 +50,27 @@ from privacy.report_vdaf import ReportShape, input_share_sizes
 from privacy.vdaf.field import Field128
 
 REPORT_SOURCE = "report:"  # source prefix of individually uploaded reports
-# The wire versions of the reports an aggregator opens: the one devices send, and v2 for the
-# PendingReport rows received before the upgrade to v3 (aggregation.hpke_v2 says when 2 can go).
-STORED_VERSIONS = (hpke_v2.VERSION, wire.VERSION)
+# The wire versions of the reports an aggregator opens: the one devices send, and v2 and v3 for the
+# PendingReport rows received before the upgrades to v3 and v4 (aggregation.hpke_v2 says when 2 can
+# go; 3 can go with it: its tokens are unbound, token_valid).
+STORED_VERSIONS = (hpke_v2.VERSION, wire.SEALED_V3, wire.VERSION)
+
+
+def token_valid(
+    issuer: tokens.IssuerPublicKey, collection_key: str, token: tokens.Token, *, version: int, report_digest: bytes
+) -> bool:
+    """Whether a report's token is the issuer's, for this collection and (wire v4) for this very
+    report: ``report_digest`` as the aggregator recomputed it from what it holds.
+
+    A report of an older version, stored before the upgrade, has a token that signs the collection
+    only: it is checked so, as it was when it arrived. A token issued since signs a v4 message, which
+    does not verify as an older one, so relabelling a report as v3 cannot unbind its token.
+    """
+    if version == wire.VERSION:
+        return tokens.verify(issuer, collection_key, token, report_digest=report_digest)
+    if version in STORED_VERSIONS:
+        return tokens.verify_unbound(issuer, collection_key, token)
+    return False
 
 
 @dataclass(frozen=True)
@@ -206,7 +224,7 @@ class Aggregator:
         self, version: int, collection_key: str, *, batch_key: str, token_digest: str, public_share: bytes
     ) -> Callable[[bytes, bytes, bytes], bytes]:
         """How a share of this wire version opens under a private key: (key, enc, ciphertext) -> plaintext."""
-        if version == wire.VERSION:
+        if version in (wire.SEALED_V3, wire.VERSION):
             info = hpke.share_info(self.role)
             aad = hpke.share_aad(
                 collection_key, batch_key=batch_key, token_digest=token_digest, public_share=public_share

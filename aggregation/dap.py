@@ -198,7 +198,11 @@ class VerifyInit:
     leader received it, floored to the aggregators' arrival grain (rate validation reads it).
     ``encrypted_input_share``: the helper's HPKE-sealed input share {"enc", "payload"}, as the
     device sealed it; a simulated report carries ``input_share`` in the clear instead, and no token.
-    ``payload``: the leader's verifier share.
+    ``payload``: the leader's verifier share. ``leader_share_digest``: with a token, the SHA-256 of
+    the leader's sealed share (pfs_device.wire.share_digest), base64: the helper recomputes from it,
+    its own sealed share, the public share and the batch the report digest a wire v4 token signs.
+    Optional in the message (an older leader sends none), so the message version stays 1; a helper
+    refuses a v4 report without it as token_invalid.
     """
 
     report_id: str
@@ -210,10 +214,15 @@ class VerifyInit:
     encrypted_input_share: dict[str, str] | None
     input_share: str | None
     payload: str
+    leader_share_digest: str | None = None
 
     @classmethod
     def parse(cls, data: Any, where: str) -> VerifyInit:
-        data = _fields(data, {f.name for f in cls.__dataclass_fields__.values()}, set(), where)
+        optional = {"leader_share_digest"}
+        data = _fields(data, {f.name for f in cls.__dataclass_fields__.values()} - optional, optional, where)
+        digest = data.get("leader_share_digest")
+        if digest is not None and not isinstance(digest, str):
+            raise MessageError(f"{where}.leader_share_digest: must be a base64 string or null")
         token, sealed = data["token"], data["encrypted_input_share"]
         if (token is None) != (sealed is None) or (sealed is None) == (data["input_share"] is None):
             raise MessageError(f"{where}: a token and an encrypted input share, or an input share in the clear")
@@ -232,6 +241,7 @@ class VerifyInit:
             encrypted_input_share=sealed,
             input_share=data["input_share"],
             payload=_text(data["payload"], f"{where}.payload", limit=1 << 24),
+            leader_share_digest=digest,
         )
 
 

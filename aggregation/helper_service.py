@@ -5,7 +5,8 @@ Everything here reads and writes the helper's store only, with the helper's own 
 - ``task_provision``: the collection's configuration, once; a second one that differs is refused
   (nothing the leader sends later can lower what the helper enforces);
 - ``job_run``: an aggregation job (aggregation.dap). For each report the helper checks the token
-  (the issuer's signature with the key it was provisioned with; not spent here), opens its own
+  (the issuer's signature with the key it was provisioned with, over the report as the helper
+  holds it: pfs_device.wire.report_digest; not spent here), opens its own
   input share with its own private key, runs Prio3's verify_init on it, combines its verifier share
   with the leader's and decides the proof (DAP's ping-pong: the helper, not the leader, decides), then
   commits: its output shares summed per batch under the job's id, its spent tokens, its rejection
@@ -29,7 +30,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from aggregation import dap
-from aggregation.aggregators import HELPER, REPORT_SOURCE, AggregateShare, rules_shape
+from aggregation.aggregators import HELPER, REPORT_SOURCE, AggregateShare, rules_shape, token_valid
 from aggregation.batch_rules import ARRIVAL_GRAIN, arrival_coarse
 from aggregation.models import (
     FIELD64,
@@ -55,7 +56,7 @@ from aggregation.upload import share_store
 from aggregation.verification import AggregatorVerification, VerifyConfig, output_sum, proofs_decide
 from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed
-from pfs_device import hpke, tokens
+from pfs_device import hpke, tokens, wire
 from privacy.report_vdaf import input_share_sizes, report_nonce
 from privacy.vdaf.field import Field128
 
@@ -290,17 +291,23 @@ def _token_and_share(
         )
     except dap.MessageError:
         return TOKEN_INVALID, b""
-    if token.digest != init.report_id or not tokens.verify(issuer, rules.key, token):
+    try:
+        sealed = wire.SealedShare(
+            enc=dap.unb64(init.encrypted_input_share["enc"], "enc"),
+            ciphertext=dap.unb64(init.encrypted_input_share["payload"], "payload"),
+        )
+    except dap.MessageError:
+        return SHARE_MALFORMED, b""
+    if token.digest != init.report_id or not _token_valid(rules, issuer, init, token, public, sealed):
         return TOKEN_INVALID, b""
+    # Only after the signature: a token on another report than its own spends nothing here.
     if token.digest in spent:
         return TOKEN_REUSED, b""
     try:
-        enc = dap.unb64(init.encrypted_input_share["enc"], "enc")
-        ciphertext = dap.unb64(init.encrypted_input_share["payload"], "payload")
         return None, HELPER.open_share(
             rules,
-            enc,
-            ciphertext,
+            sealed.enc,
+            sealed.ciphertext,
             batch_key=init.batch,
             token_digest=token.digest,
             public_share=public,
@@ -309,8 +316,35 @@ def _token_and_share(
         )
     except hpke.OpenFailed:
         return SHARE_UNOPENED, b""
-    except ValueError:  # dap.MessageError, or a share of the wrong length
+    except ValueError:  # a share of the wrong length
         return SHARE_MALFORMED, b""
+
+
+def _token_valid(
+    rules: CollectionRules,
+    issuer: tokens.IssuerPublicKey,
+    init: dap.VerifyInit,
+    token: tokens.Token,
+    public: bytes,
+    sealed: wire.SealedShare,
+) -> bool:
+    """The token's signature over the report as the helper holds it: its own sealed share, the
+    public share and the batch, and the leader's share as the digest the leader sent. A leader that
+    puts a device's token on other content — another helper share, public share or batch, or a
+    leader share it made up — gets a digest the token does not sign."""
+    if init.version != wire.VERSION:  # a report stored before the upgrade: its token signs no report
+        return token_valid(issuer, rules.key, token, version=init.version, report_digest=b"")
+    try:
+        leader_digest = dap.unb64(init.leader_share_digest, "leader_share_digest")
+        digest = wire.report_digest(
+            batch_key=init.batch,
+            public=public,
+            leader_share_digest=leader_digest,
+            helper_share_digest=wire.share_digest(sealed),
+        )
+    except ValueError:  # none sent (dap.MessageError), or not a digest's length
+        return False
+    return token_valid(issuer, rules.key, token, version=init.version, report_digest=digest)
 
 
 def _job_commit(

@@ -5,11 +5,13 @@ and its two shares, each sealed with HPKE to one aggregator. The leader receives
 reports of a job (aggregation.ingest takes a chunk of pending reports) then go through DAP's
 aggregation interaction (aggregation.dap), each aggregator on its own:
 
-1. the leader checks the token (the issuer's signature over this collection, not spent here),
+1. the leader checks the token (the issuer's signature over this collection and this very report —
+   its batch, public share and both sealed shares, pfs_device.wire.report_digest —, not spent here),
    opens its own share (its Prio3 input share, bound to the collection, batch, token and public
    share), checks its length and runs Prio3's verify_init on it; a report it refuses goes no further;
 2. the others go to the helper in one aggregation job (aggregation.helper_client): each with the
-   helper's sealed share and the leader's verifier share. The helper does the same checks with its
+   helper's sealed share, the digest of the leader's (so the helper recomputes the report's digest
+   the token signs) and the leader's verifier share. The helper does the same checks with its
    own key, its own spent tokens and its own rules, decides each proof from both verifier shares,
    commits its output shares, and answers each report with the verifier message or why it refused;
 3. the leader runs verify_next on each message and keeps its output share.
@@ -32,12 +34,12 @@ from django.db import transaction
 from django.db.models import F
 
 from aggregation import dap, helper_client
-from aggregation.aggregators import LEADER, rules_shape
+from aggregation.aggregators import LEADER, rules_shape, token_valid
 from aggregation.models import CollectionRules, ReportRejection
 from aggregation.verification import AggregatorVerification, VerifyConfig
 from pfs_base import metrics
 from pfs_device import hpke, wire
-from pfs_device.tokens import IssuerPublicKey, verify
+from pfs_device.tokens import IssuerPublicKey
 from pfs_device.wire import Report
 from privacy.report_vdaf import input_share_sizes, report_nonce
 
@@ -147,6 +149,9 @@ def _verify_init(report: Report, verifier_share: bytes, time: float) -> dap.Veri
         encrypted_input_share={"enc": dap.b64(sealed.enc), "payload": dap.b64(sealed.ciphertext)},
         input_share=None,
         payload=dap.b64(verifier_share),
+        # With its own share, the public share and the batch, the helper recomputes the digest the
+        # token signs (pfs_device.wire.report_digest) without seeing the leader's share.
+        leader_share_digest=dap.b64(wire.share_digest(report.leader)),
     )
 
 
@@ -154,7 +159,10 @@ def _leader_open(
     report: Report, rules: CollectionRules, issuer: IssuerPublicKey, spent: set[str], private_key: bytes
 ) -> tuple[str | None, bytes]:
     """The leader's token check and the opening of its own share: (why it refuses, or None; the share)."""
-    if not verify(issuer, report.collection_key, report.token):
+    # The signature first: a token on a report it was not issued for is refused before its spent
+    # record is read, so a thief's report neither spends the token nor is told whether it was spent.
+    digest = wire.report_digest_of(report)
+    if not token_valid(issuer, report.collection_key, report.token, version=report.version, report_digest=digest):
         return TOKEN_INVALID, b""
     if report.token.digest in spent:
         return TOKEN_REUSED, b""

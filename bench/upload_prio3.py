@@ -107,12 +107,14 @@ def ingest_phases(rules, bodies: list[bytes], helper_key: bytes) -> dict[str, fl
     helper's key (the bench made it and gave it to the helper's service). Not here: the HTTP
     exchange, the queries and the commits of either side."""
     from aggregation import dap
-    from aggregation.aggregators import HELPER, LEADER, rules_shape
+    from aggregation.aggregators import HELPER, LEADER, rules_shape, token_valid
+    from aggregation.helper_service import _token_valid
     from aggregation.ingest import _parse
     from aggregation.issuer import issuer_public_key
     from aggregation.reports import _verify_init
     from aggregation.verification import AggregatorVerification, VerifyConfig, output_sum, proofs_decide
-    from pfs_device.tokens import Token, verify
+    from pfs_device import wire
+    from pfs_device.tokens import Token
     from privacy.report_vdaf import report_nonce
 
     issuer = issuer_public_key(rules.key)
@@ -128,7 +130,13 @@ def ingest_phases(rules, bodies: list[bytes], helper_key: bytes) -> dict[str, fl
 
     # The leader: the upload parsed, its own checks, then the job's request.
     reports = timed("leader: parse the JSON bodies", lambda: [_parse(body) for body in bodies])
-    timed("leader: token, RSA signature check", lambda: [verify(issuer, r.collection_key, r.token) for r in reports])
+    timed(
+        "leader: token, report digest and RSA signature check",
+        lambda: [
+            token_valid(issuer, r.collection_key, r.token, version=r.version, report_digest=wire.report_digest_of(r))
+            for r in reports
+        ],
+    )
     leader_opened = timed(
         "leader: HPKE open",
         lambda: [LEADER.open_report(rules, r, private_key=leader_key) for r in reports],
@@ -153,8 +161,19 @@ def ingest_phases(rules, bodies: list[bytes], helper_key: bytes) -> dict[str, fl
     tokens = [
         Token(nonce=dap.unb64(i.token["nonce"], "nonce"), signature=dap.unb64(i.token["signature"], "s")) for i in inits
     ]
-    timed("helper: token, RSA signature check", lambda: [verify(issuer, rules.key, t) for t in tokens])
     publics = [dap.unb64(i.public_share, "public_share") for i in inits]
+    sealed = [
+        wire.SealedShare(
+            dap.unb64(i.encrypted_input_share["enc"], "enc"), dap.unb64(i.encrypted_input_share["payload"], "payload")
+        )
+        for i in inits
+    ]
+    timed(
+        "helper: token, report digest and RSA signature check",
+        lambda: [
+            _token_valid(rules, issuer, i, t, p, s) for i, t, p, s in zip(inits, tokens, publics, sealed, strict=True)
+        ],
+    )
     helper_opened = timed(
         "helper: HPKE open",
         lambda: [

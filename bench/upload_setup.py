@@ -86,8 +86,8 @@ def write_bodies(collection_key: str, count: int, buckets: int = 8, timings: lis
 def _seal_chunk(arguments) -> list[bytes]:
     import numpy as np
 
-    from pfs_device.report_client import AggregatorKeys, report_seal, report_vector
-    from pfs_device.tokens import IssuerPrivateKey, IssuerPublicKey, sign_blinded, token_obtain
+    from pfs_device.report_client import AggregatorKeys, report_seal, report_token_obtain, report_vector
+    from pfs_device.tokens import IssuerPrivateKey, IssuerPublicKey, sign_blinded
     from pfs_device.wire import report_bytes
     from privacy.mechanisms import mechanism_get
     from privacy.report_vdaf import report_shape
@@ -101,15 +101,12 @@ def _seal_chunk(arguments) -> list[bytes]:
     keys = AggregatorKeys(leader=leader, helper=helper)
     bodies, seconds = [], []
     for value in rng.integers(0, buckets, size=count):
-        token = token_obtain(
-            collection_key=collection_key, issuer=issuer.public, issue=lambda b: sign_blinded(issuer, b)
-        )
         vector = report_vector(oracle, int(value), buckets, rng)
         started = time.process_time()  # the device's work: Prio3 sharding with its proof, two HPKE seals
-        report = report_seal(
-            collection_key=collection_key, batch_key="", vector=vector, keys=keys, token=token, shape=shape
-        )
+        sealed = report_seal(collection_key=collection_key, batch_key="", vector=vector, keys=keys, shape=shape)
         seconds.append(time.process_time() - started)
+        # Its token names the sealed report (its digest), so it is asked for after the sealing.
+        report = report_token_obtain(report=sealed, issuer=issuer.public, issue=lambda b: sign_blinded(issuer, b))
         bodies.append(report_bytes(report))
     return bodies, seconds
 

@@ -143,9 +143,17 @@ def public_key_from_der(data: bytes) -> rsa.RSAPublicKey:
     return key
 
 
-def prepare(msg: bytes, variant: Variant) -> bytes:
-    """Prepare (RFC 9474 Section 4.1): PrepareRandomize — 32 random bytes, then ``msg`` — or PrepareIdentity."""
-    return _prepare(msg, variant, secrets.token_bytes(PREFIX_BYTES) if variant.randomized else b"")
+def prepare(msg: bytes, variant: Variant, *, msg_prefix: bytes | None = None) -> bytes:
+    """Prepare (RFC 9474 Section 4.1): PrepareRandomize — 32 random bytes, then ``msg`` — or PrepareIdentity.
+
+    ``msg_prefix``: PrepareRandomize's random bytes, drawn by the caller beforehand (from the OS
+    CSPRNG too: the RFC asks only that they be random). A device draws them first because its
+    report is sealed with them before the message that names the report is prepared
+    (pfs_device.tokens). None draws them here.
+    """
+    if msg_prefix is None:
+        msg_prefix = secrets.token_bytes(PREFIX_BYTES) if variant.randomized else b""
+    return _prepare(msg, variant, msg_prefix)
 
 
 def blind(public_key: rsa.RSAPublicKey, input_msg: bytes, variant: Variant) -> tuple[bytes, int]:

@@ -31,7 +31,8 @@ SUITE = CipherSuite.new(KEMId.DHKEM_X25519_HKDF_SHA256, KDFId.HKDF_SHA256, AEADI
 ENC_BYTES = 32  # Nenc of DHKEM(X25519, HKDF-SHA256), RFC 9180 Section 7.1
 # The info of a share: this label, the sender's role, the recipient's role. DAP's is
 # "dap-NN input share" || 0x01 || server_role, with its Role values (client 1, leader 2, helper 3);
-# the label's version is the wire format's (pfs_device.wire.VERSION).
+# the label's version is the sealing's: the wire format's since v3 (v4 bound the token to its
+# report, pfs_device.tokens, and sealed as v3 did).
 SHARE_INFO_LABEL = b"pfs-studio input share v3"
 CLIENT_ROLE = 0x01
 AGGREGATOR_ROLES = {"leader": 0x02, "helper": 0x03}

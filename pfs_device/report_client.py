@@ -4,19 +4,24 @@ Uses the same privacy/ code as the simulator: the mechanism's ``privatize`` for 
 report is then sharded with Prio3 (privacy.vdaf, the VDAF privacy.report_vdaf names for the recipe):
 two input shares that each reveal nothing alone, and a zero-knowledge proof that the report is of
 its form, which both aggregators check — with the OS CSPRNG, not a seeded generator.
+
+The order is fixed by what binds what: the token's nonce first, then the report sharded and sealed
+under it (report_seal), then the token, whose message names the sealed report
+(report_token_blind, pfs_device.wire.report_digest), and the report signed with it (report_sign).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from pfs_device import hpke
-from pfs_device.tokens import Token
-from pfs_device.wire import Report, SealedShare
+from pfs_device.tokens import Blinding, IssuerPublicKey, Token, nonce_generate, token_blind, token_finalize
+from pfs_device.wire import Report, SealedShare, report_digest_of
 from privacy.mechanisms import FrequencyOracle
 from privacy.report_vdaf import ReportShape, context, measurement, report_nonce
 from privacy.vdaf import VdafError
@@ -46,11 +51,11 @@ def report_vector(
 
 
 def report_shard(
-    *, collection_key: str, vector: np.ndarray, shape: ReportShape, token: Token
+    *, collection_key: str, vector: np.ndarray, shape: ReportShape, nonce: bytes
 ) -> tuple[bytes, bytes, bytes]:
     """(public share, leader input share, helper input share) of ``vector``, encoded: Prio3's
     sharding with its validity proof, bound to the collection (the VDAF context) and to the token
-    (the VDAF nonce is derived from the token's nonce, single use in the collection).
+    (the VDAF nonce is derived from the token's ``nonce``, single use in the collection).
 
     The sharding's randomness comes from the OS CSPRNG. ValueError for a vector that is not of the
     shape's form (an honest device's report always is, up to the weight bound's 1e-9 tail).
@@ -60,7 +65,7 @@ def report_shard(
         collection_key=collection_key,
         vector=vector,
         shape=shape,
-        nonce=report_nonce(token.nonce),
+        nonce=report_nonce(nonce),
         rand=os.urandom(vdaf.RAND_SIZE),
     )
 
@@ -82,14 +87,18 @@ def shares_seal(
     *,
     collection_key: str,
     batch_key: str,
-    token: Token,
+    nonce: bytes,
     keys: AggregatorKeys,
     public: bytes,
     leader: bytes,
     helper: bytes,
 ) -> Report:
     """Seal each input share to its aggregator (hpke.share_info names it), bound to this report's
-    collection, batch, token and public share (hpke.share_aad, the AEAD's associated data)."""
+    collection, batch, token nonce and public share (hpke.share_aad, the AEAD's associated data).
+
+    The report is not signed yet (its token has the nonce and no signature): its token signs its
+    digest (report_sign)."""
+    token = Token(nonce=nonce, signature=b"")
     aad = hpke.share_aad(collection_key, batch_key=batch_key, token_digest=token.digest, public_share=public)
     sealed = {
         role: SealedShare(*hpke.seal(key, share, hpke.share_info(role), aad=aad))
@@ -106,16 +115,49 @@ def shares_seal(
 
 
 def report_seal(
-    *, collection_key: str, batch_key: str, vector: np.ndarray, keys: AggregatorKeys, token: Token, shape: ReportShape
+    *,
+    collection_key: str,
+    batch_key: str,
+    vector: np.ndarray,
+    keys: AggregatorKeys,
+    shape: ReportShape,
+    nonce: bytes | None = None,
 ) -> Report:
-    """The report a device uploads: ``vector`` sharded with its proof (report_shard), each share sealed."""
-    public, leader, helper = report_shard(collection_key=collection_key, vector=vector, shape=shape, token=token)
+    """The report a device uploads, not signed yet: ``vector`` sharded with its proof (report_shard),
+    each share sealed, all under the token ``nonce`` (a fresh one when None) the token will carry."""
+    nonce = nonce_generate() if nonce is None else nonce
+    public, leader, helper = report_shard(collection_key=collection_key, vector=vector, shape=shape, nonce=nonce)
     return shares_seal(
         collection_key=collection_key,
         batch_key=batch_key,
-        token=token,
+        nonce=nonce,
         keys=keys,
         public=public,
         leader=leader,
         helper=helper,
     )
+
+
+def report_token_blind(report: Report, issuer: IssuerPublicKey) -> Blinding:
+    """The token request of a sealed report: its nonce and its digest, blinded (pfs_device.tokens)."""
+    return token_blind(
+        collection_key=report.collection_key,
+        nonce=report.token.nonce,
+        report_digest=report_digest_of(report),
+        issuer=issuer,
+    )
+
+
+def report_sign(report: Report, token: Token) -> Report:
+    """The sealed report with its token, ready to upload. ValueError for a token of another nonce."""
+    if token.nonce != report.token.nonce:
+        raise ValueError("the token's nonce is not the one the report was sealed with")
+    return replace(report, token=token)
+
+
+def report_token_obtain(*, report: Report, issuer: IssuerPublicKey, issue: Callable[[int], int]) -> Report:
+    """A sealed report signed in one go: its token request blinded, signed by ``issue``, finalized
+    (the SDK takes these steps one at a time, each on disk first: pfs_device.sdk.device)."""
+    blinding = report_token_blind(report, issuer)
+    token = token_finalize(issuer=issuer, blinding=blinding, blind_sig=issue(blinding.blinded))
+    return report_sign(report, token)

@@ -1,9 +1,13 @@
 """Anonymous single-use tokens: RSA blind signatures as RFC 9474 specifies them
 (RSABSSA-SHA384-PSS-Randomized, pfs_device.blind_rsa), one issuer key per collection.
 
-The device prepares the token message (RFC 9474 Section 4.1: a fresh random 32-byte prefix, which
-is also the token's nonce, before "pfs-studio token v2|<collection>"), blinds it and asks the
-issuer to sign. The issuer checks the device and its rate limit — one token per device per
+The device draws the token's nonce first (RFC 9474 Section 4.1's fresh random 32-byte prefix),
+seals its report with it (the VDAF nonce and the shares' associated data derive from it), then
+prepares the token message — the nonce before "pfs-studio token v3|<collection>|<report digest>"
+(pfs_device.wire.report_digest: the report's batch, public share and both sealed shares) — blinds
+it and asks the issuer to sign. So a token carries only the report it was issued for: whoever sees
+an upload and takes its token cannot put it on a report of their own, which both aggregators
+refuse as token_invalid before they look at the token's spent record. The issuer checks the device and its rate limit — one token per device per
 collection — but sees only the blinded message, so it cannot link the token it signed to the
 device when an aggregator sees it (seed 003, Section 4.3).
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +33,7 @@ from pfs_device import blind_rsa
 
 KEY_BITS = blind_rsa.KEY_BITS
 NONCE_BYTES = blind_rsa.PREFIX_BYTES
+REPORT_DIGEST_BYTES = 32  # pfs_device.wire.report_digest: SHA-256
 VARIANT = blind_rsa.PSS_RANDOMIZED
 
 
@@ -76,7 +82,22 @@ def issuer_key_generate(bits: int = KEY_BITS) -> IssuerPrivateKey:
     return IssuerPrivateKey(public, numbers.p, numbers.q)
 
 
-def token_message(collection_key: str) -> bytes:
+def nonce_generate() -> bytes:
+    """A fresh token nonce (RFC 9474's msg_prefix), from the OS CSPRNG: the device's first step."""
+    return secrets.token_bytes(NONCE_BYTES)
+
+
+def token_message(collection_key: str, report_digest: bytes) -> bytes:
+    """What a token signs after its nonce: the collection and its report (pfs_device.wire.report_digest).
+    The digest has a fixed length at the end, so a collection key holding "|" is no ambiguity."""
+    if len(report_digest) != REPORT_DIGEST_BYTES:
+        raise ValueError(f"a report digest is {REPORT_DIGEST_BYTES} bytes, not {len(report_digest)}")
+    return b"pfs-studio token v3|" + collection_key.encode() + b"|" + report_digest
+
+
+def token_message_unbound(collection_key: str) -> bytes:
+    """What the tokens of reports sealed before wire format v4 sign: the collection only. Kept to
+    verify the bodies a leader stored before the upgrade (aggregation.aggregators.token_valid)."""
     return b"pfs-studio token v2|" + collection_key.encode()
 
 
@@ -92,9 +113,10 @@ class Blinding:
     inv: int
 
 
-def token_blind(*, collection_key: str, issuer: IssuerPublicKey) -> Blinding:
-    """Prepare and blind a token message for one collection (RFC 9474 Sections 4.1 and 4.2)."""
-    input_msg = blind_rsa.prepare(token_message(collection_key), VARIANT)
+def token_blind(*, collection_key: str, nonce: bytes, report_digest: bytes, issuer: IssuerPublicKey) -> Blinding:
+    """Prepare and blind the token message of one report (RFC 9474 Sections 4.1 and 4.2): ``nonce``
+    is the prefix the report was sealed with."""
+    input_msg = blind_rsa.prepare(token_message(collection_key, report_digest), VARIANT, msg_prefix=nonce)
     blinded_msg, inv = blind_rsa.blind(issuer.rsa(), input_msg, VARIANT)
     return Blinding(input_msg=input_msg, blinded=int.from_bytes(blinded_msg, "big"), inv=inv)
 
@@ -110,10 +132,12 @@ def token_finalize(*, issuer: IssuerPublicKey, blinding: Blinding, blind_sig: in
     return Token(nonce=blinding.input_msg[:NONCE_BYTES], signature=signature)
 
 
-def token_obtain(*, collection_key: str, issuer: IssuerPublicKey, issue: Callable[[int], int]) -> Token:
-    """A token for one collection: prepare and blind its message, have ``issue`` sign the blinded
+def token_obtain(
+    *, collection_key: str, nonce: bytes, report_digest: bytes, issuer: IssuerPublicKey, issue: Callable[[int], int]
+) -> Token:
+    """The token of one report: prepare and blind its message, have ``issue`` sign the blinded
     message (an integer, as the HTTP API carries it), finalize (token_blind, token_finalize)."""
-    blinding = token_blind(collection_key=collection_key, issuer=issuer)
+    blinding = token_blind(collection_key=collection_key, nonce=nonce, report_digest=report_digest, issuer=issuer)
     return token_finalize(issuer=issuer, blinding=blinding, blind_sig=issue(blinding.blinded))
 
 
@@ -124,11 +148,24 @@ def sign_blinded(key: IssuerPrivateKey, blinded: int) -> int:
     return int.from_bytes(blind_rsa.blind_sign(key.rsa(), blinded.to_bytes(key.public.size, "big")), "big")
 
 
-def verify(key: IssuerPublicKey, collection_key: str, token: Token) -> bool:
-    """The token's signature under the collection's key, over its prefix and the collection."""
+def verify(key: IssuerPublicKey, collection_key: str, token: Token, *, report_digest: bytes) -> bool:
+    """The token's signature under the collection's key, over its prefix, the collection and the
+    report it came with (``report_digest`` as the verifier recomputed it from what it holds)."""
+    if len(report_digest) != REPORT_DIGEST_BYTES:
+        return False
+    return _verify(key, token, token_message(collection_key, report_digest))
+
+
+def verify_unbound(key: IssuerPublicKey, collection_key: str, token: Token) -> bool:
+    """The signature of a token of a report sealed before wire format v4, over its prefix and the
+    collection only (token_message_unbound)."""
+    return _verify(key, token, token_message_unbound(collection_key))
+
+
+def _verify(key: IssuerPublicKey, token: Token, message: bytes) -> bool:
     if len(token.nonce) != NONCE_BYTES or len(token.signature) != key.size:
         return False
-    return blind_rsa.verify(key.rsa(), token.nonce + token_message(collection_key), token.signature, VARIANT)
+    return blind_rsa.verify(key.rsa(), token.nonce + message, token.signature, VARIANT)
 
 
 @functools.lru_cache(maxsize=256)

@@ -3,7 +3,7 @@
 Both ends use this module: the device SDK writes a report with ``report_json`` and the leader's
 upload endpoint reads it with ``report_parse``. Binary fields are standard base64 with padding::
 
-    {"v": 3, "collection": "<key>", "batch": "locale=en_US",
+    {"v": 4, "collection": "<key>", "batch": "locale=en_US",
      "token": {"nonce": "<32 bytes>", "signature": "<issuer key size>"},
      "public": "<the Prio3 public share: 64 bytes, or empty for a Count>",
      "leader": {"enc": "<32 bytes>", "ct": "<the leader's Prio3 input share + 16 bytes>"},
@@ -12,24 +12,30 @@ upload endpoint reads it with ``report_parse``. Binary fields are standard base6
 Each share is a Prio3 input share (privacy.report_vdaf names the VDAF): the leader's holds its
 measurement and proof shares, the helper's two 32-byte seeds. The public share holds the joint
 randomness parts. Each share's HPKE info names its aggregator, and its AEAD associated data is the
-report's collection, batch, token and public share (pfs_device.hpke). Nothing else travels: no
-device id, no time, no address the aggregators keep.
+report's collection, batch, token and public share (pfs_device.hpke). The token's signed message
+names the report (``report_digest``: its batch, public share and both sealed shares), so a token
+carries only the report it was issued for. Nothing else travels: no device id, no time, no address
+the aggregators keep.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from pfs_device.tokens import NONCE_BYTES, Token
+from pfs_device.tokens import NONCE_BYTES, REPORT_DIGEST_BYTES, Token
 
-# 3: each share's context in the AEAD's associated data (2 had it in the HPKE info; 1 carried bare
-# Field64 vectors). A device sends this version, and the upload path takes no other.
-VERSION = 3
+# 4: the token is bound to its report (its signed message holds report_digest; 3 sealed shares as 4
+# does, but with a token any report could carry); 3: each share's context in the AEAD's associated
+# data (2 had it in the HPKE info; 1 carried bare Field64 vectors). A device sends this version,
+# and the upload path takes no other.
+VERSION = 4
+SEALED_V3 = 3  # sealed as 4 is; its token signs the collection only (aggregation.aggregators.token_valid)
 ENC_BYTES = 32  # an X25519 encapsulated key (pfs_device.hpke)
 AEAD_TAG_BYTES = 16  # ChaCha20-Poly1305
 MAX_KEY_LENGTH = 200  # CollectionRules.key and Collection.batch_key are 200-character columns
@@ -55,6 +61,45 @@ class Report:
 
     def share_for(self, role: str) -> SealedShare:
         return self.leader if role == "leader" else self.helper
+
+
+_DIGEST_LABEL = b"pfs-studio report digest v1"
+
+
+def share_digest(sealed: SealedShare) -> bytes:
+    """The SHA-256 of one sealed share (its encapsulated key and ciphertext, each length-prefixed):
+    what the leader tells the helper of its own share (aggregation.dap.VerifyInit)."""
+    return hashlib.sha256(_framed(sealed.enc, sealed.ciphertext)).digest()
+
+
+def report_digest(*, batch_key: str, public: bytes, leader_share_digest: bytes, helper_share_digest: bytes) -> bytes:
+    """What a token's signed message names of its report (pfs_device.tokens.token_message): the
+    SHA-256 of a label, the batch, the public share and both sealed shares' digests.
+
+    Each aggregator recomputes it with only its own sealed share in hand and the other's digest:
+    the leader from the whole upload, the helper from its share and the ``leader_share_digest`` of
+    the job's entry. Variable parts are length-prefixed, so no two reports share a digest by
+    moving bytes from one part to the next.
+    """
+    for digest in (leader_share_digest, helper_share_digest):
+        if len(digest) != REPORT_DIGEST_BYTES:
+            raise ValueError(f"a share's digest is {REPORT_DIGEST_BYTES} bytes, not {len(digest)}")
+    framed = _framed(_DIGEST_LABEL, batch_key.encode(), public)
+    return hashlib.sha256(framed + leader_share_digest + helper_share_digest).digest()
+
+
+def report_digest_of(report: Report) -> bytes:
+    """report_digest of a whole report (the device's, or the leader's with the upload in hand)."""
+    return report_digest(
+        batch_key=report.batch_key,
+        public=report.public,
+        leader_share_digest=share_digest(report.leader),
+        helper_share_digest=share_digest(report.helper),
+    )
+
+
+def _framed(*parts: bytes) -> bytes:
+    return b"".join(len(part).to_bytes(8, "big") + part for part in parts)
 
 
 class WireError(ValueError):
@@ -101,11 +146,13 @@ def collection_key_of(data: object) -> str | None:
     return None
 
 
-def report_parse(data: object, *, versions: Collection[int] = (VERSION,)) -> Report:
+def report_parse(data: object, *, versions: Collection[int] = (VERSION,), signed: bool = True) -> Report:
     """The Report in a parsed JSON body; WireError with every bad field otherwise.
 
     ``versions``: the wire versions taken. An upload is of this one only; an aggregator reading a
-    body it stored before an upgrade names the older versions it still opens.
+    body it stored before an upgrade names the older versions it still opens. ``signed``: False
+    for a sealed report its device keeps until it has the token (pfs_device.sdk.device), whose
+    token has its nonce and an empty signature.
     """
     if not isinstance(data, dict):
         raise WireError({"non_field_errors": ["The body must be a JSON object."]})
@@ -126,7 +173,7 @@ def report_parse(data: object, *, versions: Collection[int] = (VERSION,)) -> Rep
     collection = _text(data, "collection", add, required=True)
     batch = _text(data, "batch", add, required=False)
 
-    def binary(parent: str, name: str, length: int | None = None) -> bytes:
+    def binary(parent: str, name: str, length: int | None = None, *, empty: bool = False) -> bytes:
         path = f"{parent}.{name}"
         value = data.get(parent, {}).get(name) if isinstance(data.get(parent), dict) else None
         if not isinstance(value, str):
@@ -139,8 +186,10 @@ def report_parse(data: object, *, versions: Collection[int] = (VERSION,)) -> Rep
             return b""
         if length is not None and len(decoded) != length:
             add(path, f"Must be {length} bytes, not {len(decoded)}.")
-        elif not decoded:
+        elif not decoded and not empty:
             add(path, "Must not be empty.")
+        elif decoded and empty:
+            add(path, "Must be empty (a report not yet signed).")
         return decoded
 
     for parent in ("token", "leader", "helper"):
@@ -157,7 +206,7 @@ def report_parse(data: object, *, versions: Collection[int] = (VERSION,)) -> Rep
             add("public", "Not valid base64.")
             public_bytes = b""
     nonce = binary("token", "nonce", NONCE_BYTES)
-    signature = binary("token", "signature")
+    signature = binary("token", "signature", empty=not signed)
     shares = {
         role: SealedShare(enc=binary(role, "enc", ENC_BYTES), ciphertext=binary(role, "ct"))
         for role in ("leader", "helper")

@@ -9,11 +9,11 @@ the leader's HPKE key from the leader's /hpke_config and the helper's from the h
 in --state (pfs_device.sdk.keys), and refuses every task that names other keys. --data: the
 devices' data in the fleet JSONL format (docs/fleets.md), one line per credential, in the same
 order. Each device keeps its ledger in --state (one JSON file per device), and there each task's
-progress: charged, token requested, report sealed, each on disk before the next step leaves the
+progress: charged, report sealed, token requested, report signed, each on disk before the next step leaves the
 device, so a device stopped at any step resumes there on the next run and uploads exactly once.
 Prints one JSON summary per pass; with --verbose one line per device and task too. On stderr, one
 JSON line per device and step: what it waits for and until when ({"waiting": "token", "until":
-ISO time}) before each wait, and each step done ({"progress": "charged" | "sealed" | "uploaded"}). Bad input (among it a credential file
+ISO time}) before each wait, and each step done ({"progress": "charged" | "sealed" | "signed" | "uploaded"}). Bad input (among it a credential file
 naming no helper) exits with code 2; with --once, a server that cannot be reached, or aggregators'
 keys that cannot be had, 1.
 Each device asks for its token and uploads at random times over the spread its task is served

@@ -12,14 +12,16 @@ Fail closed, and never lose a report: each step is on disk before the next leave
 1. decide (policy, budget);
 2. charge the ledger, and in the same write record the task as charged with its plan (the token's
    and the upload's times) and its privatized report vector;
-3. blind the token request and store the blinding, then ask the issuer (which signs the same
-   blinded message again for the same device, aggregation.issuer.token_issue);
-4. unblind the token, seal the report, and store the sealed report with its token;
-5. upload exactly those bytes;
-6. record the outcome and delete the stored report.
+3. draw the token's nonce, seal the report with it, and store the sealed report (the vector goes);
+4. blind the token request — its message names the sealed report (pfs_device.wire.report_digest),
+   so the token carries that report only — and store the blinding, then ask the issuer (which
+   signs the same blinded message again for the same device, aggregation.issuer.token_issue);
+5. unblind the token and store the report with its token;
+6. upload exactly those bytes;
+7. record the outcome and delete the stored report.
 
 A device stopped at any step resumes there when it is offered the task again: it never charges
-twice, never asks for a token with a second blinded message, never seals a second report. A
+twice, never seals a second report, never asks for a token with a second blinded message. A
 report whose upload reached the leader though its answer was lost is refused as token_reused
 when sent again: that is recorded as "already_received". A transient failure (the server
 unreachable, a 5xx, 429) keeps the step for the next pass; a refusal ends the task, budget spent.
@@ -41,13 +43,13 @@ from pfs_device.columns import Columns
 from pfs_device.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
 from pfs_device.encode import encode_devices
 from pfs_device.records import Parsed, columns_slice, parse_line, parsed_columns
-from pfs_device.report_client import AggregatorKeys, report_seal, report_vector
+from pfs_device.report_client import AggregatorKeys, report_seal, report_sign, report_token_blind, report_vector
 from pfs_device.sdk.client import RETRY_STATUSES, ClientError, issuer_key
 from pfs_device.sdk.keys import KEY_MISMATCH, KEYS_UNAVAILABLE
 from pfs_device.sdk.ledger import Ledger
 from pfs_device.sdk.pacing import TOO_LITTLE_TIME, Pacing, TooLittleTime
 from pfs_device.streams import apply_retention
-from pfs_device.tokens import Blinding, IssuerPublicKey, token_blind, token_finalize
+from pfs_device.tokens import Blinding, IssuerPublicKey, token_finalize
 from pfs_device.wire import Report, report_json, report_parse
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
@@ -60,7 +62,10 @@ TASK_INVALID = "task_invalid"
 # leader refused it as token_reused, so it had received it (only this report carries its token).
 ALREADY_RECEIVED = "already_received"
 # The steps a pending task can be at (its "pending" entry in the ledger), in order.
-CHARGED, TOKEN_REQUESTED, SEALED = "charged", "token_requested", "sealed"
+CHARGED, SEALED, TOKEN_REQUESTED, SIGNED = "charged", "sealed", "token_requested", "signed"
+# The upload outcome of a task an SDK before wire format v4 left pending after its charge: its token
+# (asked for before its report was sealed) names no report, and the leader refuses its v3 report.
+OLDER_SDK = "failed: pending_from_older_sdk"
 
 Progress = Callable[[dict], None]
 
@@ -319,7 +324,7 @@ def _proceed(
     """From the step the task's pending entry is at to its upload; each step saved before the next."""
     pending = ledger.decision(task_key)["pending"]
     decision = ledger.decision(task_key)["decision"]
-    if pending["step"] in (CHARGED, TOKEN_REQUESTED):
+    if pending["step"] in (CHARGED, SEALED, TOKEN_REQUESTED):
         # Resumed with another offer than the one charged for: nothing is sealed to keys or signed by
         # a key the device would refuse now. The task stays pending.
         refusal, why = ("", "") if not resumed else (TASK_INVALID, _task_problem(offer))
@@ -327,40 +332,38 @@ def _proceed(
             refusal, why = keys.problem()
         if why:
             return Outcome(task_key, refusal, problem=why, resumed=resumed)
-        _wait(pacing, pending.get("plan"), "token", task_key, say)
-        if pending["step"] == CHARGED:
-            blinding = token_blind(collection_key=task_key, issuer=offer.issuer)
-            pending.update(step=TOKEN_REQUESTED, blinding=_blinding_json(blinding))
-            ledger.save()  # before the request leaves: a rerun asks with this very blinded message
-        else:
-            blinding = _blinding_parse(pending["blinding"])
+        if _older_sdk(pending):  # fail closed: the budget stays spent, nothing is sent
+            return _failed(task_key, decision, ledger, OLDER_SDK, False, say, resumed)
         try:
+            if pending["step"] == CHARGED:
+                pending = _seal(task_key, offer, ledger, keys, pending, say)
+            report = report_parse(pending["report"], signed=False)
+            _wait(pacing, pending.get("plan"), "token", task_key, say)
+            if pending["step"] == SEALED:
+                blinding = report_token_blind(report, offer.issuer)
+                pending.update(step=TOKEN_REQUESTED, blinding=_blinding_json(blinding))
+                ledger.save()  # before the request leaves: a rerun asks with this very blinded message
+            else:
+                blinding = _blinding_parse(pending["blinding"])
             token = token_finalize(
                 issuer=offer.issuer, blinding=blinding, blind_sig=service.token(task_key, blinding.blinded)
-            )
-            report = report_seal(
-                collection_key=task_key,
-                batch_key=pending["batch_key"],
-                vector=np.array(pending["vector"], dtype=np.int64),
-                keys=keys.aggregators,
-                token=token,
-                shape=report_shape_of(offer),
             )
         except ClientError as error:
             return _failed(task_key, decision, ledger, f"failed: {error.code}", _transient(error), say, resumed)
         except ValueError as error:  # the issuer's signature did not verify, or the report is over the weight bound
             return _failed(task_key, decision, ledger, f"failed: {error}", False, say, resumed)
-        ledger.record(task_key, pending={"step": SEALED, "report": report_json(report), **_plan_of(pending)})
-        ledger.save()  # the sealed report and its token, before the upload
+        signed = report_sign(report, token)
+        ledger.record(task_key, pending={"step": SIGNED, "report": report_json(signed), **_plan_of(pending)})
+        ledger.save()  # the report and its token, before the upload
         pending = ledger.decision(task_key)["pending"]
-        say({"task": task_key, "progress": SEALED})
+        say({"task": task_key, "progress": SIGNED})
 
     report = report_parse(pending["report"])
     _wait(pacing, pending.get("plan"), "upload", task_key, say)
     try:
         upload = service.upload(report)
     except ClientError as error:
-        if error.code == "token_reused" and resumed == SEALED:
+        if error.code == "token_reused" and resumed == SIGNED:
             upload = ALREADY_RECEIVED  # an earlier upload of these very bytes reached the leader
         else:
             return _failed(task_key, decision, ledger, f"failed: {error.code}", _transient(error), say, resumed)
@@ -369,6 +372,31 @@ def _proceed(
     ledger.save()
     say({"task": task_key, "progress": "uploaded", "upload": upload})
     return Outcome(task_key, decision, upload, resumed=resumed)
+
+
+def _older_sdk(pending: dict) -> bool:
+    """A pending entry an SDK before wire format v4 wrote: a token request with no sealed report
+    beside it, or a report at "sealed" that already has its token."""
+    if pending["step"] == TOKEN_REQUESTED:
+        return "report" not in pending
+    return pending["step"] == SEALED and bool(pending.get("report", {}).get("token", {}).get("signature"))
+
+
+def _seal(task_key: str, offer: Offer, ledger: Ledger, keys: ServerKeys, pending: dict, say: Progress) -> dict:
+    """Step 3: the report sealed under a fresh token nonce, stored in place of its vector (the
+    token request names this sealed report, so it is sealed once). ValueError for a vector over
+    the weight bound."""
+    report = report_seal(
+        collection_key=task_key,
+        batch_key=pending["batch_key"],
+        vector=np.array(pending["vector"], dtype=np.int64),
+        keys=keys.aggregators,
+        shape=report_shape_of(offer),
+    )
+    ledger.record(task_key, pending={"step": SEALED, "report": report_json(report), **_plan_of(pending)})
+    ledger.save()  # the sealed report, before its token is asked for
+    say({"task": task_key, "progress": SEALED})
+    return ledger.decision(task_key)["pending"]
 
 
 def _failed(

@@ -7,9 +7,9 @@ answers twice. Every change is written to a temporary file, flushed to disk and 
 the ledger, so a crash leaves either the old ledger or the new one, never half of one.
 
 A task being answered keeps its progress in its log entry, under "pending" (pfs_device.sdk.device):
-the plan and the report vector, written with the charge; then the blinding of its token request,
-written before the request is sent; then the sealed report with its token, written before the
-upload. A device stopped at any step resumes there the next time it is offered the task; the entry
+the plan and the report vector, written with the charge; then the sealed report, not yet signed;
+then the blinding of its token request (which names that report), written before the request is
+sent; then the report with its token, written before the upload. A device stopped at any step resumes there the next time it is offered the task; the entry
 is removed once the report is sent.
 """
 

@@ -28,10 +28,10 @@ from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from pfs_device import wire
-from pfs_device.report_client import AggregatorKeys, report_seal
+from pfs_device.report_client import AggregatorKeys, report_seal, report_token_obtain
 from pfs_device.sdk.device import TASK_INVALID, Offer, ServerKeys, task_answer
 from pfs_device.sdk.ledger import Ledger
-from pfs_device.tokens import issuer_key_generate, token_obtain
+from pfs_device.tokens import Token, issuer_key_generate, nonce_generate
 from tests.unit.test_device_http import (
     BUCKETS,
     CENTRAL,
@@ -50,23 +50,28 @@ def _keys() -> AggregatorKeys:
     return AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
 
 
-def _token_through(device: Device, window: str, *, naming: str):
-    """A token for collection ``naming``, signed through ``window``'s token endpoint."""
+def _signed_through(device: Device, window: str, sealed: wire.Report) -> wire.Report:
+    """``sealed`` (a report of another collection) with a token over its message, which names that
+    collection, signed through ``window``'s token endpoint."""
 
     def issue(blinded: int) -> int:
         response = device.token_request(window, blinded)
         assert response.status_code == 201, response.content
         return int.from_bytes(base64.b64decode(response.json()["blind_signature"]), "big")
 
-    return token_obtain(collection_key=naming, issuer=issuer_public_key(window), issue=issue)
+    return report_token_obtain(report=sealed, issuer=issuer_public_key(window), issue=issue)
+
+
+def _sealed(key: str, bucket: int) -> wire.Report:
+    vector = np.eye(BUCKETS, dtype=np.int64)[bucket]
+    return report_seal(collection_key=key, batch_key="", vector=vector, keys=_keys(), shape=shape_of(key))
 
 
 def test_a_token_minted_in_one_collection_is_refused_in_another(api, phones, phones_analysis) -> None:
     _, (device, *_) = phones
     x, y, z = (start(api, {**CENTRAL, "recipeIdentifier": name}) for name in ("x", "y", "z"))
-    for window in (x, z):  # signatures asked in X and in Z, over messages naming Y
-        token = _token_through(device, window.task_key, naming=y.task_key)
-        assert upload(device.report(y.task_key, 1, token=token)).status_code == 202
+    for window in (x, z):  # signatures asked in X and in Z, over messages naming Y (and its report)
+        assert upload(_signed_through(device, window.task_key, _sealed(y.task_key, 1))).status_code == 202
     assert upload(device.report(y.task_key, 1)).status_code == 202  # its one honest token for Y
     verify(y.task_key)
     assert rejections(y.task_key) == {"leader": {"token_invalid": 2}}  # refused before any job reaches the helper
@@ -83,8 +88,8 @@ def test_a_device_of_another_fleet_cannot_upload_into_this_fleets_round(api, pho
     )
     own = Round.objects.get(pk=api.post(f"/api/recipes/{created.json()['id']}/rounds/").json()["id"])
     # Through its own window, a token naming the phones' round; then an upload into it.
-    token = _token_through(outsider, own.task_key, naming=central_round.task_key)
-    assert upload(outsider.report(central_round.task_key, 1, token=token)).status_code == 202
+    forged = _signed_through(outsider, own.task_key, _sealed(central_round.task_key, 1))
+    assert upload(forged).status_code == 202
     verify(central_round.task_key)
     assert rejections(central_round.task_key) == {"leader": {"token_invalid": 1}}
     # And its own fleet's endpoint will not sign in the phones' collection at all.
@@ -117,15 +122,18 @@ def test_sealed_shares_replayed_under_another_token_or_batch_do_not_open(phones,
     _, devices = phones
     key = central_round.task_key
     victim = devices[0].report(key, 3, batch="locale=en_US")
-    # The attacker's own tokens, the victim's shares and public share: three copies, and one moved
-    # to another batch.
+    # The attacker's own tokens, each signed over the victim's shares and public share under a nonce
+    # of its own: three copies. And one moved to another batch, with the victim's token.
     for attacker in devices[1:4]:
-        spliced = wire.Report(key, victim.batch_key, attacker.token(key), victim.leader, victim.helper, victim.public)
-        assert upload(spliced).status_code == 202
+        unsigned = Token(nonce=nonce_generate(), signature=b"")
+        spliced = wire.Report(key, victim.batch_key, unsigned, victim.leader, victim.helper, victim.public)
+        assert upload(attacker.sign(spliced)).status_code == 202
     moved = replace(victim, batch_key="locale=fr_FR")
     assert upload(moved).status_code == 202
     verify(key)
-    assert rejections(key) == {"leader": {"share_unopened": 4}}  # the leader refuses first (DAP)
+    # The shares' associated data names the victim's token; the victim's token names its batch.
+    # The leader refuses both first (DAP).
+    assert rejections(key) == {"leader": {"share_unopened": 3, "token_invalid": 1}}
     assert upload(victim).status_code == 202  # the victim's own report still counts, once
     verify(key)
     assert sum(s.reports for s in LeaderShare.objects.filter(collection__key=key)) == 1
@@ -145,15 +153,7 @@ def test_a_sybil_flood_is_refused_whole_by_rate_validation(api, analyst, officer
     for real, bucket in zip(devices[:3], (2, 5, 6), strict=True):
         assert upload(real.report(key, bucket)).status_code == 202
     for sybil in devices[3:]:  # all at once, all the same bucket
-        same = report_seal(
-            collection_key=key,
-            batch_key="",
-            vector=np.eye(BUCKETS, dtype=np.int64)[0],
-            keys=_keys(),
-            token=sybil.token(key),
-            shape=shape_of(key),
-        )
-        assert upload(same).status_code == 202
+        assert upload(sybil.sign(_sealed(key, 0))).status_code == 202
     with django_capture_on_commit_callbacks(execute=True):
         assert api.post(f"/api/rounds/{round_.pk}/close/", {}, format="json").status_code == 202
     round_.refresh_from_db()

@@ -20,6 +20,7 @@ from aggregation.models import CollectionRules, HelperJob, HelperRelease, Helper
 from aggregation.reports import rejections
 from aggregation.services import collection_rules_open
 from analyses.services.collector import ClientNoiseEstimator, collection_release
+from pfs_device import wire
 from tests.unit.test_report_ingest import receive
 from tests.unit.test_report_protocol import DOMAIN, KEY, ORACLE, one_hot, report, rules_open
 
@@ -187,7 +188,7 @@ def test_a_devices_report_never_counts_in_a_simulated_collection(db, monkeypatch
     from aggregation.ingest import reports_ingest
 
     receive(report("a", one_hot(1)))
-    monkeypatch.setattr("aggregation.reports.verify", lambda *args: True)  # the leader lets the token through
+    monkeypatch.setattr("aggregation.reports.token_valid", lambda *args, **kwargs: True)  # the leader lets it through
     assert reports_ingest(collection_key=KEY).accepted == 0
     assert len(sent) == 1 and rejections(KEY) == {"helper": {"unknown_collection": 1}}
     assert not HelperShare.objects.using(HELPER_STORE).exists()
@@ -243,6 +244,7 @@ def test_a_leader_that_forges_its_verifier_share_gets_no_report_accepted(rules, 
         token={"nonce": dap.b64(fresh.token.nonce), "signature": dap.b64(fresh.token.signature)},
         encrypted_input_share={"enc": dap.b64(fresh.helper.enc), "payload": dap.b64(fresh.helper.ciphertext)},
         public_share=dap.b64(fresh.public),
+        leader_share_digest=dap.b64(wire.share_digest(fresh.leader)),  # the token names this report
     )  # another report's verifier share: the proof cannot add up
     answer = send(
         helper, "PUT", "/aggregation_jobs/forged", dap.JOB_INIT, dap.encode(replace(request, verify_inits=[forged]))

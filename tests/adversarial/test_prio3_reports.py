@@ -31,6 +31,7 @@ from aggregation.reports import rejections
 from analyses.models import Round
 from pfs_device import wire
 from pfs_device.report_client import AggregatorKeys, report_shard, shares_seal
+from pfs_device.tokens import nonce_generate
 from privacy.report_vdaf import HISTOGRAM, MULTIHOT, ReportShape, context, report_nonce
 from privacy.vdaf.field import Field128
 from tests.unit.test_device_http import BUCKETS, CENTRAL, RECIPE, Device, shape_of, start, upload, with_close
@@ -54,16 +55,19 @@ def _keys() -> AggregatorKeys:
     return AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
 
 
-def _seal(device: Device, key: str, public: bytes, leader: bytes, helper: bytes, token=None) -> wire.Report:
-    return shares_seal(
+def _seal(device: Device, key: str, public: bytes, leader: bytes, helper: bytes, nonce=None) -> wire.Report:
+    """The shares sealed under ``nonce`` (a fresh one when None) and signed for ``device``: the
+    issuer signs whatever report a device made, however it made it."""
+    sealed = shares_seal(
         collection_key=key,
         batch_key="",
-        token=token or device.token(key),
+        nonce=nonce or nonce_generate(),
         keys=_keys(),
         public=public,
         leader=leader,
         helper=helper,
     )
+    return device.sign(sealed)
 
 
 def _encoded(shape: ReportShape, counts: dict[int, int]) -> list[int]:
@@ -76,12 +80,12 @@ def _encoded(shape: ReportShape, counts: dict[int, int]) -> list[int]:
 
 def _proved(device: Device, key: str, counts: dict[int, int], *, context_key: str | None = None) -> wire.Report:
     """The attacker proves its vector as it is, with the library's own prover (Prio3.shard_encoded)."""
-    token = device.token(key)
+    nonce = nonce_generate()
     vdaf = shape_of(key).vdaf()
     public, (leader, helper) = vdaf.shard_encoded(
         context(context_key or key),
         _encoded(shape_of(key), counts),
-        report_nonce(token.nonce),
+        report_nonce(nonce),
         os.urandom(vdaf.RAND_SIZE),
     )
     return _seal(
@@ -90,18 +94,18 @@ def _proved(device: Device, key: str, counts: dict[int, int], *, context_key: st
         vdaf.encode_public_share(public),
         vdaf.encode_input_share(leader),
         vdaf.encode_input_share(helper),
-        token,
+        nonce,
     )
 
 
 def _honest_parts(device: Device, key: str, bucket: int, *, collection: str | None = None):
-    """The SDK's sharding of a one-hot report (token, public, leader and helper input shares)."""
-    token = device.token(key)
+    """The SDK's sharding of a one-hot report (token nonce, public, leader and helper input shares)."""
+    nonce = nonce_generate()
     vector = np.eye(BUCKETS, dtype=np.int64)[bucket]
     public, leader, helper = report_shard(
-        collection_key=collection or key, vector=vector, shape=shape_of(key), token=token
+        collection_key=collection or key, vector=vector, shape=shape_of(key), nonce=nonce
     )
-    return token, public, leader, helper
+    return nonce, public, leader, helper
 
 
 # -------------------------------------------------------------------- the attacks
@@ -111,12 +115,12 @@ def plus_delta_minus_delta_less_one(device: Device, key: str) -> list[wire.Repor
     """+Δ in bucket 3 and −(Δ−1) in bucket 4: weight 1. Proved as it is, and as the SDK's honest
     shares of bucket 3 with Δ−1 moved between buckets in the leader's share (the proof left as it was)."""
     proved = _proved(device[0], key, {3: DELTA, 4: -(DELTA - 1)})
-    token, public, leader, helper = _honest_parts(device[1], key, 3)
+    nonce, public, leader, helper = _honest_parts(device[1], key, 3)
     size = Field128.ENCODED_SIZE
     meas = Field128.decode_vec(leader[: shape_of(key).vdaf().flp.MEAS_LEN * size])
     meas[3], meas[4] = (meas[3] + DELTA - 1) % P, (meas[4] - (DELTA - 1)) % P
     shifted = Field128.encode_vec(meas) + leader[len(meas) * size :]
-    return [proved, _seal(device[1], key, public, shifted, helper, token)]
+    return [proved, _seal(device[1], key, public, shifted, helper, nonce)]
 
 
 def plus_5000(device: Device, key: str) -> list[wire.Report]:
@@ -132,28 +136,28 @@ def spliced(device: Device, key: str) -> list[wire.Report]:
     """A valid proof over another report's shares: the leader's measurement share of a +Δ vector
     with the proof share of an honest report (same helper seeds, same nonce); and a whole valid
     report of one token re-sealed under another token."""
-    token = device[0].token(key)
+    token_nonce = nonce_generate()
     shape = shape_of(key)
     vdaf = shape.vdaf()
-    nonce, rand = report_nonce(token.nonce), os.urandom(vdaf.RAND_SIZE)
+    nonce, rand = report_nonce(token_nonce), os.urandom(vdaf.RAND_SIZE)
     honest_public, honest = vdaf.shard_encoded(context(key), _encoded(shape, {2: 1}), nonce, rand)
     _, evil = vdaf.shard_encoded(context(key), _encoded(shape, {2: DELTA}), nonce, rand)
     (_, honest_proof, blind), (evil_meas, _, _) = honest[0], evil[0]
     leader = vdaf.encode_input_share((evil_meas, honest_proof, blind))
     first = _seal(
-        device[0], key, vdaf.encode_public_share(honest_public), leader, vdaf.encode_input_share(honest[1]), token
+        device[0], key, vdaf.encode_public_share(honest_public), leader, vdaf.encode_input_share(honest[1]), token_nonce
     )
     _, public, valid_leader, valid_helper = _honest_parts(device[1], key, 5)
-    resealed = _seal(device[2], key, public, valid_leader, valid_helper)  # device 2's token, device 1's proof
+    resealed = _seal(device[2], key, public, valid_leader, valid_helper)  # another nonce, device 1's proof
     return [first, resealed]
 
 
 def for_another_collection(device: Device, key: str) -> list[wire.Report]:
     """Shares and proof made for another collection, sealed for this one with a token of this one:
     the HPKE envelope opens, the proof's context does not match. Proved as the SDK does, and forged."""
-    token, public, leader, helper = _honest_parts(device[0], key, 4, collection="t.phones/another/round-1")
+    nonce, public, leader, helper = _honest_parts(device[0], key, 4, collection="t.phones/another/round-1")
     return [
-        _seal(device[0], key, public, leader, helper, token),
+        _seal(device[0], key, public, leader, helper, nonce),
         _proved(device[1], key, {4: DELTA}, context_key="t.phones/another/round-1"),
     ]
 

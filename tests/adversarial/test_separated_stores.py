@@ -260,13 +260,14 @@ def test_a_key_retired_before_a_collection_opened_does_not_open_its_shares(api, 
     stale = HELPER.public_key()
     _rotate("helper")
     key = start(api, CENTRAL).task_key  # opened after the rotation
-    tagged = report_seal(
-        collection_key=key,
-        batch_key="",
-        vector=np.eye(8, dtype=np.int64)[1],
-        keys=AggregatorKeys(leader=LEADER.public_key(), helper=stale),
-        token=device.token(key),
-        shape=shape_of(key),
+    tagged = device.sign(
+        report_seal(
+            collection_key=key,
+            batch_key="",
+            vector=np.eye(8, dtype=np.int64)[1],
+            keys=AggregatorKeys(leader=LEADER.public_key(), helper=stale),
+            shape=shape_of(key),
+        )
     )
     assert upload(tagged).status_code == 202
     verify(key)
@@ -285,10 +286,10 @@ def test_the_helpers_shares_keys_and_records_live_in_its_own_store_and_nowhere_e
 ) -> None:
     _, devices = phones
     key = central_round.task_key
-    tokens = [device.token(key) for device in devices[:4]]
-    for device, token in zip(devices, tokens, strict=False):
-        assert upload(device.report(key, 2, token=token)).status_code == 202
-    assert upload(devices[0].report(key, 3, token=tokens[0])).status_code == 202  # a replay: rejected
+    sealed = [device.report(key, 2) for device in devices[:4]]
+    for report in sealed:
+        assert upload(report).status_code == 202
+    assert upload(sealed[0]).status_code == 202  # a replay: rejected
     verify(key)
     assert upload(devices[4].report(key, 1)).status_code == 202  # still pending
 

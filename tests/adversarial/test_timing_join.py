@@ -74,13 +74,13 @@ def crowd(api, analyst, officer) -> tuple[list[Device], list[str]]:
 def _collect(devices: list[Device], key: str, events: list[tuple[float, int, str]]) -> dict[str, int]:
     """Every device's token and upload through the endpoints, in the order of ``events`` (time,
     device, what); returns the ground truth the attacker does not have: token digest -> device."""
-    tokens, truth = {}, {}
+    sealed, truth = {}, {}
     for _, device, what in sorted(events):
-        if what == "token":
-            tokens[device] = devices[device].token(key)
-            truth[tokens[device].digest] = device
+        if what == "token":  # the device seals its report, then asks for its token, which names it
+            sealed[device] = devices[device].report(key, device % 8)
+            truth[sealed[device].token.digest] = device
         else:
-            assert upload(devices[device].report(key, device % 8, token=tokens[device])).status_code == 202
+            assert upload(sealed[device]).status_code == 202
     return truth
 
 

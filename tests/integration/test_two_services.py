@@ -35,8 +35,7 @@ from aggregation.services import collection_rules_open
 from analyses.models import Round
 from analyses.services.collector import ClientNoiseEstimator, collection_release
 from analyses.services.rounds import round_create_and_start
-from pfs_device.report_client import AggregatorKeys, report_seal
-from pfs_device.tokens import token_obtain
+from pfs_device.report_client import AggregatorKeys, report_seal, report_token_obtain
 from privacy.report_vdaf import ReportShape
 from tests.integration.test_helper_service import start_helper
 from tests.unit.test_report_ingest import receive
@@ -103,16 +102,19 @@ def reports(count: int, *, start: int = 0) -> list[int]:
     values = [(start + i) % DOMAIN for i in range(count)]
     for i, value in enumerate(values):
         device = f"device-{start + i}"
-        token = token_obtain(
-            collection_key=KEY,
-            issuer=issuer_public_key(KEY),
-            issue=lambda blinded, device=device: token_issue(
-                collection_key=KEY, device_identity=device, blinded=blinded
-            ),
-        )
         vector = np.eye(DOMAIN, dtype=np.int64)[value]
         shape = ReportShape("histogram", DOMAIN, 1)
-        receive(report_seal(collection_key=KEY, batch_key="", vector=vector, keys=keys, token=token, shape=shape))
+        sealed = report_seal(collection_key=KEY, batch_key="", vector=vector, keys=keys, shape=shape)
+        # Its token names the sealed report (its digest): asked for once it is sealed.
+        receive(
+            report_token_obtain(
+                report=sealed,
+                issuer=issuer_public_key(KEY),
+                issue=lambda blinded, device=device: token_issue(
+                    collection_key=KEY, device_identity=device, blinded=blinded
+                ),
+            )
+        )
     return values
 
 

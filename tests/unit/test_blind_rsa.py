@@ -65,7 +65,9 @@ def test_the_protocol_reproduces_the_rfc9474_vector(rfc_key, name: str) -> None:
     vector, variant = VECTORS[name], blind_rsa.VARIANTS[name]
     public_key = rfc_key.public_key()
 
-    input_msg = blind_rsa._prepare(hex_bytes(vector, "msg"), variant, hex_bytes(vector, "msg_prefix"))
+    # Prepare with the vector's prefix given, as a device prepares its token message (the prefix
+    # drawn first: pfs_device.tokens): the public function, so its conformance is what is checked.
+    input_msg = blind_rsa.prepare(hex_bytes(vector, "msg"), variant, msg_prefix=hex_bytes(vector, "msg_prefix"))
     assert input_msg == hex_bytes(vector, "prepared_msg")
 
     inv = int(vector["inv"], 16)
@@ -277,9 +279,21 @@ def test_emsa_pss_encode_keeps_the_encoding_below_two_to_the_em_bits() -> None:
 
 def test_prepare_refuses_a_prefix_of_the_wrong_length() -> None:
     with pytest.raises(ValueError):
-        blind_rsa._prepare(b"msg", blind_rsa.PSS_RANDOMIZED, bytes(31))
+        blind_rsa.prepare(b"msg", blind_rsa.PSS_RANDOMIZED, msg_prefix=bytes(31))
     with pytest.raises(ValueError):
-        blind_rsa._prepare(b"msg", blind_rsa.PSS_DETERMINISTIC, bytes(32))
+        blind_rsa.prepare(b"msg", blind_rsa.PSS_DETERMINISTIC, msg_prefix=bytes(32))
+
+
+def test_prepare_with_a_given_prefix_puts_exactly_it_before_the_message(signer) -> None:
+    prefix = bytes(range(32))
+    input_msg = blind_rsa.prepare(b"msg", blind_rsa.PSS_RANDOMIZED, msg_prefix=prefix)
+    assert input_msg == prefix + b"msg"
+    # And the protocol runs on it as on a drawn prefix: the signature verifies over prefix and message.
+    blinded_msg, inv = blind_rsa.blind(signer.public_key(), input_msg, blind_rsa.PSS_RANDOMIZED)
+    blind_sig = blind_rsa.blind_sign(signer, blinded_msg)
+    sig = blind_rsa.finalize(signer.public_key(), input_msg, blind_sig, inv, blind_rsa.PSS_RANDOMIZED)
+    assert blind_rsa.verify(signer.public_key(), prefix + b"msg", sig, blind_rsa.PSS_RANDOMIZED)
+    assert not blind_rsa.verify(signer.public_key(), bytes(32) + b"msg", sig, blind_rsa.PSS_RANDOMIZED)
 
 
 def test_keys_survive_serialization(signer) -> None:

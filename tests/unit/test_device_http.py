@@ -12,6 +12,7 @@ import base64
 import copy
 import io
 import json
+import os
 from dataclasses import replace
 from datetime import timedelta
 
@@ -34,8 +35,8 @@ from analyses.services.policy import analysis_approve, analysis_create
 from devices.credentials import devices_register
 from devices.models import CollectionWindow, DeviceCredential, Fleet
 from pfs_device import hpke, wire
-from pfs_device.report_client import AggregatorKeys, report_seal, report_shard
-from pfs_device.tokens import Token, token_blind, token_finalize, token_obtain
+from pfs_device.report_client import AggregatorKeys, report_seal, report_shard, report_sign, report_token_obtain
+from pfs_device.tokens import Token, nonce_generate, token_blind, token_finalize, token_obtain
 from pfs_device.tokens import verify as verify_token
 from privacy.report_vdaf import ReportShape
 from tests.conftest import RECIPE
@@ -85,25 +86,44 @@ class Device:
         encoded = base64.b64encode(blinded.to_bytes(256, "big")).decode()
         return self.api.post("/api/device/tokens/", {"collection_key": key, "blinded": encoded}, format="json")
 
-    def token(self, key: str) -> Token:
+    def issue(self, key: str):
         def issue(blinded: int) -> int:
             response = self.token_request(key, blinded)
             assert response.status_code == 201, response.content
             return int.from_bytes(base64.b64decode(response.json()["blind_signature"]), "big")
 
-        return token_obtain(collection_key=key, issuer=issuer_public_key(key), issue=issue)
+        return issue
+
+    def token(self, key: str) -> Token:
+        """This device's token of the collection, bound to a report no one holds (a made-up digest)."""
+        return token_obtain(
+            collection_key=key,
+            nonce=nonce_generate(),
+            report_digest=os.urandom(32),
+            issuer=issuer_public_key(key),
+            issue=self.issue(key),
+        )
+
+    def sign(self, sealed: wire.Report) -> wire.Report:
+        """``sealed`` with this device's token, signed over exactly its content and nonce."""
+        key = sealed.collection_key
+        unsigned = replace(sealed, token=Token(nonce=sealed.token.nonce, signature=b""))
+        return report_token_obtain(report=unsigned, issuer=issuer_public_key(key), issue=self.issue(key))
 
     def report(self, key: str, bucket: int, *, batch: str = "", token: Token | None = None) -> wire.Report:
+        """This device's report of ``bucket``, signed for it; with ``token``: sealed under that
+        token's nonce and carrying it (a token taken from another report, which does not name this one)."""
         vector = np.eye(BUCKETS, dtype=np.int64)[bucket]
         keys = AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
-        return report_seal(
+        sealed = report_seal(
             collection_key=key,
             batch_key=batch,
             vector=vector,
             keys=keys,
-            token=token or self.token(key),
             shape=shape_of(key),
+            nonce=None if token is None else token.nonce,
         )
+        return self.sign(sealed) if token is None else report_sign(sealed, token)
 
 
 def shape_of(key: str) -> ReportShape:
@@ -245,14 +265,19 @@ def test_a_device_asking_again_with_the_same_blinded_message_gets_the_same_signa
     only that one, so the device still has one token."""
     _, (device, other, *_) = phones
     key = central_round.task_key
-    blinding = token_blind(collection_key=key, issuer=issuer_public_key(key))
+    digest = os.urandom(32)  # the report the token names: any one, here
+    blinding = token_blind(
+        collection_key=key, nonce=nonce_generate(), report_digest=digest, issuer=issuer_public_key(key)
+    )
     first, again = (device.token_request(key, blinding.blinded) for _ in range(2))
     assert first.status_code == again.status_code == 201
     assert first.json()["blind_signature"] == again.json()["blind_signature"]
     signature = int.from_bytes(base64.b64decode(again.json()["blind_signature"]), "big")
     token = token_finalize(issuer=issuer_public_key(key), blinding=blinding, blind_sig=signature)
-    assert verify_token(issuer_public_key(key), key, token)
-    other_blinding = token_blind(collection_key=key, issuer=issuer_public_key(key))
+    assert verify_token(issuer_public_key(key), key, token, report_digest=digest)
+    other_blinding = token_blind(
+        collection_key=key, nonce=nonce_generate(), report_digest=digest, issuer=issuer_public_key(key)
+    )
     refused = device.token_request(key, other_blinding.blinded)
     assert refused.status_code == 409 and refused.json()["code"] == "token_already_issued"
     # Another device's request with that same blinded message is its own, not a retry of this one's.
@@ -348,20 +373,24 @@ def test_the_wsgi_fast_path_stores_an_upload_without_django(phones, central_roun
     assert verify(central_round.task_key) == 1 and LeaderShare.objects.count() == 1
 
 
-def test_a_replayed_token_is_counted_as_rejected_once_verified(phones, central_round) -> None:
+def test_a_replayed_report_is_counted_as_rejected_once_verified(phones, central_round) -> None:
     _, (device, *_) = phones
     key = central_round.task_key
-    token = device.token(key)
-    # Two uploads of one token in one chunk: one is accepted, the other counted as a replay.
-    assert upload(device.report(key, 1, token=token)).status_code == 202
-    assert upload(device.report(key, 5, token=token)).status_code == 202
+    sealed = device.report(key, 1)
+    # Two uploads of one report in one chunk: one is accepted, the other counted as a replay.
+    assert upload(sealed).status_code == 202
+    assert upload(sealed).status_code == 202
     assert verify(key) == 2
     assert rejections(key) == {"leader": {"token_reused": 1}}
     assert LeaderShare.objects.get().reports == 1
     # And in a later chunk, against the spent tokens.
-    assert upload(device.report(key, 3, token=token)).status_code == 202
+    assert upload(sealed).status_code == 202
     assert verify(key) == 1
     assert rejections(key) == {"leader": {"token_reused": 2}}
+    # Its token on another report names the first one only: invalid, whatever its spent record.
+    assert upload(device.report(key, 3, token=sealed.token)).status_code == 202
+    assert verify(key) == 1
+    assert rejections(key) == {"leader": {"token_invalid": 1, "token_reused": 2}}
     assert LeaderShare.objects.count() == 1
 
 
@@ -372,15 +401,17 @@ def test_a_report_for_another_round_is_counted_as_rejected_once_verified(api, ph
     token = device.token(other.task_key)
     moved = device.report(central_round.task_key, 1, token=token)
     assert upload(moved).status_code == 202
-    # Shares sealed for the other round do not open in this one, even with a good token.
+    # Shares sealed for the other round do not open in this one, even with a good token for them.
     sealed_elsewhere = second.report(other.task_key, 1)
-    relabelled = wire.Report(
-        central_round.task_key,
-        "",
-        device.token(central_round.task_key),
-        sealed_elsewhere.leader,
-        sealed_elsewhere.helper,
-        sealed_elsewhere.public,
+    relabelled = second.sign(
+        wire.Report(
+            central_round.task_key,
+            "",
+            sealed_elsewhere.token,
+            sealed_elsewhere.leader,
+            sealed_elsewhere.helper,
+            sealed_elsewhere.public,
+        )
     )
     assert upload(relabelled).status_code == 202
     assert rejections(central_round.task_key) == {}  # nothing is decided before verification
@@ -390,14 +421,14 @@ def test_a_report_for_another_round_is_counted_as_rejected_once_verified(api, ph
 
 
 def test_a_malformed_share_is_counted_as_rejected_once_verified(phones, central_round) -> None:
-    _, (device, *_) = phones
+    _, (device, other, *_) = phones
     key = central_round.task_key
     good = device.report(key, 0)
     aad = hpke.share_aad(key, batch_key="", token_digest=good.token.digest, public_share=good.public)
     short = hpke.seal(HELPER.public_key(), b"\x00" * 63, hpke.share_info("helper"), aad=aad)  # a helper's is 64 bytes
-    assert (
-        upload(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short), good.public)).status_code == 202
-    )
+    # The device's own malformed report, which the issuer signs as it signs any blinded message.
+    malformed = other.sign(wire.Report(key, "", good.token, good.leader, wire.SealedShare(*short), good.public))
+    assert upload(malformed).status_code == 202
     verify(key)
     assert rejections(key) == {"helper": {"share_malformed": 1}}
     assert upload(good).status_code == 202
@@ -426,13 +457,27 @@ def test_garbage_base64_and_bad_json_get_field_messages(phones, central_round) -
     assert rejections("gone") == {} and not PendingReport.objects.exists()
 
 
+def test_a_v3_upload_is_refused_with_its_reason_and_nothing_is_stored(phones, central_round) -> None:
+    # A device on an SDK from before wire format v4: its token would sign the collection, not its report.
+    _, (device, *_) = phones
+    key = central_round.task_key
+    sealed = device.report(key, 3)
+    response = upload(replace(sealed, version=3))
+    assert response.status_code == 400 and response.json()["fields"] == {
+        "v": [f"Must be {wire.VERSION}: version 3 is no longer accepted (update the device SDK)."]
+    }
+    assert not PendingReport.objects.exists() and rejections(key) == {"leader": {"report_malformed": 1}}
+    assert upload(sealed).status_code == 202 and verify(key) == 1
+
+
 def test_a_v2_upload_is_refused_with_its_reason_and_nothing_is_stored(phones, central_round) -> None:
     # A device on an SDK from before wire format v3: its shares carry their context in the HPKE info.
     _, (device, *_) = phones
     key = central_round.task_key
-    token = device.token(key)
+    sealed = device.report(key, 3)
+    token = sealed.token
     vector = np.eye(BUCKETS, dtype=np.int64)[3]
-    public, leader, helper = report_shard(collection_key=key, vector=vector, shape=shape_of(key), token=token)
+    public, leader, helper = report_shard(collection_key=key, vector=vector, shape=shape_of(key), nonce=token.nonce)
     keys = AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
     old = shares_seal_v2(
         collection_key=key, batch_key="", token=token, keys=keys, public=public, leader=leader, helper=helper
@@ -444,8 +489,8 @@ def test_a_v2_upload_is_refused_with_its_reason_and_nothing_is_stored(phones, ce
         "v": [f"Must be {wire.VERSION}: version 2 is no longer accepted (update the device SDK)."]
     }
     assert not PendingReport.objects.exists() and rejections(key) == {"leader": {"report_malformed": 1}}
-    # The same device's v3 report, with the same token, is taken: the refusal spent nothing.
-    assert upload(device.report(key, 3, token=token)).status_code == 202
+    # The same device's current report, with the same token, is taken: the refusal spent nothing.
+    assert upload(sealed).status_code == 202
     assert verify(key) == 1 and LeaderShare.objects.get().reports == 1
 
 
@@ -463,9 +508,9 @@ def test_an_oversize_body_is_refused_with_413_and_counted(phones, central_round)
 
 def test_an_upload_after_close_is_rejected_as_closed(api, phones, central_round) -> None:
     _, (device, *_) = phones
-    token = device.token(central_round.task_key)
+    sealed = device.report(central_round.task_key, 0)
     with_close(api, central_round)
-    response = upload(device.report(central_round.task_key, 0, token=token))
+    response = upload(sealed)
     assert response.status_code == 409 and response.json()["code"] == "collection_closed"
     assert not PendingReport.objects.exists()
 
@@ -479,10 +524,10 @@ def test_closing_the_round_aggregates_and_releases_the_uploads(
     _, devices = phones
     key = central_round.task_key
     buckets = [1, 1, 2, 2, 2, 5]
-    tokens = [device.token(key) for device in devices[: len(buckets)]]
-    for device, bucket, token in zip(devices, buckets, tokens, strict=False):
-        assert upload(device.report(key, bucket, batch="", token=token)).status_code == 202
-    assert upload(devices[0].report(key, 7, token=tokens[0])).status_code == 202  # a replay: rejected
+    sealed = [device.report(key, bucket, batch="") for device, bucket in zip(devices, buckets, strict=False)]
+    for report in sealed:
+        assert upload(report).status_code == 202
+    assert upload(sealed[0]).status_code == 202  # a replay: rejected
     assert upload(b"[]").status_code == 400  # not counted: it names no collection
     verify(key)  # these verified while the collection is open, as the worker's task does
     for device, bucket in zip(devices[len(buckets) :], (3, 3), strict=True):

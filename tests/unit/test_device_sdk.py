@@ -24,7 +24,7 @@ from pfs_device.sdk.client import ClientError
 from pfs_device.sdk.device import TASK_INVALID, Offer, ServerKeys, data_read, report_compute, task_answer
 from pfs_device.sdk.ledger import Ledger
 from pfs_device.tokens import issuer_key_generate, sign_blinded, verify
-from pfs_device.wire import Report
+from pfs_device.wire import Report, report_digest_of
 from privacy.parameters import PrivacyParameters
 from privacy.report_vdaf import report_nonce, report_shape
 from privacy.vdaf.field import Field128
@@ -84,7 +84,7 @@ class Aggregators:
             self.ledger_at_upload = json.loads(self.ledger_path.read_text())
         if self.fail_upload:
             raise ClientError("connection refused", code="unreachable")
-        assert verify(ISSUER.public, report.collection_key, report.token)
+        assert verify(ISSUER.public, report.collection_key, report.token, report_digest=report_digest_of(report))
         shares: list[bytes] = []
         aad = hpke.share_aad(
             report.collection_key,

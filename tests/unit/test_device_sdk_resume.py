@@ -33,7 +33,9 @@ from pfs_device.sdk.client import ClientError
 from pfs_device.sdk.device import (
     ALREADY_RECEIVED,
     CHARGED,
+    OLDER_SDK,
     SEALED,
+    SIGNED,
     TOKEN_REQUESTED,
     Offer,
     ServerKeys,
@@ -114,10 +116,12 @@ def _once(monkeypatch, kill: str, server: Server) -> None:
             raise Killed
 
         monkeypatch.setattr(sdk_ledger.os, "replace", replace_dies)
-    elif kill == "charged":  # the charge is on disk, nothing blinded yet
-        monkeypatch.setattr(sdk_device, "token_blind", _dies)
-    elif kill == "token_stored":  # the token in memory, the report not yet sealed
+    elif kill == "charged":  # the charge is on disk, nothing sealed yet
         monkeypatch.setattr(sdk_device, "report_seal", _dies)
+    elif kill == "sealed":  # the sealed report is on disk, its token request not yet blinded
+        monkeypatch.setattr(sdk_device, "report_token_blind", _dies)
+    elif kill == "token_stored":  # the token in memory, the signed report not yet on disk
+        monkeypatch.setattr(sdk_device, "report_sign", _dies)
     elif kill == "uploaded":  # the leader answered "accepted", the device died before recording it
         monkeypatch.setattr(Ledger, "forget", _dies)
     else:
@@ -131,6 +135,7 @@ def _dies(*args, **kwargs):
 KILLS = [
     "charge_written",
     "charged",
+    "sealed",
     "token_sent",
     "token_answered",
     "token_stored",
@@ -179,11 +184,12 @@ def test_a_device_killed_at_any_step_resumes_and_uploads_exactly_once(tmp_path, 
     ("kill", "step"),
     [
         ("charged", CHARGED),
+        ("sealed", SEALED),
         ("token_sent", TOKEN_REQUESTED),
         ("token_answered", TOKEN_REQUESTED),
         ("token_stored", TOKEN_REQUESTED),
-        ("upload_sent", SEALED),
-        ("upload_answered", SEALED),
+        ("upload_sent", SIGNED),
+        ("upload_answered", SIGNED),
     ],
 )
 def test_each_step_is_on_disk_before_the_next_leaves_the_device(tmp_path, monkeypatch, kill, step) -> None:
@@ -196,12 +202,18 @@ def test_each_step_is_on_disk_before_the_next_leaves_the_device(tmp_path, monkey
     pending = Ledger(path).decision(TASK.task_key)["pending"]
     assert pending["step"] == step
     assert Ledger(path).columns(TASK.analysis)["epsilon_used"].tolist() == [1_000_000_000]
+    if step in (SEALED, TOKEN_REQUESTED):  # sealed before its token is asked for: the token names it
+        assert pending["report"]["token"]["signature"] == "" and "vector" not in pending
+        assert pending["report"]["token"]["nonce"]
     if step == TOKEN_REQUESTED:  # stored before the request left: the rerun sends this very message
         assert set(pending["blinding"]) == {"input_msg", "blinded", "inv"}
+        # The prepared message starts with the nonce the report was sealed with.
+        nonce = base64.b64decode(pending["report"]["token"]["nonce"])
+        assert bytes.fromhex(pending["blinding"]["input_msg"]).startswith(nonce)
         if kill != "token_sent":
             assert server.signed[TASK.task_key] == int(pending["blinding"]["blinded"], 16)
-    if step == SEALED:  # the sealed report and its token, before the upload
-        assert pending["report"]["token"] and "blinding" not in pending and "vector" not in pending
+    if step == SIGNED:  # the sealed report and its token, before the upload
+        assert pending["report"]["token"]["signature"] and "blinding" not in pending and "vector" not in pending
 
 
 def test_a_kill_while_the_charge_is_written_leaves_the_old_ledger(tmp_path, monkeypatch) -> None:
@@ -221,10 +233,10 @@ def test_an_upload_that_cannot_reach_the_server_is_sent_on_the_next_pass(tmp_pat
     server.fail_upload = True
     first = run(path, server)
     assert first.upload == "failed: unreachable"
-    assert Ledger(path).decision(TASK.task_key)["pending"]["step"] == SEALED  # kept for the next pass
+    assert Ledger(path).decision(TASK.task_key)["pending"]["step"] == SIGNED  # kept for the next pass
     server.fail_upload = False
     second = run(path, server)
-    assert (second.upload, second.resumed) == ("accepted", SEALED) and len(server.reports) == 1
+    assert (second.upload, second.resumed) == ("accepted", SIGNED) and len(server.reports) == 1
     assert Ledger(path).columns(TASK.analysis)["reports_used"].tolist() == [1]
 
 
@@ -237,6 +249,31 @@ def test_a_refused_token_ends_the_task_with_its_budget_spent(tmp_path) -> None:
     entry = Ledger(path).decision(TASK.task_key)
     assert "pending" not in entry and Ledger(path).columns(TASK.analysis)["reports_used"].tolist() == [1]
     assert run(path, server).repeated and server.reports == []
+
+
+@pytest.mark.parametrize("step", [SEALED, TOKEN_REQUESTED])
+def test_a_task_an_older_sdk_left_pending_fails_closed_and_sends_nothing(tmp_path, step) -> None:
+    # Before wire format v4 the token came first (its blinding at "token_requested", no report) and
+    # "sealed" held the report with its token: that token names no report, so nothing is sent.
+    path = tmp_path / "ledger.json"
+    server = Server()
+    server.kill = "token_sent"
+    with pytest.raises(Killed):
+        run(path, server)
+    ledger = Ledger(path)
+    pending = ledger.decision(TASK.task_key)["pending"]
+    if step == SEALED:
+        pending["report"]["token"]["signature"] = base64.b64encode(b"\x01" * 256).decode()
+        pending.pop("blinding")
+    else:
+        pending.pop("report")
+    pending["step"] = step
+    ledger.save()
+    server.kill = ""
+    outcome = run(path, server)
+    assert (outcome.upload, outcome.resumed) == (OLDER_SDK, step)
+    assert server.reports == [] and "pending" not in Ledger(path).decision(TASK.task_key)
+    assert Ledger(path).columns(TASK.analysis)["reports_used"].tolist() == [1]  # the budget stays spent
 
 
 def test_a_resumed_task_waits_for_the_times_it_planned_not_new_ones(tmp_path) -> None:
@@ -302,7 +339,7 @@ def test_once_says_what_it_waits_for_and_until_when_and_each_step(tmp_path, monk
 
     # In order: what the device said on stderr, and the requests it made (FakeClient's log).
     steps = [entry[1].get("waiting") or entry[1]["progress"] if entry[0] == "stderr" else entry[1] for entry in log]
-    assert steps == [CHARGED, "token", "token", SEALED, "upload", "upload", "uploaded"]  # each wait said before it
+    assert steps == [CHARGED, SEALED, "token", "token", SIGNED, "upload", "upload", "uploaded"]  # each wait said first
     said = [entry[1] for entry in log if entry[0] == "stderr"]
     assert all(event["device"] == "d0" and event["task"] == TASK.task_key for event in said)
     token_wait, upload_wait = (event for event in said if "waiting" in event)

@@ -38,7 +38,8 @@ from tests.unit.test_report_protocol import (
     report,
     rules_open,
     shape_for,
-    token,
+    signed,
+    token_unbound,
 )
 
 pytestmark = pytest.mark.django_db
@@ -59,29 +60,34 @@ def receive(sealed: wire.Report) -> None:
 
 
 def batched(device: str, value: int, batch: str) -> wire.Report:
-    return report_seal(
-        collection_key=KEY,
-        batch_key=batch,
-        vector=one_hot(value),
-        keys=keys(),
-        token=token(device),
-        shape=shape_for(KEY),
-    )
+    sealed = report_seal(collection_key=KEY, batch_key=batch, vector=one_hot(value), keys=keys(), shape=shape_for(KEY))
+    return signed(sealed, device)
 
 
 def stored_v2(sealed: wire.Report) -> None:
-    """A body as the leader stored it before the upgrade to v3 (aggregation.intake's row), which
-    the upload path would refuse now."""
+    """A body as the leader stored it before the upgrade to v3 or v4 (aggregation.intake's row),
+    which the upload path would refuse now."""
     PendingReport.objects.create(collection_key=sealed.collection_key, body=wire.report_bytes(sealed))
 
 
 def report_v2(device: str, value: int, batch: str = "") -> wire.Report:
-    """A v2 device's report: sharded as today (Prio3 did not change), sealed the v2 way."""
-    tok = token(device)
-    public, leader, helper = report_shard(collection_key=KEY, vector=one_hot(value), shape=shape_for(KEY), token=tok)
+    """A v2 device's report: sharded as today (Prio3 did not change), sealed the v2 way, its token
+    over the collection only."""
+    tok = token_unbound(device)
+    shape = shape_for(KEY)
+    public, leader, helper = report_shard(collection_key=KEY, vector=one_hot(value), shape=shape, nonce=tok.nonce)
     return shares_seal_v2(
         collection_key=KEY, batch_key=batch, token=tok, keys=keys(), public=public, leader=leader, helper=helper
     )
+
+
+def report_v3(device: str, value: int, batch: str = "") -> wire.Report:
+    """A v3 device's report: sealed as today, its token over the collection only."""
+    tok = token_unbound(device)
+    sealed = report_seal(
+        collection_key=KEY, batch_key=batch, vector=one_hot(value), keys=keys(), shape=shape_for(KEY), nonce=tok.nonce
+    )
+    return replace(sealed, token=tok, version=wire.SEALED_V3)
 
 
 def stored_sums() -> dict[str, tuple[list[int], list[int], int]]:
@@ -136,11 +142,11 @@ def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rule
     bad = report("d2", one_hot(0))
     aad = hpke.share_aad(KEY, batch_key=bad.batch_key, token_digest=bad.token.digest, public_share=bad.public)
     short = hpke.seal(HELPER.public_key(), b"\x00" * 63, hpke.share_info("helper"), aad=aad)  # a helper's is 64 bytes
-    receive(replace(bad, helper=SealedShare(*short)))
+    receive(signed(replace(bad, helper=SealedShare(*short)), "d4"))  # a device's own malformed report
     weight_bits = shape_for(KEY).vdaf().flp.MEAS_LEN - DOMAIN
     receive(proven("d3", [1] * DOMAIN + [0] * weight_bits))  # every bucket, its weight claimed 0
     receive(good)
-    receive(replace(report("d4", one_hot(1)), token=good.token))  # the same token again, same chunk
+    receive(good)  # the same report again, same chunk
     assert reports_ingest(collection_key=KEY).verified == 4
     # The leader refuses the second use of a token itself (it never reaches the helper's job); the
     # helper refuses the share it cannot read and decides the proof, and the leader counts its answers.
@@ -152,10 +158,10 @@ def test_bulk_rejections_are_the_per_report_reasons_and_a_token_counts_once(rule
 
 
 def test_a_failure_inside_a_chunk_stores_nothing_and_leaves_the_chunk_for_a_retry(rules, monkeypatch) -> None:
-    tok = token("d0")
-    receive(report("d0", one_hot(0), tok=tok))
+    first = report("d0", one_hot(0))
+    receive(first)
     receive(report("d1", one_hot(1)))
-    receive(replace(report("d2", one_hot(2)), token=tok))  # a replay: would be counted
+    receive(first)  # a replay: would be counted
     receive(report("d3", one_hot(3)))
     real_count = ingest.rejections_add
 
@@ -180,9 +186,9 @@ def test_a_failure_inside_a_chunk_stores_nothing_and_leaves_the_chunk_for_a_retr
 def test_a_failure_after_the_helper_stored_a_chunk_resumes_the_same_job_and_counts_each_report_once(
     rules, monkeypatch
 ) -> None:
-    tok = token("d0")
-    receive(report("d0", one_hot(0), tok=tok))
-    receive(replace(report("d2", one_hot(2)), token=tok))  # a replay: rejected once, by the leader
+    first = report("d0", one_hot(0))
+    receive(first)
+    receive(first)  # a replay: rejected once, by the leader
     receive(report("d1", one_hot(1)))
     receive(report("d3", one_hot(3)))
     real_count = ingest.rejections_add
@@ -336,6 +342,14 @@ def test_a_v2_report_stored_before_the_upgrade_is_ingested_and_counted(rules) ->
     assert spent_tokens() == 2 * 2 and not PendingReport.objects.exists()
 
 
+def test_a_v3_report_stored_before_the_upgrade_to_v4_is_ingested_with_its_unbound_token(rules) -> None:
+    old = report_v3("d1", 2)
+    stored_v2(old)
+    assert wire.report_json(old)["v"] == 3
+    receive(batched("d2", 5, ""))  # a v4 upload beside it, in the same chunk
+    assert (reports_ingest(collection_key=KEY).accepted, spent_tokens()) == (2, 2 * 2)
+
+
 def test_a_stored_v2_report_still_opens_after_a_key_rotation(rules) -> None:
     stored_v2(report_v2("d1", 3))  # sealed to the keys current then
     keys_rotate(role="leader")
@@ -345,23 +359,33 @@ def test_a_stored_v2_report_still_opens_after_a_key_rotation(rules) -> None:
 
 
 @pytest.mark.parametrize(
-    "tamper",
+    ("tamper", "reason"),
     [
-        pytest.param(lambda v2, v3: replace(v2, token=v3.token), id="v2 shares under another token"),
-        pytest.param(lambda v2, v3: replace(v2, batch_key="locale=fr_FR"), id="v2 shares moved to another batch"),
-        pytest.param(lambda v2, v3: replace(v2, public=v3.public), id="v2 shares with another public share"),
-        pytest.param(lambda v2, v3: replace(v2, leader=v2.helper, helper=v2.leader), id="v2 shares swapped"),
-        pytest.param(lambda v2, v3: replace(v3, version=2), id="v3 shares in a body claiming v2"),
-        pytest.param(lambda v2, v3: replace(v2, version=3), id="v2 shares in a body claiming v3"),
+        # A v4 token signs a v4 message: it does not verify as an older report's.
+        pytest.param(lambda v2, v4: replace(v2, token=v4.token), "token_invalid", id="v2 shares under another token"),
+        pytest.param(
+            lambda v2, v4: replace(v2, batch_key="locale=fr_FR"),
+            "share_unopened",
+            id="v2 shares moved to another batch",
+        ),
+        pytest.param(
+            lambda v2, v4: replace(v2, public=v4.public), "share_unopened", id="v2 shares with another public share"
+        ),
+        pytest.param(
+            lambda v2, v4: replace(v2, leader=v2.helper, helper=v2.leader), "share_unopened", id="v2 shares swapped"
+        ),
+        pytest.param(lambda v2, v4: replace(v4, version=2), "token_invalid", id="v4 report in a body claiming v2"),
+        pytest.param(lambda v2, v4: replace(v4, version=3), "token_invalid", id="v4 report in a body claiming v3"),
+        pytest.param(lambda v2, v4: replace(v2, version=3), "share_unopened", id="v2 shares in a body claiming v3"),
     ],
 )
-def test_a_stored_v2_report_opens_only_in_its_own_context_and_version(rules, tamper) -> None:
-    v2, v3 = report_v2("d1", 1), batched("d2", 4, "")
-    tampered = tamper(v2, v3)
+def test_a_stored_v2_report_opens_only_in_its_own_context_and_version(rules, tamper, reason) -> None:
+    v2, v4 = report_v2("d1", 1), batched("d2", 4, "")
+    tampered = tamper(v2, v4)
     PendingReport.objects.create(collection_key=KEY, body=wire.report_bytes(tampered))
     result = reports_ingest(collection_key=KEY)
     assert (result.accepted, result.rejected) == (0, 1)
-    assert rejections(KEY) == {"leader": {"share_unopened": 1}}
+    assert rejections(KEY) == {"leader": {reason: 1}}
     assert not LeaderShare.objects.exists() and not SpentToken.objects.exists()
 
 

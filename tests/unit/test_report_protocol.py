@@ -15,14 +15,29 @@ from django.utils import timezone
 
 from aggregation.aggregators import HELPER, LEADER, rules_shape
 from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
-from aggregation.models import CollectionRules, HelperShare, LeaderShare, SpentToken
+from aggregation.models import CollectionRules, HelperShare, LeaderShare, ReportRejection, SpentToken
 from aggregation.reports import rejections
 from aggregation.services import collection_rules_open
 from aggregation.upload import SealedShare
 from analyses.services.collector import ClientNoiseEstimator, collection_release
-from pfs_device import hpke, wire
-from pfs_device.report_client import AggregatorKeys, report_seal, report_vector, shares_seal
-from pfs_device.tokens import Token, token_obtain
+from pfs_device import blind_rsa, hpke, wire
+from pfs_device.report_client import (
+    AggregatorKeys,
+    report_seal,
+    report_sign,
+    report_token_obtain,
+    report_vector,
+    shares_seal,
+)
+from pfs_device.tokens import (
+    VARIANT,
+    Blinding,
+    Token,
+    nonce_generate,
+    token_finalize,
+    token_message_unbound,
+    token_obtain,
+)
 from privacy.mechanisms import mechanism_get, report_weight_bound
 from privacy.report_vdaf import ReportShape, context, input_share_sizes, report_nonce
 from privacy.vdaf.field import Field128
@@ -68,12 +83,36 @@ def keys() -> AggregatorKeys:
     return AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
 
 
+def _issue(device: str, key: str):
+    return lambda blinded: token_issue(collection_key=key, device_identity=device, blinded=blinded)
+
+
 def token(device: str, key: str = KEY) -> Token:
+    """A token the issuer signed for ``device``, bound to a report no one holds (a made-up digest)."""
     return token_obtain(
         collection_key=key,
+        nonce=nonce_generate(),
+        report_digest=os.urandom(32),
         issuer=issuer_public_key(key),
-        issue=lambda blinded: token_issue(collection_key=key, device_identity=device, blinded=blinded),
+        issue=_issue(device, key),
     )
+
+
+def token_unbound(device: str, key: str = KEY) -> Token:
+    """A token as devices had them before wire format v4: its message names the collection only."""
+    issuer = issuer_public_key(key)
+    input_msg = blind_rsa.prepare(token_message_unbound(key), VARIANT)
+    blinded, inv = blind_rsa.blind(issuer.rsa(), input_msg, VARIANT)
+    blinding = Blinding(input_msg=input_msg, blinded=int.from_bytes(blinded, "big"), inv=inv)
+    return token_finalize(issuer=issuer, blinding=blinding, blind_sig=_issue(device, key)(blinding.blinded))
+
+
+def signed(sealed: wire.Report, device: str) -> wire.Report:
+    """``sealed`` with a token the issuer signed for ``device`` over exactly its content, under its
+    nonce: what any device gets for a report it made, however it made it."""
+    key = sealed.collection_key
+    unsigned = replace(sealed, token=Token(nonce=sealed.token.nonce, signature=b""))
+    return report_token_obtain(report=unsigned, issuer=issuer_public_key(key), issue=_issue(device, key))
 
 
 def shape_for(key: str) -> ReportShape:
@@ -83,33 +122,37 @@ def shape_for(key: str) -> ReportShape:
 
 
 def report(device: str, vector, key: str = KEY, tok: Token | None = None):
-    return report_seal(
+    """A device's report, signed for it; with ``tok``: sealed under that token's nonce and carrying
+    it (a token taken from another report, which does not name this one)."""
+    sealed = report_seal(
         collection_key=key,
         batch_key="",
         vector=np.asarray(vector),
         keys=keys(),
-        token=tok or token(device, key),
         shape=shape_for(key),
+        nonce=None if tok is None else tok.nonce,
     )
+    return signed(sealed, device) if tok is None else report_sign(sealed, tok)
 
 
 def proven(device: str, encoded: list[int], key: str = KEY) -> wire.Report:
     """A malicious device's report: an encoded measurement it proves as it is (Prio3.shard_encoded,
     which skips the encoding's checks), sealed with the SDK's own function."""
-    tok = token(device, key)
+    nonce = nonce_generate()
     vdaf = shape_for(key).vdaf()
     public, (leader, helper) = vdaf.shard_encoded(
-        context(key), encoded, report_nonce(tok.nonce), os.urandom(vdaf.RAND_SIZE)
+        context(key), encoded, report_nonce(nonce), os.urandom(vdaf.RAND_SIZE)
     )
-    return shares_seal(
+    sealed = shares_seal(
         collection_key=key,
         batch_key="",
-        token=tok,
+        nonce=nonce,
         keys=keys(),
         public=vdaf.encode_public_share(public),
         leader=vdaf.encode_input_share(leader),
         helper=vdaf.encode_input_share(helper),
     )
+    return signed(sealed, device)
 
 
 def stored_total(model) -> list[int]:
@@ -157,14 +200,18 @@ def test_the_issuer_signs_one_token_per_device_per_collection() -> None:
     token("d2")
 
 
-def test_a_replayed_token_is_rejected_by_both_aggregators_and_counted(rules) -> None:
-    tok = token("d1")
-    assert report_submit(report("d1", one_hot(0), tok=tok)).accepted
-    outcome = report_submit(report("d1", one_hot(5), tok=tok))
+def test_a_replayed_report_is_rejected_and_its_token_on_another_report_does_not_verify(rules) -> None:
+    first = report("d1", one_hot(0))
+    assert report_submit(first).accepted
+    outcome = report_submit(first)
     assert (outcome.accepted, outcome.reason) == (False, "token_reused")
+    # Its token on another report (the same device's, or a thief's) names the first report only:
+    # refused before the spent record is read.
+    outcome = report_submit(report("d1", one_hot(5), tok=first.token))
+    assert (outcome.accepted, outcome.reason) == (False, "token_invalid")
     assert LeaderShare.objects.count() == HelperShare.objects.count() == 1
-    # The leader refuses it first (DAP: a report it rejects never reaches the helper's job).
-    assert rejections(KEY) == {"leader": {"token_reused": 1}}
+    # The leader refuses both first (DAP: a report it rejects never reaches the helper's job).
+    assert rejections(KEY) == {"leader": {"token_invalid": 1, "token_reused": 1}}
 
 
 def test_a_forged_token_or_one_for_another_round_is_rejected(rules) -> None:
@@ -180,7 +227,7 @@ def test_a_report_sealed_for_another_round_does_not_open(rules) -> None:
         key="other", length=DOMAIN, min_cohort=1, weight_bound=DOMAIN, token_key=issuer_public_key("other")
     )
     sealed_for_other = report("d1", one_hot(0), key="other")
-    moved = replace(sealed_for_other, collection_key=KEY, token=token("d1"))
+    moved = signed(replace(sealed_for_other, collection_key=KEY), "d1")  # a token of KEY's for it
     assert report_submit(moved).reason == "share_unopened"
     assert rejections(KEY) == {"leader": {"share_unopened": 1}}
 
@@ -199,10 +246,16 @@ def test_a_report_sealed_for_another_round_does_not_open(rules) -> None:
     ],
 )
 def test_a_share_moved_to_another_report_does_not_open(rules, splice, unopened_by: set[str]) -> None:
-    # Each share's aad is its report's context and its info its aggregator's role: spliced into
-    # another report, or handed to the other aggregator, it does not open; the report is refused.
+    # Spliced by whoever saw the reports, its token no longer names the report: refused at once.
     a, b = report("d1", one_hot(1)), report("d2", one_hot(6))
     outcome = report_submit(splice(a, b))
+    assert (outcome.accepted, outcome.reason) == (False, "token_invalid")
+    assert rejections(KEY) == {"leader": {"token_invalid": 1}}
+    ReportRejection.objects.all().delete()
+    # Spliced by a device that has the issuer sign the result: each share's aad is its report's
+    # context and its info its aggregator's role, so spliced into another report, or handed to the
+    # other aggregator, it does not open; the report is refused.
+    outcome = report_submit(signed(splice(a, b), "d3"))
     assert (outcome.accepted, outcome.reason) == (False, "share_unopened")
     # The leader checks first; a report it refuses never reaches the helper (DAP).
     first = "leader" if "leader" in unopened_by else "helper"
@@ -216,7 +269,8 @@ def test_a_malformed_share_is_rejected_and_nothing_is_stored(rules) -> None:
     good = report("d1", one_hot(0))
     aad = hpke.share_aad(KEY, batch_key=good.batch_key, token_digest=good.token.digest, public_share=good.public)
     short = hpke.seal(HELPER.public_key(), b"\x00" * 63, hpke.share_info("helper"), aad=aad)  # a helper's is 64 bytes
-    outcome = report_submit(replace(good, helper=SealedShare(*short)))
+    # A device's own malformed report: the issuer signs whatever blinded message it is sent.
+    outcome = report_submit(signed(replace(good, helper=SealedShare(*short)), "d2"))
     assert outcome.reason == "share_malformed"
     assert rejections(KEY) == {"helper": {"share_malformed": 1}}
     assert not LeaderShare.objects.exists() and not SpentToken.objects.exists()
