@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,11 +25,11 @@ from aggregation.upload import BatchPair, shard_shares_upload, verified_reports_
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
 from pfs_base import metrics
 from pfs_device.budget import Accountant, Decision, ledger_empty
-from pfs_device.columns import pack
+from pfs_device.columns import pack, pack_over
 from pfs_device.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
 from pfs_device.encode import encode_devices
 from pfs_device.report_client import vector_shard
-from pfs_device.streams import apply_retention
+from pfs_device.streams import retention_changes
 from privacy import field as prime_field
 from privacy.encoding import content_encoding
 from privacy.mechanisms import mechanism_get
@@ -140,13 +142,20 @@ def fleet_batch_sizes(*, fleet: Fleet, cohorts: tuple[str, ...]) -> dict[str, in
     return sizes
 
 
-def _columns_after_retention(shard: FleetShard) -> dict:
-    """Retention first: events older than their stream's policy are deleted before any query runs."""
-    columns, dropped = apply_retention(shard.load_columns(), now=time.time())
-    if dropped:
-        shard.columns = pack(columns)
-        shard.save(update_fields=["columns"])
-    return columns
+def _columns_after_retention(shard: FleetShard) -> Mapping[str, np.ndarray]:
+    """Retention first: events older than their stream's policy are deleted before any query runs.
+
+    The shard is rewritten in the transaction that answers the query, so the deletion is durable
+    before the answer leaves; only the rewritten columns are encoded again (pack_over), and the
+    columns the query reads come from them or, read when first used, from the stored bytes.
+    """
+    stored = shard.load_columns()
+    changed, dropped = retention_changes(stored, now=time.time())
+    if not dropped:
+        return stored
+    shard.columns = pack_over(shard.columns, changed)
+    shard.save(update_fields=["columns"])
+    return ChainMap(changed, stored)
 
 
 def _coins(task: DeviceTask, shard: FleetShard, stream: int) -> np.random.Generator:
@@ -183,7 +192,9 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarr
     )
 
 
-def _answer(shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: dict) -> list[BatchPair]:
+def _answer(
+    shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: Mapping[str, np.ndarray]
+) -> list[BatchPair]:
     """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort:
     each batch's pair of shares, for shard_shares_upload (none for a fleet with ``prio3_reports``,
     whose devices' reports are verified and stored here)."""

@@ -12,6 +12,7 @@ accumulated, so there is no history to expire: their retention is ``None`` (kept
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Mapping
 
 import numpy as np
@@ -45,10 +46,20 @@ def apply_retention(columns: Mapping[str, npt.NDArray], *, now: float) -> tuple[
     """A shard's columns without the keyboard phrases older than the KeyboardNGrams retention.
 
     A phrase typed at ``t`` is kept when ``t >= now - RETENTION_DAYS["KeyboardNGrams"] days``.
-    Returns the new columns (the input is not modified; untouched columns are shared; with nothing
-    expired, the input itself, so that columns not yet read from a shard stay unread) and the
-    number of phrases dropped. The CSR offsets are rebuilt from cumulative sums of the kept
-    phrases, vectorised over the shard.
+    Returns the new columns (the input is not modified; with nothing expired, the input itself) and
+    the number of phrases dropped. The new columns are the rewritten ones (``retention_changes``)
+    laid over the input, so that columns retention leaves alone, and not yet read from a shard, stay
+    unread.
+    """
+    changed, dropped = retention_changes(columns, now=now)
+    return (ChainMap(changed, columns) if dropped else columns), dropped
+
+
+def retention_changes(columns: Mapping[str, npt.NDArray], *, now: float) -> tuple[dict[str, npt.NDArray], int]:
+    """The columns retention rewrites (the phrases' and their tokens', none when nothing has
+    expired) and the number of phrases dropped; see ``apply_retention``.
+
+    The CSR offsets are rebuilt from cumulative sums of the kept phrases, vectorised over the shard.
     """
     if "phrase_time" not in columns:
         # Fail closed: without times nothing shows which phrases have expired.
@@ -58,13 +69,12 @@ def apply_retention(columns: Mapping[str, npt.NDArray], *, now: float) -> tuple[
     keep = phrase_time >= now - days * SECONDS_PER_DAY
     dropped = int(keep.size - np.count_nonzero(keep))
     if dropped == 0:
-        return columns, 0
+        return {}, 0
 
     kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
     token_start = columns["token_start"]
     phrase_length = np.diff(token_start)
     return {
-        **columns,
         "phrase_start": kept_before[columns["phrase_start"]],
         "phrase_time": phrase_time[keep],
         "token_start": np.concatenate([[0], np.cumsum(phrase_length[keep], dtype=np.int64)]),

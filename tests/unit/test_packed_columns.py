@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import zipfile
+from collections.abc import Iterator, Mapping
+
 import numpy as np
 import pytest
 
 from devices.synthetic import generate_shard
-from pfs_device.columns import PackedColumns, pack, unpack
+from pfs_device.columns import PackedColumns, pack, pack_over, unpack
 from pfs_device.streams import apply_retention
 
 NOW = 1_800_000_000.0
@@ -35,3 +38,79 @@ def test_retention_over_packed_columns_equals_retention_over_a_dict() -> None:
         for name in expected:
             np.testing.assert_array_equal(kept[name], expected[name])
         assert (dropped == 0) == (now < NOW)
+
+
+LAYOUTS = {
+    "empty": np.zeros(0, dtype=np.int64),
+    "scalar": np.array(3.5),
+    "fortran": np.asfortranarray(np.arange(12, dtype=np.int32).reshape(3, 4)),
+    "text": np.array(["a", "bcd"]),
+    "missing": np.array([np.nan, 1.0], dtype=np.float32),
+    "flags": np.array([True, False]),
+    "matrix": np.arange(6, dtype=np.int16).reshape(2, 3),
+}
+
+
+def assert_same_columns(got: dict, expected: dict) -> None:
+    assert list(got) == list(expected)
+    for name, column in expected.items():
+        assert got[name].dtype == column.dtype and got[name].shape == column.shape, name
+        np.testing.assert_array_equal(got[name], column)
+
+
+def test_packed_columns_and_unpack_read_every_layout_pack_writes() -> None:
+    blob = pack(LAYOUTS)
+    packed = PackedColumns(blob)
+    assert_same_columns({name: packed[name] for name in packed}, LAYOUTS)
+    assert_same_columns(unpack(blob), LAYOUTS)
+
+
+def test_unpack_gives_writable_arrays_and_packed_columns_read_only_views() -> None:
+    # A ledger is unpacked to be charged in place; a shard's data is only read.
+    blob = pack(LAYOUTS)
+    assert all(column.flags.writeable for column in unpack(blob).values())
+    packed = PackedColumns(blob)
+    with pytest.raises(ValueError, match="read-only"):
+        packed["flags"][0] = False
+
+
+def test_packed_columns_refuse_bytes_whose_crc_does_not_match() -> None:
+    column = np.arange(1_000, dtype=np.int64)
+    blob = bytearray(pack({"values": column}))
+    blob[bytes(blob).index(column.tobytes()) + 100] ^= 1
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):
+        PackedColumns(bytes(blob))["values"]
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):
+        unpack(bytes(blob))
+
+
+def test_pack_over_replaces_the_changed_columns_and_copies_the_others() -> None:
+    columns = generate_shard(300, np.random.default_rng(5), now=NOW)
+    blob = pack(columns)
+    changed = {"tokens": np.array([7, 8], dtype=np.int32), "added": np.ones(3)}
+    repacked = pack_over(blob, changed)
+    # The order pack would give: the stored columns where they were, a new one last.
+    assert_same_columns(unpack(repacked), {**columns, **changed})
+    assert_same_columns(unpack(pack_over(blob, {})), columns)
+
+
+def test_retention_reads_only_the_phrase_columns() -> None:
+    columns = generate_shard(300, np.random.default_rng(6), now=NOW)
+    read: list[str] = []
+
+    class Recording(Mapping):  # a shard's stored columns, as PackedColumns reads them: on demand
+        def __getitem__(self, name: str) -> np.ndarray:
+            read.append(name)
+            return columns[name]
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(columns)
+
+        def __len__(self) -> int:
+            return len(columns)
+
+    kept, dropped = apply_retention(Recording(), now=NOW)
+    assert dropped > 0
+    assert set(read) == {"phrase_start", "phrase_time", "token_start", "tokens"}
+    np.testing.assert_array_equal(kept["age"], columns["age"])  # the rest, read when asked for
+    assert list(kept) == list(columns)

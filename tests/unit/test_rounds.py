@@ -172,20 +172,31 @@ def test_tasks_of_a_deleted_round_do_nothing(analysis, recipe, analyst) -> None:
 
 
 def test_phrases_past_retention_are_deleted_from_the_shard_before_the_query_runs(
-    analysis, recipe, analyst, django_capture_on_commit_callbacks
+    analysis, recipe, analyst, django_capture_on_commit_callbacks, monkeypatch
 ) -> None:
     import time as clock
+    from types import SimpleNamespace
 
-    from pfs_device.streams import RETENTION_DAYS, SECONDS_PER_DAY
+    from devices import services as device_services
+    from pfs_device.columns import unpack
+    from pfs_device.streams import RETENTION_DAYS, SECONDS_PER_DAY, apply_retention
 
     shard = analysis.fleet.shards.order_by("index").first()
-    cutoff = clock.time() - RETENTION_DAYS["KeyboardNGrams"] * SECONDS_PER_DAY
-    assert (shard.load_columns()["phrase_time"] < cutoff).any()  # the fleet has 60 days of history
+    now = clock.time()
+    monkeypatch.setattr(device_services, "time", SimpleNamespace(time=lambda: now))  # the round's clock
+    cutoff = now - RETENTION_DAYS["KeyboardNGrams"] * SECONDS_PER_DAY
+    before = unpack(shard.columns)
+    assert (before["phrase_time"] < cutoff).any()  # the fleet has 60 days of history
     run(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     shard.refresh_from_db()
-    columns = shard.load_columns()
-    assert (columns["phrase_time"] >= cutoff - 60).all()  # a minute of slack for the test's own runtime
+    columns = unpack(shard.columns)
+    assert (columns["phrase_time"] >= cutoff).all()
     assert columns["phrase_start"][-1] == columns["phrase_time"].size
+    # Exactly what retention keeps, and every other column as it was (copied, not re-encoded).
+    expected, _ = apply_retention(before, now=now)
+    assert list(columns) == list(before)
+    for name in columns:
+        np.testing.assert_array_equal(columns[name], expected[name])
 
 
 def test_a_database_write_failing_inside_a_shard_rolls_the_shard_back_and_fails_the_round_cleanly(
