@@ -8,6 +8,7 @@ docs/deployment.md.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 from pathlib import Path
@@ -15,9 +16,20 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from pfs_base.env import env_bool, env_choice, env_file_load, env_float, env_int, env_keys, env_list, env_str
+from pfs_base.env import (
+    env_bool,
+    env_choice,
+    env_file_load,
+    env_float,
+    env_int,
+    env_key,
+    env_keys,
+    env_list,
+    env_str,
+)
 from pfs_base.logs import logging_config
 from pfs_base.rates import rate_parse
+from pfs_device.attestation import public_of
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -234,6 +246,35 @@ for _role in ("leader", "helper", "issuer"):
     PFS_KEY_FILES[_role] = env_str(f"PFS_{_role.upper()}_KEY_FILE")
     if PFS_KEYS[_role] and PFS_KEY_FILES[_role]:
         raise ImproperlyConfigured(f"set PFS_{_role.upper()}_KEY or PFS_{_role.upper()}_KEY_FILE, not both")
+
+
+def _development_key(purpose: str) -> bytes:
+    """A key for `make run` only (DEBUG): derived from SECRET_KEY, so both services sharing one .env agree."""
+    return hashlib.sha256(f"pfs-studio development {purpose}|{SECRET_KEY}".encode()).digest()
+
+
+# Device attestation (pfs_device.attestation; docs/deployment.md, "Keys"). The attestation authority
+# stands for the platform's device attestation: its Ed25519 key (PFS_ATTESTATION_KEY[_FILE], base64 of
+# a 32-byte seed) signs devices' public keys (manage.py attestation_sign) and is held by the authority
+# alone. The leader (at enrolment) and the issuer (for each token) hold only its public key
+# (PFS_ATTESTATION_PUBLIC_KEY[_FILE]). Neither set under DEBUG: a development authority derived from
+# SECRET_KEY; neither set with DEBUG off: no device enrols or gets a token (fail closed).
+PFS_ATTESTATION_KEY = env_key("PFS_ATTESTATION_KEY")
+PFS_ATTESTATION_PUBLIC_KEY = env_key("PFS_ATTESTATION_PUBLIC_KEY")
+if DEBUG and PFS_ATTESTATION_KEY is None and PFS_ATTESTATION_PUBLIC_KEY is None:
+    PFS_ATTESTATION_KEY = _development_key("attestation authority")
+    PFS_ATTESTATION_PUBLIC_KEY = public_of(PFS_ATTESTATION_KEY)
+# The issuer's statement key (aggregation.issuer.issued_statement): Ed25519, its own and not any
+# collection's blind-signing key (a blind signer signs whatever it is sent). It signs how many tokens
+# the issuer gave per collection; the helper, configured with its public key (exchanged at set-up like
+# PFS_AGGREGATOR_AUTH_SECRET), validates rates and plausibility against that count. Unset under DEBUG:
+# derived from SECRET_KEY (one .env for both services); unset with DEBUG off: the issuer publishes no
+# count and the helper takes no batch of real devices (fail closed).
+PFS_ISSUER_STATEMENT_KEY = env_key("PFS_ISSUER_STATEMENT_KEY")
+PFS_ISSUER_STATEMENT_PUBLIC_KEY = env_key("PFS_ISSUER_STATEMENT_PUBLIC_KEY")
+if DEBUG and PFS_ISSUER_STATEMENT_KEY is None and PFS_ISSUER_STATEMENT_PUBLIC_KEY is None:
+    PFS_ISSUER_STATEMENT_KEY = _development_key("issuer statements")
+    PFS_ISSUER_STATEMENT_PUBLIC_KEY = public_of(PFS_ISSUER_STATEMENT_KEY)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

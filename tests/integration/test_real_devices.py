@@ -27,10 +27,10 @@ import pytest
 
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
-from devices.credentials import devices_register
 from devices.fleet_io import fleet_import
 from devices.synthetic import LOCALES, generate_shard
 from tests import services
+from tests.attest import devices_enrol, keys_store
 from tests.conftest import RECIPE
 from tests.integration.test_helper_service import start_helper
 from tests.services import ROOT
@@ -103,7 +103,9 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
     data = tmp_path / "devices.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in records))
     fleet_import(name="twin", path=data, shard_size=1000)  # the same devices, simulated
-    _, credentials = devices_register(fleet_name="phones", count=DEVICES)
+    # Each device's key pair in its state folder, its public key attested by the test authority.
+    _, credentials = devices_enrol(fleet_name="phones", count=DEVICES)
+    keys_store(tmp_path / "ledgers", credentials)
     for identifier, fleet in (("t.real", "phones"), ("t.sim", "twin")):
         spec = {"identifier": identifier, "fleet": fleet, **copy.deepcopy(POLICY)}
         analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
