@@ -347,16 +347,22 @@ class AggregateShareReq:
 
     collection: str
     batches: dict[str, list[str]]
+    # The token issuer's signed count of the tokens it issued for the collection
+    # (aggregation.statements), relayed: the helper verifies it and validates rates against it.
+    issued_statement: dict | None = None
 
     @classmethod
     def parse(cls, body: bytes) -> AggregateShareReq:
-        data = _object(body, {"collection", "batches"})
+        data = _object(body, {"collection", "batches"}, {"issued_statement"})
         batches = data["batches"]
         if not isinstance(batches, dict) or not all(
             isinstance(pairs, list) and all(isinstance(p, str) for p in pairs) for pairs in batches.values()
         ):
             raise MessageError("batches: must map each batch to a list of pair ids")
-        return cls(collection=_text(data["collection"], "collection"), batches=batches)
+        statement = data.get("issued_statement")
+        if statement is not None and not isinstance(statement, dict):
+            raise MessageError("issued_statement: must be an object")
+        return cls(collection=_text(data["collection"], "collection"), batches=batches, issued_statement=statement)
 
 
 @dataclass(frozen=True)

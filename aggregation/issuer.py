@@ -24,9 +24,11 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from aggregation.keys import DATABASE, KeysUnavailable, key_source, source_keys
 from aggregation.models import IssuedToken, TokenIssuerKey
+from aggregation.statements import IssuedStatement, statement_sign
 from pfs_base.db_router import ISSUER as ISSUER_DB
 from pfs_device.attestation import Attestation, AttestationInvalid, attestation_verify, token_request_verify
 from pfs_device.tokens import IssuerPrivateKey, IssuerPublicKey, issuer_key_generate, sign_blinded
@@ -151,6 +153,16 @@ def token_issue(*, collection_key: str, device_identity: str, blinded: int) -> i
         if earlier and earlier == blinded_digest:
             return sign_blinded(key, blinded)
         raise TokenRefused("this device already has its token for this collection") from None
+
+
+def issued_statement(collection_key: str) -> IssuedStatement:
+    """How many tokens the issuer has issued for the collection, now, signed with its statement key
+    (aggregation.statements); KeysUnavailable where it holds none (fail closed: no count, no release)."""
+    key = settings.PFS_ISSUER_STATEMENT_KEY
+    if key is None:
+        raise KeysUnavailable("the issuer has no statement key: set PFS_ISSUER_STATEMENT_KEY or its _FILE")
+    issued = IssuedToken.objects.filter(collection_key=collection_key).count()
+    return statement_sign(key, collection=collection_key, issued=issued, at=timezone.now().replace(microsecond=0))
 
 
 def _key_row(collection_key: str) -> TokenIssuerKey:

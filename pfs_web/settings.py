@@ -30,6 +30,7 @@ from pfs_base.env import (
 from pfs_base.logs import logging_config
 from pfs_base.rates import rate_parse
 from pfs_device.attestation import public_of
+from pfs_device.sdk.pacing import MIN_SPREAD
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -46,8 +47,8 @@ if SECRET_KEY is None:
 # Keys the simulated devices' coins with each round's seed (devices.services._coins), so a seed
 # alone reveals nothing. Rotating it changes only rounds not yet run.
 PFS_COIN_SECRET = env_str("PFS_COIN_SECRET") or SECRET_KEY
-# Seconds over which real devices spread their uploads after a collection opens: with the fleet's
-# size and the sampling rate it gives the expected upload rate of rate validation (seed 003, 4.8).
+# Seconds over which real devices are asked to spread their token requests and uploads after they see
+# a task (served with each task; the SDK paces over at least its own floor, pfs_device.sdk.pacing).
 PFS_REPORT_SPREAD_SECONDS = env_int("PFS_REPORT_SPREAD_SECONDS", 3600, minimum=1)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
@@ -231,9 +232,11 @@ PFS_AGGREGATOR_AUTH_SECRET = (env_str("PFS_AGGREGATOR_AUTH_SECRET") or f"derived
 # made up by the leader's simulator: off for a helper that serves real devices only).
 PFS_HELPER_MIN_COHORT_FLOOR = env_int("PFS_HELPER_MIN_COHORT_FLOOR", 0)
 PFS_HELPER_ACCEPT_SIMULATED = env_bool("PFS_HELPER_ACCEPT_SIMULATED", True)
-# And the largest expected upload rate (reports a second) it validates a collection of real devices
-# at, whatever the task says (unset: the task's). Rate validation is then never off for devices.
-PFS_HELPER_MAX_EXPECTED_RATE = env_float("PFS_HELPER_MAX_EXPECTED_RATE", 0.0, minimum=0.0) or None
+# The least time (seconds) each aggregator's operator trusts real devices to pace their uploads over:
+# the devices' own floor (pfs_device.sdk.pacing.MIN_SPREAD, 600 s), whatever the leader serves them.
+# Rate validation bounds honest arrivals with it (aggregation.batch_rules); each aggregator reads its
+# own, so the leader cannot loosen the helper's. Lower only where devices run with a lower --min-spread (tests).
+PFS_DEVICE_MIN_SPREAD = env_float("PFS_DEVICE_MIN_SPREAD", MIN_SPREAD, minimum=1.0)
 
 # Private keys (docs/deployment.md, "Keys"): each of the leader's and the helper's HPKE keys, and the
 # issuer's key-wrapping key, from the environment (PFS_<ROLE>_KEY: base64 of 32 bytes, the current

@@ -11,18 +11,38 @@ by the device's own private key; every attack here goes through the public endpo
 from __future__ import annotations
 
 import base64
+import copy
+import secrets
+from datetime import timedelta
 
+import numpy as np
 import pytest
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
 
-from aggregation.issuer import issuer_public_key
-from aggregation.models import IssuedToken
-from devices.credentials import devices_register
+from aggregation import dap, helper_client
+from aggregation.aggregators import HELPER, LEADER
+from aggregation.issuer import issued_statement, issuer_public_key
+from aggregation.models import HelperShare, IssuedToken
+from aggregation.reports import rejections
+from aggregation.statements import statement_sign
+from analyses.models import Round
+from analyses.services.policy import analysis_approve, analysis_create
+from devices.credentials import RegistrationInvalid, devices_register, secret_hash
+from devices.models import DeviceCredential, Fleet
 from pfs_device.attestation import DeviceKey, attestation_sign, token_request_sign
-from pfs_device.tokens import token_blind
-from tests.attest import attested
-from tests.unit.test_device_http import Device
+from pfs_device.report_client import AggregatorKeys, report_seal
+from pfs_device.tokens import issuer_key_generate, sign_blinded, token_blind, token_obtain
+from tests.adversarial import test_helper_protocol
+from tests.adversarial.test_helper_protocol import HELPER_STORE, helper_state, honest_job, send
+from tests.attest import attested, devices_enrol
+from tests.unit.test_device_http import BUCKETS, CENTRAL, PHONES_SPEC, Device, shape_of, upload, verify
+from tests.unit.test_report_protocol import KEY, rules_open
 
 pytestmark = pytest.mark.django_db
+
+helper = test_helper_protocol.helper  # the helper's own service, over its URLs (a fixture)
 
 
 def _refused(response, code: str) -> None:
@@ -86,12 +106,207 @@ def test_one_attested_device_registered_twice_by_the_leader_gets_one_token(phone
 
 
 def test_registering_an_unattested_device_is_refused_and_registers_nothing(db) -> None:
-    from devices.credentials import RegistrationInvalid
-    from devices.models import DeviceCredential
-
     (_, good), forged = attested(1)[0], attestation_sign(DeviceKey.generate().private, DeviceKey.generate().public)
     with pytest.raises(RegistrationInvalid, match=r"attestations\[1\]: the attestation is not signed"):
         devices_register(fleet_name="phones", attestations=[good, forged.as_json()])
     with pytest.raises(RegistrationInvalid, match=r"attestations\[0\]"):
         devices_register(fleet_name="phones", attestations=[{"device_key": "x"}])
     assert not DeviceCredential.objects.exists()
+
+
+# ---------------------------------------------------------------- the attack found last time, replayed
+
+MIN_COHORT = 100  # the recipe's: 116 reports pass it, 3 do not
+
+
+def _crowd_round(api, analyst, officer, fleet: str) -> Round:
+    """An approved analysis of ``fleet`` and a started round releasing batches of MIN_COHORT or more."""
+    spec = {**copy.deepcopy(PHONES_SPEC), "identifier": f"t.{fleet}", "fleet": fleet}
+    analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
+    recipe = {
+        **CENTRAL,
+        "AnalysisIdentifier": f"t.{fleet}",
+        "privacy": {**CENTRAL["privacy"], "minCohort": MIN_COHORT},
+    }
+    created = api.post(f"/api/analyses/t.{fleet}/recipes/", recipe, format="json")
+    assert created.status_code == 201, created.json()
+    return Round.objects.get(pk=api.post(f"/api/recipes/{created.json()['id']}/rounds/").json()["id"])
+
+
+def _close(api, round_: Round, django_capture_on_commit_callbacks) -> dict:
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api.post(f"/api/rounds/{round_.pk}/close/", {}, format="json").status_code == 202
+    round_.refresh_from_db()
+    [batch] = round_.release.content["batches"]
+    return batch
+
+
+def _sybils(fleet_name: str, count: int) -> list[Device]:
+    """Devices the leader's operator writes into its own credential table, bypassing enrolment (it
+    controls its own database), with attestations it signs itself."""
+    fleet = Fleet.objects.get(name=fleet_name)
+    forger = DeviceKey.generate()
+    sybils = []
+    for index in range(count):
+        secret, key = secrets.token_urlsafe(16), DeviceKey.generate()
+        credential = DeviceCredential.objects.create(
+            fleet=fleet, device_id=f"sybil-{index}", secret_hash=secret_hash(secret)
+        )
+        forged = attestation_sign(forger.private, key.public).as_json()
+        sybils.append(Device(credential.device_id, secret, key=key, attestation=forged))
+    Fleet.objects.filter(pk=fleet.pk).update(size=F("size") + count)  # its fleet table says 116
+    return sybils
+
+
+def test_113_sybils_and_3_real_devices_in_one_burst_reveal_nothing(
+    api, analyst, officer, django_capture_on_commit_callbacks
+) -> None:
+    """Last time: released with m = 116, exactly the 3 victims' sum. Now the sybils get no token, their
+    uploads with tokens the leader signed itself are rejected, and 3 reports are below the cohort."""
+    _, victims = devices_enrol(fleet_name="crowd", count=3)
+    victims = [Device.of(v) for v in victims]
+    sybils = _sybils("crowd", 113)
+    assert Fleet.objects.get(name="crowd").size == 116
+    round_ = _crowd_round(api, analyst, officer, "crowd")
+    key = round_.task_key
+    for sybil in sybils:  # through the token endpoint: forged attestations
+        response = sybil.token_request(key, 12345)
+        assert response.status_code == 403 and response.json()["code"] == "attestation_invalid"
+    assert not IssuedToken.objects.filter(collection_key=key).exists()
+    leaders_key = issuer_key_generate()  # so the leader signs the sybils' tokens itself
+    for sybil in sybils:
+        token = token_obtain(
+            collection_key=key, issuer=leaders_key.public, issue=lambda blinded: sign_blinded(leaders_key, blinded)
+        )
+        zero = report_seal(
+            collection_key=key,
+            batch_key="",
+            vector=np.eye(BUCKETS, dtype=np.int64)[0],
+            keys=_keys(),
+            token=token,
+            shape=shape_of(key),
+        )
+        assert upload(zero).status_code == 202  # received: verified in bulk, as every upload
+    for victim, bucket in zip(victims, (2, 5, 6), strict=True):
+        assert upload(victim.report(key, bucket)).status_code == 202
+    verify(key)
+    assert rejections(key) == {"leader": {"token_invalid": 113}}
+    assert IssuedToken.objects.filter(collection_key=key).count() == 3
+
+    batch = _close(api, round_, django_capture_on_commit_callbacks)
+    assert batch["suppressed"] and f"fewer than {MIN_COHORT}" in batch["reason"]
+    assert "estimates" not in batch and not batch.get("reports")
+
+
+def test_116_attested_devices_uploading_within_3_seconds_are_refused_by_both_aggregators(
+    api, analyst, officer, django_capture_on_commit_callbacks, monkeypatch
+) -> None:
+    """The same burst from devices the leader could not have faked (all attested, 116 tokens): each
+    paces over at least 600 s, so 116 reports in one minute is no honest batch. The leader refuses it,
+    and so does the helper, from the issuer's signed count and its own floor."""
+    _, enrolled = devices_enrol(fleet_name="crowd", count=116)
+    devices = [Device.of(e) for e in enrolled]
+    round_ = _crowd_round(api, analyst, officer, "crowd")
+    key = round_.task_key
+    for device, bucket in zip(devices, np.arange(116) % BUCKETS, strict=True):
+        assert upload(device.report(key, int(bucket))).status_code == 202
+    verify(key)
+    helpers_answers = []
+    real = helper_client.aggregate_shares
+
+    def spy(request):  # the helper's own answer, which the release shows only when the leader's passes
+        helpers_answers.append(answer := real(request))
+        return answer
+
+    monkeypatch.setattr(helper_client, "aggregate_shares", spy)
+    batch = _close(api, round_, django_capture_on_commit_callbacks)
+    assert batch["suppressed"] and batch["reason"].startswith("leader:") and "rate validation" in batch["reason"]
+    assert "116 devices given tokens" in batch["reason"] and "estimates" not in batch
+    [answer] = helpers_answers
+    [share] = answer.batches.values()
+    assert share.reports is None and share.refused.startswith("helper:") and "rate validation" in share.refused
+
+
+# ---------------------------------------------------------------- the issuer's statement, relayed
+
+
+def _issuer_signs(**fields) -> dict:
+    """A statement signed with the issuer's statement key (the test plays the issuer)."""
+    content = {"collection": KEY, "issued": 3, "at": timezone.now().replace(microsecond=0), **fields}
+    return statement_sign(settings.PFS_ISSUER_STATEMENT_KEY, **content).as_json()
+
+
+def _forged() -> dict:
+    leaders_own = DeviceKey.generate()
+    return statement_sign(leaders_own.private, collection=KEY, issued=1000, at=timezone.now()).as_json()
+
+
+def _inflated() -> dict:
+    genuine = _issuer_signs()
+    return {**genuine, "issued": 1000}
+
+
+@pytest.mark.parametrize(
+    ("statement", "says"),
+    [
+        (lambda: None, "needs the token issuer's statement"),
+        (_forged, "not signed by the issuer's statement key"),
+        (_inflated, "not signed by the issuer's statement key"),
+        (lambda: _issuer_signs(collection="t.other/round-1", issued=1000), "another collection"),
+        (lambda: _issuer_signs(at=timezone.now().replace(microsecond=0) - timedelta(hours=2)), "stale"),
+        (lambda: {"collection": KEY, "issued": "many"}, "an issuer statement is"),
+    ],
+    ids=["missing", "forged", "inflated", "other-collection", "old", "malformed"],
+)
+def test_the_helper_refuses_a_statement_the_issuer_did_not_sign_for_this_collection_and_keeps_everything(
+    rules, monkeypatch, helper, statement, says
+) -> None:
+    honest_job(monkeypatch)
+    before = helper_state()
+    pairs = list(HelperShare.objects.using(HELPER_STORE).values_list("pair", flat=True))
+    request = dap_request(pairs, statement())
+    refused = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, request)
+    assert refused.status_code == 403, refused.content
+    assert refused.json()["code"] == "issuer_statement_invalid" and says in refused.json()["detail"]
+    assert helper_state() == before  # nothing closed, summed or deleted
+    # The issuer's own statement, relayed unchanged, is taken.
+    taken = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, dap_request(pairs, _issued()))
+    assert taken.status_code == 200
+
+
+def test_the_helper_refuses_more_reports_than_the_issuer_issued_tokens(rules, monkeypatch, helper) -> None:
+    honest_job(monkeypatch)  # 3 reports
+    pairs = list(HelperShare.objects.using(HELPER_STORE).values_list("pair", flat=True))
+    answer = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, dap_request(pairs, _issuer_signs(issued=2)))
+    assert answer.status_code == 200
+    [share] = _shares(answer)
+    assert share.reports is None and "more reports than the token issuer issued tokens" in share.refused
+
+
+def test_the_issuer_serves_its_signed_count_publicly(client, rules, monkeypatch) -> None:
+    honest_job(monkeypatch)
+    answer = client.get(f"/api/issuer/collections/{KEY}/issued")
+    assert answer.status_code == 200
+    assert answer.json()["issued"] == 3 and answer.json()["collection"] == KEY
+    assert client.get("/api/issuer/collections/t.nowhere/round-1/issued").status_code == 404
+
+
+def _issued() -> dict:
+    return issued_statement(KEY).as_json()
+
+
+def dap_request(pairs: list[str], statement: dict | None) -> bytes:
+    return dap.encode(dap.AggregateShareReq(collection=KEY, batches={"": pairs}, issued_statement=statement))
+
+
+def _shares(answer):
+    return list(dap.AggregateShareResp.parse(answer.content).batches.values())
+
+
+def _keys() -> AggregatorKeys:
+    return AggregatorKeys(leader=LEADER.public_key(), helper=HELPER.public_key())
+
+
+@pytest.fixture
+def rules():
+    return rules_open()
