@@ -89,8 +89,6 @@ def _config_fields(config: dap.TaskConfig) -> dict:
         "verify_key": dap.unb64(config.verify_key, "verify_key"),
         "noise_epsilon": config.noise_epsilon,
         "noise_delta": config.noise_delta,
-        "expected_rate": config.expected_rate,
-        "rate_window": config.rate_window,
         "token_key": config.token_key,
     }
 
