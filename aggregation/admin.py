@@ -25,7 +25,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(CollectionRules)
 class CollectionRulesAdmin(ReadOnlyAdmin):
-    list_display = ["key", "length", "min_cohort", "weight_bound", "noise_epsilon", "expected_rate", "closed"]
+    list_display = ["key", "length", "min_cohort", "weight_bound", "noise_epsilon", "closed"]
     list_filter = ["closed"]
     search_fields = ["key"]
 

@@ -6,8 +6,9 @@ Neither trusts the other. Each, on its own:
 - accepts an anonymous token once per collection (pfs_device.tokens);
 - refuses to release the aggregate share of a batch smaller than the minimum cohort — the larger
   of its collection rules' and the one the devices routed with;
-- refuses a batch of uploaded reports that arrived faster than twice the expected rate
-  (aggregation.batch_rules);
+- refuses a collection of real devices' reports with no valid statement of the token issuer's count
+  of tokens, more reports than that count, or reports that arrived faster than that many devices'
+  own pacing allows (devices_refusal, aggregation.batch_rules);
 - adds its own discrete Gaussian noise when the collection uses aggregator noise
   (privacy.aggregator_noise), so either one alone being honest suffices.
 
@@ -26,10 +27,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from aggregation import hpke_v2
-from aggregation.batch_rules import rate_exceeded, rate_window
+from aggregation.batch_rules import rate_refusal
 from aggregation.keys import DATABASE, ENVIRONMENT, key_source, source_keys
 from aggregation.models import (
     FIELD64,
@@ -82,20 +84,19 @@ class AggregateShare:
     pairs: tuple[str, ...] = ()  # the pair ids summed (the leader names them to the helper)
 
 
-def rate_enforced(rules: CollectionRules, ceiling: float | None = None) -> tuple[float, float] | None:
-    """(expected reports per second, window in seconds) this aggregator validates a collection's
-    uploads against; None: no rate validation (a simulated fleet's collection, or none configured).
+def devices_refusal(arrivals: list[float], reports: int, *, issued: int | None, spread: float) -> str | None:
+    """Why a collection of real devices' reports is refused whole, or None (issue 29, requirement 1).
 
-    ``ceiling``: the operator's own largest expected rate. A collection of real devices is then
-    validated at no more than it — also when the rules name a higher rate or none — and in the
-    window the rate itself calls for (batch_rules.rate_window): a rate or a window chosen by whoever
-    configured the collection cannot switch the check off.
-    """
-    devices = rules.token_key is not None
-    if ceiling is None or not devices:
-        return None if rules.expected_rate is None else (rules.expected_rate, rules.rate_window)
-    rate = min(rules.expected_rate or ceiling, ceiling)
-    return rate, rate_window(rate)
+    ``issued``: the tokens the issuer says it issued for the collection (its signed statement,
+    aggregation.statements; None: no valid statement, and the collection is refused: fail closed).
+    ``reports``: the reports accepted in all its batches, which cannot outnumber the tokens.
+    ``spread``: the least time this aggregator's operator trusts devices to pace over
+    (PFS_DEVICE_MIN_SPREAD), which no one else configures."""
+    if issued is None:
+        return "no valid statement from the token issuer of how many tokens it issued"
+    if reports > issued:
+        return "more reports than the token issuer issued tokens (plausibility)"
+    return rate_refusal(arrivals, devices=issued, spread=spread)
 
 
 def rules_shape(rules: CollectionRules) -> ReportShape:
@@ -261,7 +262,7 @@ class Aggregator:
         *,
         pairs: dict[str, tuple[str, ...]] | None = None,
         floor: int = 0,
-        rate_ceiling: float | None = None,
+        issued: int | None = None,
     ) -> dict[str, AggregateShare | BatchRefused]:
         """Sum this aggregator's shares of each batch of a collection, then delete them (released or not).
 
@@ -270,7 +271,9 @@ class Aggregator:
         and a batch or a share no one named is deleted uncounted. Rate validation looks at the whole
         collection at once — a flood into one cohort is a flood — so it is decided before any share
         is deleted. ``floor``: the smallest minimum cohort this aggregator's operator allows, whatever
-        the rules say; ``rate_ceiling``: the largest expected rate it allows (rate_enforced). Run
+        the rules say. A collection of real devices (its rules name a token key) is validated against
+        ``issued``, the issuer's signed count of its tokens, with devices pacing over this aggregator's
+        own PFS_DEVICE_MIN_SPREAD at least (devices_refusal). Run
         inside a transaction on this aggregator's store.
         """
         collections = list(
@@ -298,8 +301,10 @@ class Aggregator:
             if share.source.startswith(REPORT_SOURCE)
             for at in share.load_arrivals()
         ]
-        rate = None if rules is None else rate_enforced(rules, rate_ceiling)
-        flooded = rate is not None and rate_exceeded(arrivals, expected_rate=rate[0], window=rate[1])
+        flooded = None
+        if rules is not None and rules.token_key is not None:
+            accepted = sum(share.reports for batch in held.values() for share in batch)
+            flooded = devices_refusal(arrivals, accepted, issued=issued, spread=settings.PFS_DEVICE_MIN_SPREAD)
         results: dict[str, AggregateShare | BatchRefused] = {}
         for batch_key, batch in held.items():
             reports = sum(share.reports for share in batch)
@@ -311,10 +316,7 @@ class Aggregator:
             elif not batch or reports < min_cohort:
                 reason = f"fewer than {min_cohort:,} reports (the minimum cohort)"
             elif flooded:
-                reason = (
-                    f"reports arrived faster than twice the expected {rate[0]:g} per second "
-                    f"in a {rate[1]:g}-second window (rate validation)"
-                )
+                reason = flooded
             else:
                 field, vector = self._noised_sum(batch, lengths[batch_key], rules)
                 results[batch_key] = AggregateShare(

@@ -1,28 +1,52 @@
 """Batch rules the aggregators apply to individually uploaded reports (pure functions).
 
-Rate validation (seed 003, Section 4.8): the leader and the helper each know from the recipe the
-rate at which reports should arrive; a batch that arrived faster than twice that rate in some
-window may be a sybil flood, and is refused whole. At the expected rate at least half the batch
-then comes from devices an attacker does not control.
+Rate validation (seed 003, Section 4.8; issue 29, requirement 1), without a fixed floor. The count
+it starts from is the token issuer's, signed (aggregation.statements): N, the devices it issued a
+token to for the collection, each an attested device (pfs_device.attestation). Neither the leader's
+fleet table nor a rate the leader provisions enters it.
+
+Honest devices pace their uploads (pfs_device.sdk.pacing): each draws its upload uniformly over the
+last UPLOAD_SHARE of a spread of at least its own floor S, whatever the server sends, after a
+decision time independent of its coins. So at any moment a device's upload has a density of at most
+1 / (UPLOAD_SHARE x S), and the count of the N devices' uploads landing in any fixed interval of L
+seconds is dominated by Binomial(N, min(1, L / (UPLOAD_SHARE x S))).
+
+The check looks at every window of WINDOW seconds, sliding, through arrival times floored to
+ARRIVAL_GRAIN. A sliding window seen through floored times covers at most WINDOW + ARRIVAL_GRAIN
+seconds of true time, and any interval that long lies inside one of the grid intervals
+[j x WINDOW, (j + 2) x WINDOW + ARRIVAL_GRAIN). With J such grid intervals spanning the arrivals,
+the union bound gives
+
+    P[some window holds more than k honest reports] <= J x P[Binomial(N, p) > k],
+    p = min(1, (2 x WINDOW + ARRIVAL_GRAIN) / (UPLOAD_SHARE x S)),
+
+and the allowance is the smallest k that makes the right-hand side at most P_FALSE (1e-9): an
+honest batch is refused with probability at most 1e-9. A batch whose busiest window holds more
+than the allowance (a burst packing the batch faster than the devices' own pacing allows) is refused
+whole. Example: N = 116, S = 600 s: p = 0.255, the allowance about 60 in any minute, so 116 reports
+in 3 seconds are refused; 116 honest devices have about 12 in their busiest minute.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
+from scipy.stats import binom
 
-RATE_FACTOR = 2.0
-# Honest reports expected in one window of rate validation, at least: with fewer, an honest batch's
-# chance variation could pass twice its mean (Poisson(100) exceeds 200 with probability < 1e-15).
-HONEST_PER_WINDOW = 100
-MIN_WINDOW = 60.0
+from pfs_device.sdk.pacing import GAP_SHARE, TOKEN_SHARE
+
 # The aggregators keep arrival times no finer than this (seconds, floored since the epoch): a finer
-# time could be joined with when a device got its token (issue 17). Rate validation needs no more:
-# every window is at least MIN_WINDOW, six grains, so the busiest window seen through coarse times
-# misses at most the reports of one grain.
-ARRIVAL_GRAIN = MIN_WINDOW / 6
+# time could be joined with when a device got its token (issue 17).
+ARRIVAL_GRAIN = 10.0
+# The sliding window rate validation counts reports in: six arrival grains.
+WINDOW = 60.0
+# The share of its spread over which a device draws its upload (pfs_device.sdk.pacing.plan_draw).
+UPLOAD_SHARE = 1.0 - TOKEN_SHARE - GAP_SHARE
+# The probability that rate validation refuses an honest batch, at most.
+P_FALSE = 1e-9
 
 
 def arrival_coarse(moment: datetime | None = None) -> datetime:
@@ -31,24 +55,21 @@ def arrival_coarse(moment: datetime | None = None) -> datetime:
     return datetime.fromtimestamp(seconds - seconds % ARRIVAL_GRAIN, UTC)
 
 
-def rate_rules(*, devices: int, sampling_rate: float, spread: float) -> tuple[float, float]:
-    """(expected reports per second, seconds per window) of a collection on ``devices`` devices
-    sampled at ``sampling_rate`` that spread their uploads over ``spread`` seconds (seed 003, 4.8).
-    """
-    if devices < 1 or not 0 < sampling_rate <= 1 or spread <= 0:
-        raise ValueError("devices, sampling_rate and spread must be positive")
-    rate = devices * sampling_rate / spread
-    return rate, rate_window(rate)
+def rate_allowance(*, devices: int, spread: float, span: float, p_false: float = P_FALSE) -> int:
+    """The most reports of ``devices`` honest devices, pacing over at least ``spread`` seconds, that
+    any WINDOW may hold when the arrivals span ``span`` seconds: the smallest k with
+    J x P[Binomial(devices, p) > k] <= p_false (module docstring; J = ceil(span / WINDOW) + 2 grid
+    intervals, p = min(1, (2 x WINDOW + ARRIVAL_GRAIN) / (UPLOAD_SHARE x spread)))."""
+    if devices < 0 or not spread > 0 or span < 0 or not 0 < p_false < 1:
+        raise ValueError("devices and span must be 0 or more, spread positive, p_false in (0, 1)")
+    p = min(1.0, (2 * WINDOW + ARRIVAL_GRAIN) / (UPLOAD_SHARE * spread))
+    intervals = math.ceil(span / WINDOW) + 2
+    # binom.sf(k, n, p) = P[X > k], exact, for every k at once: the first k within the budget.
+    tails = binom.sf(np.arange(devices + 1), devices, p)
+    return int(np.argmax(intervals * tails <= p_false))
 
 
-def rate_window(rate: float) -> float:
-    """Seconds per window of rate validation at ``rate`` expected reports a second: long enough to
-    expect HONEST_PER_WINDOW honest reports, so that a window holding more than RATE_FACTOR times
-    its expectation is a flood, not chance."""
-    return max(MIN_WINDOW, HONEST_PER_WINDOW / rate)
-
-
-def busiest_window(arrivals: npt.ArrayLike, window: float) -> int:
+def busiest_window(arrivals: npt.ArrayLike, window: float = WINDOW) -> int:
     """Most arrivals (timestamps in seconds) inside any half-open window [t, t + window)."""
     times = np.sort(np.asarray(arrivals, dtype=np.float64))
     if not times.size:
@@ -58,8 +79,17 @@ def busiest_window(arrivals: npt.ArrayLike, window: float) -> int:
     return int((ends - np.arange(times.size)).max())
 
 
-def rate_exceeded(arrivals: npt.ArrayLike, *, expected_rate: float, window: float) -> bool:
-    """True when some window holds more than RATE_FACTOR times the reports expected in it."""
-    if expected_rate <= 0 or window <= 0:
-        raise ValueError("expected_rate and window must be positive")
-    return busiest_window(arrivals, window) > RATE_FACTOR * expected_rate * window
+def rate_refusal(arrivals: npt.ArrayLike, *, devices: int, spread: float) -> str | None:
+    """Why the batch of reports that arrived at ``arrivals`` is refused, or None: its busiest WINDOW
+    holds more than rate_allowance for ``devices`` issued tokens and devices pacing over ``spread``."""
+    times = np.asarray(arrivals, dtype=np.float64)
+    if not times.size:
+        return None
+    allowance = rate_allowance(devices=devices, spread=spread, span=float(times.max() - times.min()))
+    if busiest_window(times) <= allowance:
+        return None
+    return (
+        f"reports arrived faster than the {devices:,} devices given tokens allow when each paces its upload "
+        f"over {spread:g} s or more: more than {allowance:,} in a {WINDOW:g}-second window "
+        f"(rate validation; an honest batch is refused with probability below {P_FALSE:g})"
+    )

@@ -144,7 +144,8 @@ class TaskConfig:
     ``token_key``: the issuer's public key of the collection as decimal strings {"n", "e"} (the
     key the devices' task commits to); None for a simulated fleet's collection, whose shares come
     pre-summed or in simulated jobs and never with a token. A helper that does not take simulated
-    fleets (``PFS_HELPER_ACCEPT_SIMULATED``) refuses such a task.
+    fleets (``PFS_HELPER_ACCEPT_SIMULATED``) refuses such a task. No rate: the helper validates a
+    collection of devices against the issuer's signed count and its own pacing floor (batch_rules).
     """
 
     collection: str
@@ -155,8 +156,6 @@ class TaskConfig:
     verify_key: str  # base64 of the Prio3 verification key both aggregators share
     noise_epsilon: float | None
     noise_delta: float | None
-    expected_rate: float | None
-    rate_window: float
     token_key: dict[str, str] | None
 
     @classmethod
@@ -169,9 +168,6 @@ class TaskConfig:
                 raise MessageError("token_key: n and e must be decimal strings")
         if len(unb64(data["verify_key"], "verify_key")) != 32:
             raise MessageError("verify_key: must be 32 bytes")
-        window = _number(data["rate_window"], "rate_window")
-        if window is None:
-            raise MessageError("rate_window: must be a positive number")
         return cls(
             collection=_text(data["collection"], "collection"),
             length=_int(data["length"], "length", low=1),
@@ -181,8 +177,6 @@ class TaskConfig:
             verify_key=data["verify_key"],
             noise_epsilon=_number(data["noise_epsilon"], "noise_epsilon"),
             noise_delta=_number(data["noise_delta"], "noise_delta"),
-            expected_rate=_number(data["expected_rate"], "expected_rate"),
-            rate_window=window,
             token_key=token_key,
         )
 
@@ -357,16 +351,22 @@ class AggregateShareReq:
 
     collection: str
     batches: dict[str, list[str]]
+    # The token issuer's signed count of the tokens it issued for the collection
+    # (aggregation.statements), relayed: the helper verifies it and validates rates against it.
+    issued_statement: dict | None = None
 
     @classmethod
     def parse(cls, body: bytes) -> AggregateShareReq:
-        data = _object(body, {"collection", "batches"})
+        data = _object(body, {"collection", "batches"}, {"issued_statement"})
         batches = data["batches"]
         if not isinstance(batches, dict) or not all(
             isinstance(pairs, list) and all(isinstance(p, str) for p in pairs) for pairs in batches.values()
         ):
             raise MessageError("batches: must map each batch to a list of pair ids")
-        return cls(collection=_text(data["collection"], "collection"), batches=batches)
+        statement = data.get("issued_statement")
+        if statement is not None and not isinstance(statement, dict):
+            raise MessageError("issued_statement: must be an object")
+        return cls(collection=_text(data["collection"], "collection"), batches=batches, issued_statement=statement)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,8 @@ def _endpoint(message: str, *methods: str) -> Callable:
                 return _refusal(404, str(error), "unrecognized_task")
             except Conflict as error:
                 return _refusal(409, str(error), "conflict")
+            except helper_service.StatementRefused as error:
+                return _refusal(403, str(error), "issuer_statement_invalid")
             except NotAllowed as error:
                 return _refusal(403, str(error), "not_allowed")
 

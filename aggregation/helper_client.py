@@ -134,8 +134,6 @@ def task_provision(rules: CollectionRules) -> None:
         verify_key=dap.b64(bytes(rules.verify_key)),
         noise_epsilon=rules.noise_epsilon,
         noise_delta=rules.noise_delta,
-        expected_rate=rules.expected_rate,
-        rate_window=rules.rate_window,
         token_key=rules.token_key,
     )
     _call("PUT", config.collection, "", dap.TASK_CONFIG, dap.encode(config), expect=(200, 201))

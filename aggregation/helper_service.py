@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from aggregation import dap
 from aggregation.aggregators import HELPER, REPORT_SOURCE, AggregateShare, rules_shape, token_valid
@@ -52,6 +54,7 @@ from aggregation.reports import (
     TOKEN_REUSED,
     UNKNOWN_COLLECTION,
 )
+from aggregation.statements import IssuedStatement, StatementInvalid, statement_verify
 from aggregation.upload import share_store
 from aggregation.verification import AggregatorVerification, VerifyConfig, output_sum, proofs_decide
 from pfs_base import metrics
@@ -87,8 +90,6 @@ def _config_fields(config: dap.TaskConfig) -> dict:
         "verify_key": dap.unb64(config.verify_key, "verify_key"),
         "noise_epsilon": config.noise_epsilon,
         "noise_delta": config.noise_delta,
-        "expected_rate": config.expected_rate,
-        "rate_window": config.rate_window,
         "token_key": config.token_key,
     }
 
@@ -423,11 +424,12 @@ def aggregate_share(collection_key: str, body: bytes) -> bytes:
     """The AggregateShare of the batches the leader names, encoded: the collection closes, each
     batch is summed (the named pairs only) and noised, or refused; the shares are deleted. Answered
     once and kept: the same request again gets the same bytes (the same noise, no second draw)."""
-    digest = _digest(body)
     request = dap.AggregateShareReq.parse(body)
+    # A retry may relay a newer statement of the issuer's: the same request all the same.
+    digest = _digest(dap.encode(replace(request, issued_statement=None)))
     if request.collection != collection_key:
         raise dap.MessageError("collection: the body names another collection than the path")
-    _rules(collection_key)
+    rules = _rules(collection_key)
     with transaction.atomic(using=STORE):
         CollectionRules.objects.using(STORE).select_for_update().filter(key=collection_key).update(closed=True)
         released = HelperRelease.objects.using(STORE).filter(collection_key=collection_key).first()
@@ -435,11 +437,13 @@ def aggregate_share(collection_key: str, body: bytes) -> bytes:
             if released.request_digest != digest:
                 raise Conflict("the helper has released this collection's aggregate shares already")
             return bytes(released.response)
+        # Raised before anything is summed or deleted: the transaction rolls the closing back too.
+        issued = _issued(rules, request.issued_statement)
         results = HELPER.aggregate(
             collection_key,
             pairs={batch: tuple(pairs) for batch, pairs in request.batches.items()},
             floor=settings.PFS_HELPER_MIN_COHORT_FLOOR,
-            rate_ceiling=settings.PFS_HELPER_MAX_EXPECTED_RATE,
+            issued=issued,
         )
         answer = dap.encode(dap.AggregateShareResp(batches={key: _batch_share(r) for key, r in results.items()}))
         HelperJob.objects.using(STORE).filter(collection_key=collection_key).delete()
@@ -447,6 +451,30 @@ def aggregate_share(collection_key: str, body: bytes) -> bytes:
             collection_key=collection_key, request_digest=digest, response=answer, created_at=arrival_coarse()
         )
     return answer
+
+
+class StatementRefused(NotAllowed):
+    """A collection of real devices asked for without a valid issuer statement (aggregation.statements)."""
+
+
+def _issued(rules: CollectionRules, content: dict | None) -> int | None:
+    """The tokens issued for a collection of real devices, from the issuer's statement the leader
+    relayed, verified with the issuer's statement public key the helper was configured with (never
+    the leader's word); None for a simulated fleet's collection, which has no tokens. StatementRefused
+    for a missing, forged, stale or other collection's statement: fail closed, nothing written."""
+    if rules.token_key is None:
+        return None
+    public_key = settings.PFS_ISSUER_STATEMENT_PUBLIC_KEY
+    if public_key is None:
+        raise StatementRefused("this helper has no issuer statement key (PFS_ISSUER_STATEMENT_PUBLIC_KEY)")
+    if content is None:
+        raise StatementRefused("a collection of real devices needs the token issuer's statement of its tokens")
+    try:
+        statement = IssuedStatement.from_json(content)
+        statement_verify(public_key, statement, collection=rules.key, now=timezone.now())
+    except StatementInvalid as invalid:
+        raise StatementRefused(str(invalid)) from None
+    return statement.issued
 
 
 def _batch_share(result) -> dap.BatchShare:

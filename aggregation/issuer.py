@@ -1,8 +1,12 @@
 """The token issuer: one RSA key per collection, and at most one blind signature per device and
 collection (pfs_device.tokens, RFC 9474).
 
-The issuer is told who the device is (in a deployment, by a device-attestation service) and which
-collection the token is for, but sees only a blinded message: it cannot recognise the token when
+The issuer signs for attested devices only (pfs_device.attestation): each token request carries the
+device's attestation (the attestation authority's signature on the device's public key, a key the
+leader does not hold) and the device's own signature on the request, and the one-token rule keys on
+the attested key, never on an identity the leader assigned. The leader can register as many devices
+as it likes; it gets no tokens for them. The issuer knows which collection the token is for, but
+sees only a blinded message: it cannot recognise the token when
 an aggregator later receives it. It keeps no time finer than the day of an issue, so its records
 cannot be joined with the aggregators' arrival times to link a report to its device.
 
@@ -18,11 +22,15 @@ import secrets
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from aggregation.keys import DATABASE, KeysUnavailable, key_source, source_keys
 from aggregation.models import IssuedToken, TokenIssuerKey
+from aggregation.statements import IssuedStatement, statement_sign
 from pfs_base.db_router import ISSUER as ISSUER_DB
+from pfs_device.attestation import Attestation, AttestationInvalid, attestation_verify, token_request_verify
 from pfs_device.tokens import IssuerPrivateKey, IssuerPublicKey, issuer_key_generate, sign_blinded
 
 ROLE = "issuer"
@@ -31,6 +39,50 @@ _NONCE = 12  # AES-GCM's 96-bit nonce
 
 class TokenRefused(Exception):
     """The issuer will not sign: the device already has its token for this collection, or the request is malformed."""
+
+
+class RequestUnattested(Exception):
+    """The token request does not come from an attested device; ``code`` says why (docs/api.md):
+    attestation_missing, attestation_invalid or device_signature_invalid."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def attestation_check(content: object) -> Attestation:
+    """The attestation in ``content`` (its JSON form) if the attestation authority signed it;
+    RequestUnattested otherwise. Verified with the authority's public key alone
+    (settings.PFS_ATTESTATION_PUBLIC_KEY): neither the leader nor the issuer holds its private key."""
+    if content is None:
+        raise RequestUnattested("the request carries no device attestation", code="attestation_missing")
+    authority = settings.PFS_ATTESTATION_PUBLIC_KEY
+    if authority is None:  # fail closed: nothing can be verified, so nothing is signed
+        raise RequestUnattested("no attestation authority is configured here", code="attestation_invalid")
+    try:
+        attestation = Attestation.from_json(content)
+        attestation_verify(authority, attestation)
+    except AttestationInvalid as invalid:
+        raise RequestUnattested(str(invalid), code="attestation_invalid") from None
+    return attestation
+
+
+def token_request_authenticate(
+    *, attestation: object, device_signature: bytes | None, collection_key: str, blinded: int
+) -> str:
+    """The attested device's identity (its key's digest) if ``device_signature`` is its signature over
+    this request (pfs_device.attestation.token_request_message); RequestUnattested otherwise.
+
+    A stolen attestation is not enough: the request must be signed with the attested key's private half."""
+    attested = attestation_check(attestation)
+    blinded_bytes = blinded.to_bytes((blinded.bit_length() + 7) // 8, "big")
+    if device_signature is None or not token_request_verify(
+        attested.device_public_key, collection_key, blinded_bytes, device_signature
+    ):
+        raise RequestUnattested(
+            "the request is not signed by the attested device's key", code="device_signature_invalid"
+        )
+    return f"attested:{attested.digest}"
 
 
 def wrapping_key_id(key: bytes) -> str:
@@ -74,6 +126,9 @@ def issuer_public_key(collection_key: str) -> IssuerPublicKey:
 def token_issue(*, collection_key: str, device_identity: str, blinded: int) -> int:
     """Sign ``blinded`` with the collection's key, once per device; TokenRefused for a second request.
 
+    ``device_identity``: the attested device's, from token_request_authenticate (never an id the
+    leader assigned: the leader could assign as many as it likes).
+
     The same device asking again with the same blinded message gets the same blind signature again
     (RSA signing is deterministic): a device stopped after sending its request but before storing the
     answer retries with the blinding it stored first (pfs_device.sdk.device). It still gets one token:
@@ -98,6 +153,16 @@ def token_issue(*, collection_key: str, device_identity: str, blinded: int) -> i
         if earlier and earlier == blinded_digest:
             return sign_blinded(key, blinded)
         raise TokenRefused("this device already has its token for this collection") from None
+
+
+def issued_statement(collection_key: str) -> IssuedStatement:
+    """How many tokens the issuer has issued for the collection, now, signed with its statement key
+    (aggregation.statements); KeysUnavailable where it holds none (fail closed: no count, no release)."""
+    key = settings.PFS_ISSUER_STATEMENT_KEY
+    if key is None:
+        raise KeysUnavailable("the issuer has no statement key: set PFS_ISSUER_STATEMENT_KEY or its _FILE")
+    issued = IssuedToken.objects.filter(collection_key=collection_key).count()
+    return statement_sign(key, collection=collection_key, issued=issued, at=timezone.now().replace(microsecond=0))
 
 
 def _key_row(collection_key: str) -> TokenIssuerKey:

@@ -126,10 +126,6 @@ class CollectionRules(models.Model):
         null=True, blank=True, help_text="Aggregator noise: (epsilon, delta) per release."
     )
     noise_delta = models.FloatField(null=True, blank=True)
-    expected_rate = models.FloatField(
-        null=True, blank=True, help_text="Expected uploaded reports per second; None turns rate validation off."
-    )
-    rate_window = models.FloatField(default=60.0, help_text="Seconds per window of rate validation.")
     # The issuer's public key of the collection ({"n", "e"}: decimal strings), as the helper was
     # provisioned with it (aggregation.dap.TaskConfig); None: a simulated fleet's collection, which
     # takes simulated shares only and never a device's report.

@@ -17,7 +17,10 @@ from django.db import transaction
 from aggregation import dap, helper_client
 from aggregation.aggregators import LEADER, AggregateShare, BatchRefused
 from aggregation.ingest import reports_ingest
+from aggregation.issuer import issued_statement
+from aggregation.keys import KeysUnavailable
 from aggregation.models import FIELD64, Collection, CollectionRules, LeaderShare, PendingReport
+from aggregation.statements import IssuedStatement
 from pfs_base.db_router import DEFAULT
 from pfs_device.tokens import IssuerPublicKey
 from privacy.aggregator_noise import AggregatorGaussian
@@ -33,8 +36,6 @@ def collection_rules_open(
     min_cohort: int,
     weight_bound: int,
     noise: AggregatorGaussian | None = None,
-    expected_rate: float | None = None,
-    rate_window: float = 60.0,
     vdaf: str = MULTIHOT,
     token_key: IssuerPublicKey | None = None,
     provision: bool = True,
@@ -60,8 +61,6 @@ def collection_rules_open(
             "weight_bound": weight_bound,
             "noise_epsilon": noise.epsilon if noise else None,
             "noise_delta": noise.delta if noise else None,
-            "expected_rate": expected_rate,
-            "rate_window": rate_window,
             "vdaf": vdaf,
             "token_key": None if token_key is None else {"n": str(token_key.modulus), "e": str(token_key.exponent)},
         },
@@ -124,10 +123,14 @@ def collection_aggregate(*, collection_key: str) -> list[BatchAggregates]:
         # round's collection is closed already: no row lock then, so late uploads are answered at once.)
         CollectionRules.objects.filter(key=collection_key, closed=False).update(closed=True)
         reports_ingest(collection_key=collection_key, wait=True)
-        leaders = LEADER.aggregate(collection_key)
+        # Real devices: the issuer's signed count of its tokens, the one both aggregators validate against.
+        statement = _issued_statement(collection_key)
+        leaders = LEADER.aggregate(collection_key, issued=None if statement is None else statement.issued)
         answer = helper_client.aggregate_shares(
             dap.AggregateShareReq(
-                collection=collection_key, batches={batch: list(result.pairs) for batch, result in leaders.items()}
+                collection=collection_key,
+                batches={batch: list(result.pairs) for batch, result in leaders.items()},
+                issued_statement=None if statement is None else statement.as_json(),
             )
         )
         collections = list(Collection.objects.filter(key=collection_key).order_by("batch_key"))
@@ -140,6 +143,19 @@ def collection_aggregate(*, collection_key: str) -> list[BatchAggregates]:
             )
             for collection in collections
         ]
+
+
+def _issued_statement(collection_key: str) -> IssuedStatement | None:
+    """The issuer's statement for a collection of real devices; None for a simulated fleet's, or where
+    the issuer holds no statement key (both aggregators then refuse the devices' batches: fail closed)."""
+    rules = CollectionRules.objects.filter(key=collection_key).first()
+    if rules is None or rules.token_key is None:
+        return None
+    try:
+        return issued_statement(collection_key)
+    except KeysUnavailable:
+        logger.error("no issuer statement for %s: the issuer has no statement key", collection_key)
+        return None
 
 
 def _helper_result(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from host import describe, helper_service, process_group_stop  # bench/host.py: this script's folder is on sys.path
 from upload_prio3 import prio3_ingest
 from upload_setup import VAR, counts, setup, upload_statements, write_bodies
@@ -52,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 TARGET_RATE, TARGET_P99_MS = 2_000, 100.0
 HELPER_SECRET = "bench-aggregator-auth-secret"  # PFS_AGGREGATOR_AUTH_SECRET: the same on both sides
+# The attestation authority's key the bench plays (pfs_device.attestation): its devices are registered attested.
+BENCH_AUTHORITY = hashlib.sha256(b"pfs-studio bench attestation authority").digest()
 WRK_THREADS = 2
 WARM_SECONDS = 3
 
@@ -166,6 +170,9 @@ def measure(options, configs, connections, database_url: str, helper, helper_key
         "PFS_HELPER_TRANSPORT": "http",
         "HELPER_URL": helper.url,
         "PFS_AGGREGATOR_AUTH_SECRET": HELPER_SECRET,
+        # The bench plays the attestation authority of its devices (upload_setup.setup registers them).
+        "PFS_ATTESTATION_KEY": base64.b64encode(BENCH_AUTHORITY).decode(),
+        "PFS_ATTESTATION_PUBLIC_KEY": base64.b64encode(_public_of(BENCH_AUTHORITY)).decode(),
     }
     os.environ.update(env)
     sys.path.insert(0, str(ROOT))
@@ -494,6 +501,10 @@ def write(path: Path, options, runs, verification, end_to_end, statements, seali
     lines.append(READING)
     path.write_text("\n".join(lines))
     print(f"wrote {path}")
+
+
+def _public_of(seed: bytes) -> bytes:
+    return Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw()
 
 
 if __name__ == "__main__":

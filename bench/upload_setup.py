@@ -27,6 +27,7 @@ def recipe_for(buckets: int) -> dict:
 
 def setup(count: int, buckets: int = 8) -> list[str]:
     """A fleet of real devices, an approved analysis, and ``count`` open rounds; their collection keys."""
+    from django.conf import settings
     from django.contrib.auth.models import User
 
     from analyses.models import Recipe
@@ -39,7 +40,8 @@ def setup(count: int, buckets: int = 8) -> list[str]:
     analyst = User.objects.create_user("bench-analyst", password="bench-analyst-password")
     officer = User.objects.create_user("bench-officer", password="bench-officer-password")
     make_privacy_officer(officer)
-    devices_register(fleet_name="bench-phones", count=1000)
+    # The bench plays the attestation authority too (its settings hold a development key under DEBUG).
+    devices_register(fleet_name="bench-phones", attestations=_attestations(settings.PFS_ATTESTATION_KEY, 1000))
     spec = {
         "identifier": "bench.uploads",
         "fleet": "bench-phones",
@@ -149,3 +151,10 @@ def counts(collection_key: str) -> dict[str, int]:
         "accepted": accepted,
         "rejected": rejected,
     }
+
+
+def _attestations(authority: bytes, count: int) -> list[dict]:
+    """``count`` fresh device keys' attestations, signed with the authority's key the bench plays."""
+    from pfs_device.attestation import DeviceKey, attestation_sign
+
+    return [attestation_sign(authority, DeviceKey.generate().public).as_json() for _ in range(count)]

@@ -16,7 +16,7 @@ import binascii
 from django.conf import settings
 from rest_framework import serializers, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
-from rest_framework.exceptions import APIException, AuthenticationFailed, NotFound
+from rest_framework.exceptions import APIException, AuthenticationFailed, NotFound, PermissionDenied
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,7 +24,13 @@ from rest_framework.views import APIView
 
 from aggregation import helper_client
 from aggregation.aggregators import LEADER
-from aggregation.issuer import TokenRefused, issuer_public_key, token_issue
+from aggregation.issuer import (
+    RequestUnattested,
+    TokenRefused,
+    issuer_public_key,
+    token_issue,
+    token_request_authenticate,
+)
 from devices.credentials import device_authenticate
 from devices.models import DeviceCredential
 from devices.selectors import window_exists, window_open_get, windows_open
@@ -160,6 +166,24 @@ class TokenRequest(StrictSerializer):
             raise serializers.ValidationError("Not valid base64.") from None
 
 
+class AttestedTokenRequest(TokenRequest):
+    """A token request with its device's attestation and the device's signature over it (pfs_device.attestation).
+
+    Both optional here so that their absence is refused by the issuer's check with its own code
+    (attestation_missing, 403), not as a malformed body."""
+
+    attestation = serializers.JSONField(required=False, help_text="The attestation authority's attestation.")
+    device_signature = serializers.CharField(
+        required=False, max_length=128, help_text="The device's Ed25519 signature over the request, base64."
+    )
+
+    def validate_device_signature(self, value: str) -> bytes:
+        try:
+            return base64.b64decode(value.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError):
+            raise serializers.ValidationError("Not valid base64.") from None
+
+
 class TokenConflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The issuer will not sign this request."
@@ -167,11 +191,15 @@ class TokenConflict(APIException):
 
 
 class DeviceTokens(DeviceView):
-    """One blind signature per device and collection; the issuer never sees the token it signs."""
+    """One blind signature per attested device and collection; the issuer never sees the token it signs.
+
+    Refused with 403 and nothing written: a request without an attestation (attestation_missing), with
+    one the attestation authority did not sign (attestation_invalid), or not signed by the attested
+    device's own key (device_signature_invalid)."""
 
     def post(self, request: Request) -> Response:
         credential: DeviceCredential = request.auth
-        body = TokenRequest(data=request.data)
+        body = AttestedTokenRequest(data=request.data)
         body.is_valid(raise_exception=True)
         key = body.validated_data["collection_key"]
         if window_open_get(fleet=credential.fleet, collection_key=key) is None:
@@ -183,9 +211,17 @@ class DeviceTokens(DeviceView):
         if not 0 < blinded < issuer.modulus:
             raise serializers.ValidationError({"blinded": ["Must be an integer in (0, n) for the issuer's modulus n."]})
         try:
-            signature = token_issue(
-                collection_key=key, device_identity=f"device:{credential.device_id}", blinded=blinded
+            # The issuer counts attested devices, not the leader's credentials (issue 29, requirement 1).
+            identity = token_request_authenticate(
+                attestation=body.validated_data.get("attestation"),
+                device_signature=body.validated_data.get("device_signature"),
+                collection_key=key,
+                blinded=blinded,
             )
+        except RequestUnattested as refused:
+            raise PermissionDenied(str(refused), code=refused.code) from refused
+        try:
+            signature = token_issue(collection_key=key, device_identity=identity, blinded=blinded)
         except TokenRefused as refused:
             raise TokenConflict(str(refused), code="token_already_issued") from refused
         return Response({"blind_signature": _integer_b64(signature, issuer.size)}, status=status.HTTP_201_CREATED)

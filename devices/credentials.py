@@ -1,5 +1,9 @@
 """Real devices' credentials: registering devices in a ``devices`` fleet and checking who signs in.
 
+A device enrols with its attestation (pfs_device.attestation): the attestation authority's signature
+on the device's own public key. The leader registers only attested devices, and the issuer signs
+tokens only for attested devices, whatever the leader registered (aggregation.issuer).
+
 A credential identifies a device to the task endpoint and to the token issuer only. Reports are
 uploaded anonymously, with a blind-signed token instead (pfs_device.tokens), so the upload
 cannot be linked back to the credential.
@@ -18,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from aggregation.issuer import RequestUnattested, attestation_check
 from devices.fleet_io import NAME_PATTERN
 from devices.models import DeviceCredential, Fleet
 
@@ -41,9 +46,10 @@ class RegistrationInvalid(ValueError):
 class IssuedCredential:
     device_id: str
     secret: str  # shown once, never stored
+    attestation: dict  # the device's, as it enrolled: it sends it with each token request
 
-    def as_json(self) -> dict[str, str]:
-        return {"id": self.device_id, "secret": self.secret}
+    def as_json(self) -> dict:
+        return {"id": self.device_id, "secret": self.secret, "attestation": self.attestation}
 
 
 def secret_hash(secret: str) -> str:
@@ -51,24 +57,32 @@ def secret_hash(secret: str) -> str:
 
 
 def devices_register(
-    *, fleet_name: str, count: int, registered_by: str = "unknown"
+    *, fleet_name: str, attestations: list, registered_by: str = "unknown"
 ) -> tuple[Fleet, list[IssuedCredential]]:
-    """Register ``count`` new devices in the ``devices`` fleet ``fleet_name`` (created if new).
+    """Register one new device per attestation (their JSON form) in the ``devices`` fleet ``fleet_name``
+    (created if new). Every attestation must be the attestation authority's (aggregation.issuer.attestation_check),
+    each device key once: otherwise RegistrationInvalid and nothing is registered.
 
     Returns the credentials with their secrets, which are not kept: only their hashes are.
     """
     errors = []
     if not isinstance(fleet_name, str) or not NAME_PATTERN.match(fleet_name):
         errors.append("fleet: must be 1 to 64 letters, digits, hyphens or underscores")
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REGISTER:
-        errors.append(f"count: must be an integer from 1 to {MAX_REGISTER:,}")
+    if not isinstance(attestations, list) or not 1 <= len(attestations) <= MAX_REGISTER:
+        errors.append(f"attestations: must be a list of 1 to {MAX_REGISTER:,} device attestations")
+    else:
+        errors += _attestation_errors(attestations)
+    count = len(attestations) if isinstance(attestations, list) else 0
     existing = Fleet.objects.filter(name=fleet_name).first() if not errors else None
     if existing is not None and not existing.is_real:
         errors.append(f"fleet: {fleet_name!r} is a simulated fleet; real devices need a fleet of kind 'devices'")
     if errors:
         raise RegistrationInvalid(errors)
 
-    issued = [IssuedCredential(f"dev-{secrets.token_hex(12)}", secrets.token_urlsafe(32)) for _ in range(count)]
+    issued = [
+        IssuedCredential(f"dev-{secrets.token_hex(12)}", secrets.token_urlsafe(32), attestation)
+        for attestation in attestations
+    ]
     try:
         with transaction.atomic():
             fleet, _ = Fleet.objects.get_or_create(
@@ -92,6 +106,24 @@ def devices_register(
     )
     fleet.refresh_from_db()
     return fleet, issued
+
+
+def _attestation_errors(attestations: list) -> list[str]:
+    """One message per attestation the authority did not sign, or naming a device key already listed
+    (at most five: a file of forgeries need not be read back whole)."""
+    errors, seen = [], set()
+    for index, content in enumerate(attestations):
+        try:
+            digest = attestation_check(content).digest
+        except RequestUnattested as refused:
+            errors.append(f"attestations[{index}]: {refused}")
+        else:
+            if digest in seen:
+                errors.append(f"attestations[{index}]: the same device key twice")
+            seen.add(digest)
+        if len(errors) == 5:
+            break
+    return errors
 
 
 def device_authenticate(*, device_id: str, secret: str) -> DeviceCredential | None:

@@ -126,3 +126,22 @@ def key_decode(text: str, *, size: int = 32) -> bytes:
     if len(key) != size:
         raise ValueError(f"a key must be {size} bytes (base64 of {size} random bytes), not {len(key)}")
     return key
+
+
+def env_key(name: str, *, size: int = 32) -> bytes | None:
+    """One key of ``size`` bytes, base64, from the variable ``name`` or from the file named by
+    ``name``_FILE (its first line); None when neither is set. Both set, or a bad key: ImproperlyConfigured."""
+    value, path = env_str(name), env_str(f"{name}_FILE")
+    if value is not None and path is not None:
+        raise ImproperlyConfigured(f"set {name} or {name}_FILE, not both")
+    if path is not None:
+        try:
+            value = Path(path).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise ImproperlyConfigured(f"{name}_FILE: cannot read {path}: {error}") from None
+    if value is None:
+        return None
+    try:
+        return key_decode(value, size=size)
+    except ValueError as bad:
+        raise ImproperlyConfigured(f"{name}: {bad}") from None

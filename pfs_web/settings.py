@@ -8,6 +8,7 @@ docs/deployment.md.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 from pathlib import Path
@@ -15,9 +16,21 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from pfs_base.env import env_bool, env_choice, env_file_load, env_float, env_int, env_keys, env_list, env_str
+from pfs_base.env import (
+    env_bool,
+    env_choice,
+    env_file_load,
+    env_float,
+    env_int,
+    env_key,
+    env_keys,
+    env_list,
+    env_str,
+)
 from pfs_base.logs import logging_config
 from pfs_base.rates import rate_parse
+from pfs_device.attestation import public_of
+from pfs_device.sdk.pacing import MIN_SPREAD
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -34,8 +47,8 @@ if SECRET_KEY is None:
 # Keys the simulated devices' coins with each round's seed (devices.services._coins), so a seed
 # alone reveals nothing. Rotating it changes only rounds not yet run.
 PFS_COIN_SECRET = env_str("PFS_COIN_SECRET") or SECRET_KEY
-# Seconds over which real devices spread their uploads after a collection opens: with the fleet's
-# size and the sampling rate it gives the expected upload rate of rate validation (seed 003, 4.8).
+# Seconds over which real devices are asked to spread their token requests and uploads after they see
+# a task (served with each task; the SDK paces over at least its own floor, pfs_device.sdk.pacing).
 PFS_REPORT_SPREAD_SECONDS = env_int("PFS_REPORT_SPREAD_SECONDS", 3600, minimum=1)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
@@ -228,9 +241,11 @@ PFS_AGGREGATOR_AUTH_SECRET = (env_str("PFS_AGGREGATOR_AUTH_SECRET") or f"derived
 # made up by the leader's simulator: off for a helper that serves real devices only).
 PFS_HELPER_MIN_COHORT_FLOOR = env_int("PFS_HELPER_MIN_COHORT_FLOOR", 0)
 PFS_HELPER_ACCEPT_SIMULATED = env_bool("PFS_HELPER_ACCEPT_SIMULATED", True)
-# And the largest expected upload rate (reports a second) it validates a collection of real devices
-# at, whatever the task says (unset: the task's). Rate validation is then never off for devices.
-PFS_HELPER_MAX_EXPECTED_RATE = env_float("PFS_HELPER_MAX_EXPECTED_RATE", 0.0, minimum=0.0) or None
+# The least time (seconds) each aggregator's operator trusts real devices to pace their uploads over:
+# the devices' own floor (pfs_device.sdk.pacing.MIN_SPREAD, 600 s), whatever the leader serves them.
+# Rate validation bounds honest arrivals with it (aggregation.batch_rules); each aggregator reads its
+# own, so the leader cannot loosen the helper's. Lower only where devices run with a lower --min-spread (tests).
+PFS_DEVICE_MIN_SPREAD = env_float("PFS_DEVICE_MIN_SPREAD", MIN_SPREAD, minimum=1.0)
 
 # Private keys (docs/deployment.md, "Keys"): each of the leader's and the helper's HPKE keys, and the
 # issuer's key-wrapping key, from the environment (PFS_<ROLE>_KEY: base64 of 32 bytes, the current
@@ -243,6 +258,35 @@ for _role in ("leader", "helper", "issuer"):
     PFS_KEY_FILES[_role] = env_str(f"PFS_{_role.upper()}_KEY_FILE")
     if PFS_KEYS[_role] and PFS_KEY_FILES[_role]:
         raise ImproperlyConfigured(f"set PFS_{_role.upper()}_KEY or PFS_{_role.upper()}_KEY_FILE, not both")
+
+
+def _development_key(purpose: str) -> bytes:
+    """A key for `make run` only (DEBUG): derived from SECRET_KEY, so both services sharing one .env agree."""
+    return hashlib.sha256(f"pfs-studio development {purpose}|{SECRET_KEY}".encode()).digest()
+
+
+# Device attestation (pfs_device.attestation; docs/deployment.md, "Keys"). The attestation authority
+# stands for the platform's device attestation: its Ed25519 key (PFS_ATTESTATION_KEY[_FILE], base64 of
+# a 32-byte seed) signs devices' public keys (manage.py attestation_sign) and is held by the authority
+# alone. The leader (at enrolment) and the issuer (for each token) hold only its public key
+# (PFS_ATTESTATION_PUBLIC_KEY[_FILE]). Neither set under DEBUG: a development authority derived from
+# SECRET_KEY; neither set with DEBUG off: no device enrols or gets a token (fail closed).
+PFS_ATTESTATION_KEY = env_key("PFS_ATTESTATION_KEY")
+PFS_ATTESTATION_PUBLIC_KEY = env_key("PFS_ATTESTATION_PUBLIC_KEY")
+if DEBUG and PFS_ATTESTATION_KEY is None and PFS_ATTESTATION_PUBLIC_KEY is None:
+    PFS_ATTESTATION_KEY = _development_key("attestation authority")
+    PFS_ATTESTATION_PUBLIC_KEY = public_of(PFS_ATTESTATION_KEY)
+# The issuer's statement key (aggregation.issuer.issued_statement): Ed25519, its own and not any
+# collection's blind-signing key (a blind signer signs whatever it is sent). It signs how many tokens
+# the issuer gave per collection; the helper, configured with its public key (exchanged at set-up like
+# PFS_AGGREGATOR_AUTH_SECRET), validates rates and plausibility against that count. Unset under DEBUG:
+# derived from SECRET_KEY (one .env for both services); unset with DEBUG off: the issuer publishes no
+# count and the helper takes no batch of real devices (fail closed).
+PFS_ISSUER_STATEMENT_KEY = env_key("PFS_ISSUER_STATEMENT_KEY")
+PFS_ISSUER_STATEMENT_PUBLIC_KEY = env_key("PFS_ISSUER_STATEMENT_PUBLIC_KEY")
+if DEBUG and PFS_ISSUER_STATEMENT_KEY is None and PFS_ISSUER_STATEMENT_PUBLIC_KEY is None:
+    PFS_ISSUER_STATEMENT_KEY = _development_key("issuer statements")
+    PFS_ISSUER_STATEMENT_PUBLIC_KEY = public_of(PFS_ISSUER_STATEMENT_KEY)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

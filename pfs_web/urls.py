@@ -5,6 +5,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from aggregation.api import IssuedCount
 from aggregation.config_api import hpke_config
 
 
@@ -24,6 +25,8 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("hpke_config", hpke_config, name="hpke-config"),  # the leader's own (DAP); the helper serves its
     path("api/device/", include("devices.api_urls")),  # real devices: tasks, tokens, report uploads
+    # The token issuer's signed count of its tokens for a collection (aggregation.statements).
+    path("api/issuer/collections/<path:collection_key>/issued", IssuedCount.as_view(), name="api-issuer-issued"),
     path("api/", include("analyses.api.urls")),
     path("", include("analyses.urls")),
 ]

@@ -64,6 +64,14 @@ def helper_rows_move(apps, schema_editor):
         model = apps.get_model("aggregation", name)
         if model._meta.db_table not in present:
             continue
+        # Only the columns the default table still has: it may be migrated further than this store
+        # (0010 drops CollectionRules' rate columns), and what it no longer has takes the default here.
+        with connections["default"].cursor() as cursor:
+            kept = {
+                c.name for c in connections["default"].introspection.get_table_description(cursor, model._meta.db_table)
+            }
+        column = {field.name: field.column for field in model._meta.concrete_fields}
+        others = tuple(field for field in others if column.get(field) in kept)
         columns = [*unique, *others] + ([created] if created else [])
         for row in model.objects.using("default").filter(**where).values(*columns):
             key = {field: row[field] for field in unique}

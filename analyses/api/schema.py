@@ -50,6 +50,7 @@ _MEANING = {
     415: "The body is not JSON.",
     422: "The Idempotency-Key was already used with another request.",
     429: "Too many requests: wait for Retry-After seconds.",
+    503: "A service this answer needs is unavailable here (its key is not configured, or it does not answer).",
 }
 
 
@@ -273,6 +274,13 @@ _DESCRIBED: dict[str, dict[str, Any]] = {
                 fields={
                     "collection_key": serializers.CharField(),
                     "blinded": serializers.CharField(help_text="The blinded token message, big-endian, base64."),
+                    "attestation": serializers.DictField(
+                        help_text="The attestation authority's attestation of the device's key "
+                        "(device_key, signature, optionally expires_at)."
+                    ),
+                    "device_signature": serializers.CharField(
+                        help_text="The device's Ed25519 signature over the request, base64 (pfs_device.attestation)."
+                    ),
                 },
             ),
             responses={
@@ -295,6 +303,26 @@ _DESCRIBED: dict[str, dict[str, Any]] = {
             responses={
                 202: inline_serializer(name="ReportReceived", fields={"received": serializers.BooleanField()}),
                 **errors(400, 409, 413, 429),
+            },
+        )
+    },
+    "aggregation.api.IssuedCount": {
+        "get": extend_schema(
+            summary="The issuer's signed count of a collection's tokens",
+            description="Anonymous: how many tokens the token issuer issued for the collection, signed with its "
+            "Ed25519 statement key (aggregation.statements). The helper verifies the copy the leader relays.",
+            auth=[],
+            responses={
+                200: inline_serializer(
+                    name="IssuedStatement",
+                    fields={
+                        "collection": serializers.CharField(),
+                        "issued": serializers.IntegerField(),
+                        "at": serializers.DateTimeField(),
+                        "signature": serializers.CharField(help_text="Ed25519, base64."),
+                    },
+                ),
+                **errors(404, 503),
             },
         )
     },

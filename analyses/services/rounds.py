@@ -9,14 +9,12 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import BooleanField, Case, Q, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
-from aggregation.batch_rules import rate_rules
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules
 from aggregation.services import (
@@ -109,14 +107,12 @@ def _collection_rules_open(round_: Round) -> None:
         shape = report_shape(mechanism=privacy.mechanism, epsilon0=privacy.epsilon0, domain_size=size)
         noise = None
     length, weight_bound = shape.length, shape.weight_bound
-    # Rate validation for uploads from real devices, on by default: the expected rate is the
-    # fleet's devices times the sampling rate, spread over PFS_REPORT_SPREAD_SECONDS.
-    rate, window, token_key = None, 60.0, None
+    # Rate validation of real devices' uploads needs nothing from the leader: each aggregator takes
+    # the devices' count from the token issuer's signed statement and their pacing from its own
+    # settings (aggregation.aggregators.devices_refusal), never from this fleet table.
+    token_key = None
     fleet = round_.recipe.analysis.fleet
     if fleet.is_real:
-        rate, window = rate_rules(
-            devices=max(fleet.size, 1), sampling_rate=privacy.sampling_rate, spread=settings.PFS_REPORT_SPREAD_SECONDS
-        )
         # The key the devices' task commits to: both aggregators check every token against it.
         token_key = issuer_public_key(round_.task_key)
     collection_rules_open(
@@ -125,8 +121,6 @@ def _collection_rules_open(round_: Round) -> None:
         min_cohort=privacy.min_cohort,
         weight_bound=weight_bound,
         noise=noise,
-        expected_rate=rate,
-        rate_window=window,
         vdaf=shape.kind,
         token_key=token_key,
         # Real devices get the task, and seal to the helper's key, from now: the helper must know the

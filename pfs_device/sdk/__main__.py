@@ -4,7 +4,10 @@
         --credential creds.json --data devices.jsonl --once
 
 --credential: the file manage.py device_register wrote ({"server", "helper", "fleet", "devices":
-[{"id", "secret"}]}), or one device's {"id", "secret", "fleet", "server", "helper"}. Each pass takes
+[{"id", "secret", "attestation"}]}), or one device's {"id", "secret", "attestation", "fleet", "server",
+"helper"}. Each device's private key is in --state, where python -m pfs_device.sdk.identity made it
+before the attestation authority attested its public key (docs/devices-sdk.md, "Enrolment"); a
+device whose key is not there exits with code 2. Each pass takes
 the leader's HPKE key from the leader's /hpke_config and the helper's from the helper's, pins them
 in --state (pfs_device.sdk.keys), and refuses every task that names other keys. --data: the
 devices' data in the fleet JSONL format (docs/fleets.md), one line per credential, in the same
@@ -35,8 +38,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pfs_device import __version__
+from pfs_device.attestation import Attestation, AttestationInvalid
 from pfs_device.sdk.client import ClientError, Credential, DeviceClient
 from pfs_device.sdk.device import DataInvalid, DeviceData, Offer, ServerKeys, data_read, task_answer
+from pfs_device.sdk.identity import KeyMissing, device_key_load
 from pfs_device.sdk.keys import FetchedKeys, KeyPins, announced_keys, keys_fetch
 from pfs_device.sdk.ledger import Ledger, LedgerCorrupt
 from pfs_device.sdk.pacing import MIN_SPREAD, Pacing
@@ -105,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     options = parser.parse_args(argv)
     try:
-        server, helper, fleet, credentials = _credentials(Path(options.credential), options.server, options.helper)
+        server, helper, fleet, credentials = _credentials(
+            Path(options.credential), options.server, options.helper, Path(options.state)
+        )
         devices = _data(Path(options.data), len(credentials))
         if not options.interval > 0:
             raise UsageError("--interval: must be a positive number of seconds")
@@ -247,7 +254,9 @@ def _pass(
     return summary
 
 
-def _credentials(path: Path, server: str | None, helper: str | None) -> tuple[str, str, str | None, list[Credential]]:
+def _credentials(
+    path: Path, server: str | None, helper: str | None, state: Path
+) -> tuple[str, str, str | None, list[Credential]]:
     try:
         content = json.loads(path.read_text())
     except OSError as error:
@@ -267,7 +276,7 @@ def _credentials(path: Path, server: str | None, helper: str | None) -> tuple[st
     for index, entry in enumerate(content["devices"]):
         if not (isinstance(entry, dict) and isinstance(entry.get("id"), str) and isinstance(entry.get("secret"), str)):
             raise UsageError(f"--credential: devices[{index}] must be an object with string 'id' and 'secret'")
-        credentials.append(Credential(entry["id"], entry["secret"]))
+        credentials.append(_credential(entry, index, state))
     server = server or content.get("server")
     if not server:
         raise UsageError("--server: needed (the credential file names no server)")
@@ -282,6 +291,21 @@ def _credentials(path: Path, server: str | None, helper: str | None) -> tuple[st
     if not isinstance(helper, str) or not helper.startswith(("http://", "https://")):
         raise UsageError(f"--helper: must be an http:// or https:// URL, not {helper!r}")
     return server, helper.rstrip("/"), content.get("fleet"), credentials
+
+
+def _credential(entry: dict, index: int, state: Path) -> Credential:
+    """The entry's credential with its attestation and, from the state folder, its private key.
+
+    An entry without an attestation still runs: the issuer refuses its token (attestation_missing)
+    and says so, as it would any unattested device."""
+    if "attestation" not in entry:
+        return Credential(entry["id"], entry["secret"])
+    try:
+        attestation = Attestation.from_json(entry["attestation"])
+        key = device_key_load(state, attestation.device_public_key)
+    except (AttestationInvalid, KeyMissing) as error:
+        raise UsageError(f"--credential: devices[{index}]: {error}") from None
+    return Credential(entry["id"], entry["secret"], attestation=entry["attestation"], device_key=key)
 
 
 def _data(path: Path, count: int) -> list[DeviceData]:

@@ -1,6 +1,8 @@
 """The device API over HTTP, with urllib from the standard library (docs/devices-sdk.md).
 
-Task and token requests carry the device's credential; the report upload carries none, so
+Task and token requests carry the device's credential; a token request also carries the device's
+attestation and the device's own signature over it (pfs_device.attestation), without which the
+issuer signs nothing. The report upload carries none of these, so
 nothing in it names the device. Transient failures (no connection, 5xx, 429) are retried with
 backoff, honouring Retry-After; anything else is the server's answer and is raised.
 """
@@ -15,6 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from pfs_device.attestation import DeviceKey, token_request_sign
 from pfs_device.tokens import IssuerPublicKey
 from pfs_device.wire import Report, report_bytes
 
@@ -39,6 +42,10 @@ class ClientError(Exception):
 class Credential:
     device_id: str
     secret: str
+    # The attestation it enrolled with (its JSON form) and its own key pair, kept in its state
+    # (pfs_device.sdk.identity): they authenticate its token requests to the issuer.
+    attestation: dict | None = None
+    device_key: DeviceKey | None = None
 
     @property
     def header(self) -> str:
@@ -67,7 +74,11 @@ class DeviceClient:
     def token(self, collection_key: str, blinded: int) -> int:
         """POST /api/device/tokens/: the issuer's blind signature on ``blinded``."""
         size = (blinded.bit_length() + 7) // 8
-        body = {"collection_key": collection_key, "blinded": base64.b64encode(blinded.to_bytes(size, "big")).decode()}
+        blinded_bytes = blinded.to_bytes(size, "big")
+        body = {"collection_key": collection_key, "blinded": base64.b64encode(blinded_bytes).decode()}
+        if self.credential.attestation is not None and self.credential.device_key is not None:
+            signature = token_request_sign(self.credential.device_key, collection_key, blinded_bytes)
+            body.update(attestation=self.credential.attestation, device_signature=base64.b64encode(signature).decode())
         answer = self._request("POST", "/api/device/tokens/", body=json.dumps(body).encode(), authenticated=True)
         return int.from_bytes(base64.b64decode(answer["blind_signature"]), "big")
 

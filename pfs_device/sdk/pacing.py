@@ -13,7 +13,8 @@ CSPRNG:
 The token always comes first, yet the two draws are independent, so among devices that decide
 together the order of the tokens says nothing about the order of the uploads. The uploads stay
 spread over 85 % of the collection's spread (PFS_REPORT_SPREAD_SECONDS, served with each task), so
-they arrive at 1.18 times the rate rate validation expects, below the twice it refuses.
+no device's upload is likelier than 1 / (0.85 x spread) per second: the bound rate validation
+assumes of honest devices (aggregation.batch_rules).
 
 The spread is the server's to send, and a server that sent 0, or a deadline a few seconds away,
 would have every device ask for its token and upload back to back, which joins the two orders

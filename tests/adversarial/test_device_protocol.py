@@ -26,12 +26,12 @@ from aggregation.models import LeaderShare
 from aggregation.reports import rejections
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
-from devices.credentials import devices_register
 from pfs_device import wire
 from pfs_device.report_client import AggregatorKeys, report_seal, report_token_obtain
 from pfs_device.sdk.device import TASK_INVALID, Offer, ServerKeys, task_answer
 from pfs_device.sdk.ledger import Ledger
 from pfs_device.tokens import Token, issuer_key_generate, nonce_generate
+from tests.attest import devices_enrol
 from tests.unit.test_device_http import (
     BUCKETS,
     CENTRAL,
@@ -79,8 +79,8 @@ def test_a_token_minted_in_one_collection_is_refused_in_another(api, phones, pho
 
 
 def test_a_device_of_another_fleet_cannot_upload_into_this_fleets_round(api, phones, central_round, analyst, officer):
-    others, issued = devices_register(fleet_name="tablets", count=5)
-    outsider = Device(issued[0].device_id, issued[0].secret)
+    others, issued = devices_enrol(fleet_name="tablets", count=5)
+    outsider = Device.of(issued[0])
     spec = {**copy.deepcopy(PHONES_SPEC), "identifier": "t.tablets", "fleet": "tablets"}
     analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
     created = api.post(
@@ -143,8 +143,8 @@ def test_a_sybil_flood_is_refused_whole_by_rate_validation(api, analyst, officer
     """980 all-zero reports from registered sybils plus 3 real devices made a batch the release
     subtracted the 3 real devices from. Rate validation is now on by default: the collection
     expects the fleet's devices over PFS_REPORT_SPREAD_SECONDS, and a burst is refused whole."""
-    _, issued = devices_register(fleet_name="crowd", count=303, registered_by="test")
-    devices = [Device(c.device_id, c.secret) for c in issued]
+    _, issued = devices_enrol(fleet_name="crowd", count=303)
+    devices = [Device.of(c) for c in issued]
     spec = {**copy.deepcopy(PHONES_SPEC), "identifier": "t.crowd", "fleet": "crowd"}
     analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
     created = api.post("/api/analyses/t.crowd/recipes/", {**CENTRAL, "AnalysisIdentifier": "t.crowd"}, format="json")
@@ -164,6 +164,6 @@ def test_a_sybil_flood_is_refused_whole_by_rate_validation(api, analyst, officer
 
 def test_registering_devices_is_logged_so_a_burst_before_a_collection_shows(caplog) -> None:
     caplog.set_level("WARNING", logger="pfs.audit")
-    devices_register(fleet_name="burst", count=25, registered_by="cli:operator")
+    devices_enrol(fleet_name="burst", count=25, registered_by="cli:operator")
     [record] = [r for r in caplog.records if getattr(r, "event", None) == "devices.registered"]
     assert (record.fleet, record.count, record.by) == ("burst", 25, "cli:operator")

@@ -261,7 +261,7 @@ def test_the_helper_releases_once_the_same_answer_to_a_retry_and_nothing_to_anot
 ) -> None:
     honest_job(monkeypatch)
     pairs = list(HelperShare.objects.using(HELPER_STORE).values_list("pair", flat=True))
-    request = dap.encode(dap.AggregateShareReq(collection=KEY, batches={"": pairs}))
+    request = dap.encode(dap.AggregateShareReq(collection=KEY, batches={"": pairs}, issued_statement=_statement()))
     first = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, request)
     again = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, request)
     assert first.status_code == again.status_code == 200 and first.content == again.content  # no second noise draw
@@ -309,28 +309,30 @@ def test_a_shard_of_many_large_batches_is_taken_in_one_request(db, helper) -> No
     assert HelperShare.objects.using(HELPER_STORE).count() == 24
 
 
-@pytest.mark.parametrize(
-    ("rate", "window"), [(None, 60.0), (1e9, 60.0), (0.1, 1e9)], ids=["off", "huge", "long window"]
-)
-def test_the_helpers_rate_ceiling_holds_whatever_the_task_says(db, monkeypatch, settings, rate, window) -> None:
-    # A leader that provisions rate validation off, at a rate no flood reaches, or over a window that
-    # averages any burst away, to slip 201 reports sent at once past the helper: its own ceiling holds.
+def test_the_helper_refuses_a_burst_from_the_issuers_count_and_its_own_floor(db, monkeypatch, helper) -> None:
+    # A leader can provision no rate: the helper counts the issuer's tokens (80, signed) and keeps its
+    # own pacing floor (PFS_DEVICE_MIN_SPREAD): 80 reports sent at once, at most 46 in a minute allowed.
     from privacy.mechanisms import report_weight_bound
 
-    weight = report_weight_bound(ORACLE, DOMAIN, 1e-9)
-    token_key = issuer_public_key(KEY)
     collection_rules_open(
         key=KEY,
         length=DOMAIN,
         min_cohort=3,
-        weight_bound=weight,
-        expected_rate=rate,
-        rate_window=window,
-        token_key=token_key,
+        weight_bound=report_weight_bound(ORACLE, DOMAIN, 1e-9),
+        token_key=issuer_public_key(KEY),
     )
-    # The helper operator's: 0.1 a second, so a 1,000-second window (100 honest reports expected in
-    # it, batch_rules.rate_window) and at most 200 in any of them.
-    settings.PFS_HELPER_MAX_EXPECTED_RATE = 0.1
-    honest_job(monkeypatch, devices=[f"d{i}" for i in range(201)])
-    (batch,) = collection_release(collection_key=KEY, estimator=KARY)
-    assert batch.suppressed and batch.reason.startswith("helper:") and "1000-second window" in batch.reason
+    honest_job(monkeypatch, devices=[f"d{i}" for i in range(80)])
+    pairs = list(HelperShare.objects.using(HELPER_STORE).values_list("pair", flat=True))
+    request = dap.AggregateShareReq(collection=KEY, batches={"": pairs}, issued_statement=_statement())
+    answer = send(helper, "POST", "/aggregate_shares", dap.SHARE_REQ, dap.encode(request))
+    (share,) = dap.AggregateShareResp.parse(answer.content).batches.values()
+    assert share.reports is None and share.refused.startswith("helper:") and "rate validation" in share.refused
+    assert "more than 46 in a 60-second window" in share.refused
+    assert not HelperShare.objects.using(HELPER_STORE).exists()  # refused whole, its shares deleted
+
+
+def _statement(key: str = KEY) -> dict:
+    """The issuer's signed count for ``key``, as the leader relays it."""
+    from aggregation.issuer import issued_statement
+
+    return issued_statement(key).as_json()

@@ -41,14 +41,15 @@ from aggregation.batch_rules import ARRIVAL_GRAIN
 from aggregation.models import Collection, HelperShare, IssuedToken, LeaderShare, PendingReport
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
-from devices.credentials import devices_register
 from devices.models import CollectionWindow
 from pfs_device import wire
+from pfs_device.attestation import key_digest
 from pfs_device.report_client import AggregatorKeys
 from pfs_device.sdk.device import Offer, ServerKeys, task_answer
 from pfs_device.sdk.keys import announced_keys
 from pfs_device.sdk.ledger import Ledger
 from pfs_device.sdk.pacing import MIN_GAP, MIN_SPREAD, TOO_LITTLE_TIME, Pacing, plan_draw
+from tests.attest import devices_enrol
 from tests.unit.test_device_http import CENTRAL, PHONES_SPEC, Device, upload, verify
 
 DEVICES = 60
@@ -59,7 +60,7 @@ POLL = 60.0  # devices decide when they poll: within a minute of each other
 
 @pytest.fixture
 def crowd(api, analyst, officer) -> tuple[list[Device], list[str]]:
-    _, issued = devices_register(fleet_name="crowd", count=DEVICES, registered_by="test")
+    _, issued = devices_enrol(fleet_name="crowd", count=DEVICES)
     spec = {**copy.deepcopy(PHONES_SPEC), "identifier": "t.crowd", "fleet": "crowd"}
     analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
     keys = []
@@ -68,7 +69,7 @@ def crowd(api, analyst, officer) -> tuple[list[Device], list[str]]:
         created = api.post("/api/analyses/t.crowd/recipes/", recipe, format="json")
         round_id = api.post(f"/api/recipes/{created.json()['id']}/rounds/").json()["id"]
         keys.append(Round.objects.get(pk=round_id).task_key)
-    return [Device(c.device_id, c.secret) for c in issued], keys
+    return [Device.of(c) for c in issued], keys
 
 
 def _collect(devices: list[Device], key: str, events: list[tuple[float, int, str]]) -> dict[str, int]:
@@ -86,7 +87,10 @@ def _collect(devices: list[Device], key: str, events: list[tuple[float, int, str
 
 def _join(devices: list[Device], key: str, truth: dict[str, int]) -> tuple[int, float]:
     """The attack: the k-th issue paired with the k-th arrival. (devices paired right, rank correlation)"""
-    by_digest = {hashlib.sha256(f"device:{d.device_id}".encode()).hexdigest(): i for i, d in enumerate(devices)}
+    # The issuer's rows name the attested device key (aggregation.issuer), which the leader saw at enrolment.
+    by_digest = {
+        hashlib.sha256(f"attested:{key_digest(d.key.public)}".encode()).hexdigest(): i for i, d in enumerate(devices)
+    }
     issued = IssuedToken.objects.using("issuer").filter(collection_key=key).order_by("issued_on", "pk")
     issue_order = [by_digest[digest] for digest in issued.values_list("device_digest", flat=True)]
     received = PendingReport.objects.filter(collection_key=key).order_by("received_at", "pk")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -58,6 +59,8 @@ def helper_env(folder: Path, **extra: str) -> dict[str, str]:
         # Where a leader's store would be: the helper must never create or open it.
         "DATABASE_URL": f"sqlite:///{folder / 'leader.sqlite3'}",
         "HELPER_DATABASE_URL": f"sqlite:///{folder / 'helper.sqlite3'}",
+        # The issuer's statement public key, as its operator gives it at set-up (pfs_web.settings_test's).
+        "PFS_ISSUER_STATEMENT_PUBLIC_KEY": os.environ["PFS_ISSUER_STATEMENT_PUBLIC_KEY"],
         **extra,
     }
 

@@ -27,13 +27,13 @@ import pytest
 
 from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
-from devices.credentials import devices_register
 from devices.fleet_io import fleet_import
 from devices.synthetic import LOCALES, generate_shard
 from tests import services
+from tests.attest import devices_enrol, keys_store
 from tests.conftest import RECIPE
 from tests.integration.test_helper_service import start_helper
-from tests.services import ROOT
+from tests.services import ROOT, Worker, redis_url_or_fail
 
 pytestmark = pytest.mark.integration
 
@@ -92,18 +92,36 @@ class Analyst:
         raise AssertionError(f"round {round_id} not released after {timeout} s")
 
 
+@pytest.fixture
+def paced_worker(fault_queue, tmp_path):
+    """A worker of the test's own whose operator trusts devices to pace over 10 s, as the devices
+    here do (rate validation's floor, PFS_DEVICE_MIN_SPREAD; the session's worker keeps 600 s)."""
+    worker = Worker(
+        redis_url_or_fail(), tmp_path / "worker.log", queue=fault_queue, extra_env={"PFS_DEVICE_MIN_SPREAD": "10"}
+    )
+    try:
+        worker.wait_ready()
+        yield worker
+    finally:
+        worker.stop()
+
+
 def test_real_device_processes_release_what_the_simulated_path_gives(
-    worker, live_server, analyst, officer, tmp_path, settings
+    paced_worker, live_server, analyst, officer, tmp_path, settings
 ) -> None:
     # The device processes answer within seconds: the collection expects its uploads over 10 s
     # (rate validation is on; at the default hour, 1,800 uploads in seconds would be a flood), and
     # the devices are run with --min-spread 10 (their own floor, 600 s by default).
     settings.PFS_REPORT_SPREAD_SECONDS = 10
+    # And each aggregator trusts devices to pace over no less (rate validation's bound,
+    # aggregation.batch_rules): the worker's operator (paced_worker), the helper's (below).
     records = device_records(DEVICES, seed=2024)
     data = tmp_path / "devices.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in records))
     fleet_import(name="twin", path=data, shard_size=1000)  # the same devices, simulated
-    _, credentials = devices_register(fleet_name="phones", count=DEVICES)
+    # Each device's key pair in its state folder, its public key attested by the test authority.
+    _, credentials = devices_enrol(fleet_name="phones", count=DEVICES)
+    keys_store(tmp_path / "ledgers", credentials)
     for identifier, fleet in (("t.real", "phones"), ("t.sim", "twin")):
         spec = {"identifier": identifier, "fleet": fleet, **copy.deepcopy(POLICY)}
         analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
@@ -115,7 +133,9 @@ def test_real_device_processes_release_what_the_simulated_path_gives(
     # The helper's own service, serving its key from the helper's store the test's leader and worker
     # use: each device takes the helper's key from it, the leader's from the leader (pfs_device.sdk.keys).
     (tmp_path / "helper").mkdir()
-    helper, helper_url = start_helper(tmp_path / "helper", HELPER_DATABASE_URL=services.test_database_url("helper"))
+    helper, helper_url = start_helper(
+        tmp_path / "helper", HELPER_DATABASE_URL=services.test_database_url("helper"), PFS_DEVICE_MIN_SPREAD="10"
+    )
     processes = []
     for index in range(PROCESSES):
         part = slice(index * PER_PROCESS, (index + 1) * PER_PROCESS)

@@ -46,6 +46,9 @@ SECRET = "the-secret-the-two-operators-exchanged"
 KEY = "two-services/round-1"
 DOMAIN = 8
 ESTIMATOR = ClientNoiseEstimator(mechanism="kary_rr", epsilon0=3.0, domain_size=DOMAIN)
+# The devices here are the test itself, sending thousands of reports within seconds: both operators
+# trust them to pace over a second (rate validation's floor, aggregation.batch_rules), not 600.
+PACING_FLOOR = "1"
 
 
 class Helper:
@@ -59,7 +62,11 @@ class Helper:
     def start(self, **extra: str) -> None:
         self.starts += 1
         self.server, url = start_helper(
-            self.folder, log_name=f"helper-{self.starts}.log", PFS_AGGREGATOR_AUTH_SECRET=SECRET, **extra
+            self.folder,
+            log_name=f"helper-{self.starts}.log",
+            PFS_AGGREGATOR_AUTH_SECRET=SECRET,
+            PFS_DEVICE_MIN_SPREAD=PACING_FLOOR,
+            **extra,
         )
         self.settings.HELPER_URL = url
 
@@ -83,6 +90,7 @@ def helper(tmp_path, settings):
     settings.PFS_HELPER_TRANSPORT = "http"
     settings.PFS_AGGREGATOR_AUTH_SECRET = SECRET.encode()
     settings.PFS_HELPER_ATTEMPTS = 2  # a helper that is down is noticed in a fraction of a second here
+    settings.PFS_DEVICE_MIN_SPREAD = float(PACING_FLOOR)
     helper_client.public_key_forget()
     service = Helper(tmp_path, settings)
     yield service

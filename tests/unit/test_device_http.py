@@ -32,13 +32,14 @@ from aggregation.reports import rejections, upload_body_limit
 from analyses.models import Round
 from analyses.reaper import rounds_reap
 from analyses.services.policy import analysis_approve, analysis_create
-from devices.credentials import devices_register
 from devices.models import CollectionWindow, DeviceCredential, Fleet
 from pfs_device import hpke, wire
+from pfs_device.attestation import DeviceKey, attestation_sign, token_request_sign
 from pfs_device.report_client import AggregatorKeys, report_seal, report_shard, report_sign, report_token_obtain
 from pfs_device.tokens import Token, nonce_generate, token_blind, token_finalize, token_obtain
 from pfs_device.tokens import verify as verify_token
 from privacy.report_vdaf import ReportShape
+from tests.attest import Enrolled, attested, devices_enrol
 from tests.conftest import RECIPE
 from tests.unit.test_hpke_v2 import shares_seal_v2
 
@@ -70,21 +71,37 @@ BUCKETS = 8  # RECIPE's age boundaries: OOV and 7 ranges
 
 
 class Device:
-    """A registered device speaking HTTP through an APIClient."""
+    """A registered device speaking HTTP through an APIClient; with its key pair and attestation, it
+    signs its token requests as the SDK does (pfs_device.sdk.client)."""
 
-    def __init__(self, device_id: str, secret: str) -> None:
+    def __init__(
+        self, device_id: str, secret: str, *, key: DeviceKey | None = None, attestation: dict | None = None
+    ) -> None:
         self.device_id = device_id
+        self.secret = secret
+        self.key = key
+        self.attestation = attestation
         self.api = APIClient()
         self.api.credentials(HTTP_AUTHORIZATION=f"Device {device_id}:{secret}")
+
+    @classmethod
+    def of(cls, enrolled: Enrolled) -> Device:
+        return cls(enrolled.device_id, enrolled.secret, key=enrolled.key, attestation=enrolled.attestation)
 
     def tasks(self) -> dict:
         response = self.api.get("/api/device/tasks/")
         assert response.status_code == 200, response.content
         return response.json()
 
-    def token_request(self, key: str, blinded: int):
+    def token_request(self, key: str, blinded: int, **extra):
         encoded = base64.b64encode(blinded.to_bytes(256, "big")).decode()
-        return self.api.post("/api/device/tokens/", {"collection_key": key, "blinded": encoded}, format="json")
+        body = {"collection_key": key, "blinded": encoded}
+        if self.key is not None:
+            minimal = blinded.to_bytes((blinded.bit_length() + 7) // 8, "big")
+            signature = token_request_sign(self.key, key, minimal)
+            body.update(attestation=self.attestation, device_signature=base64.b64encode(signature).decode())
+        body.update(extra)
+        return self.api.post("/api/device/tokens/", body, format="json")
 
     def issue(self, key: str):
         def issue(blinded: int) -> int:
@@ -144,8 +161,8 @@ def verify(key: str) -> int:
 
 @pytest.fixture
 def phones(db):
-    fleet, issued = devices_register(fleet_name="phones", count=1000)
-    return fleet, [Device(c.device_id, c.secret) for c in issued[:8]]
+    fleet, enrolled = devices_enrol(fleet_name="phones", count=1000)
+    return fleet, [Device.of(e) for e in enrolled[:8]]
 
 
 @pytest.fixture
@@ -169,10 +186,17 @@ def central_round(api, phones_analysis) -> Round:
 # ---------------------------------------------------------------- registering devices
 
 
+def attestations_file(path, count: int) -> str:
+    """What the attestation authority's attestation_sign writes: ``count`` devices' attestations."""
+    path.write_text(json.dumps({"attestations": [attestation for _, attestation in attested(count)]}))
+    return str(path)
+
+
 def test_device_register_writes_credentials_that_sign_in(db, tmp_path, settings) -> None:
     settings.HELPER_URL = "https://helper.example"
     out = tmp_path / "creds.json"
-    call_command("device_register", "--fleet", "watches", "--count", "3", "--out", str(out))
+    three = attestations_file(tmp_path / "three.json", 3)
+    call_command("device_register", "--fleet", "watches", "--attestations", three, "--out", str(out))
     content = json.loads(out.read_text())
     assert content["fleet"] == "watches" and len(content["devices"]) == 3
     # Both aggregators' URLs: the SDK fetches the helper's key from the helper itself.
@@ -180,14 +204,19 @@ def test_device_register_writes_credentials_that_sign_in(db, tmp_path, settings)
     assert oct(out.stat().st_mode & 0o777) == "0o600"
     fleet = Fleet.objects.get(name="watches")
     assert (fleet.kind, fleet.size, fleet.shards.count()) == ("devices", 3, 0)
+    # Each device's attestation, which it sends with its token requests.
+    assert [d["attestation"] for d in content["devices"]] == json.loads((tmp_path / "three.json").read_text())[
+        "attestations"
+    ]
     # Only the hash is stored.
     first = content["devices"][0]
     assert first["secret"] not in DeviceCredential.objects.get(device_id=first["id"]).secret_hash
     assert Device(first["id"], first["secret"]).api.get("/api/device/tasks/").status_code == 200
     assert Device(first["id"], "wrong").api.get("/api/device/tasks/").status_code == 401
     other = tmp_path / "other.json"
+    one = attestations_file(tmp_path / "one.json", 1)
     call_command(
-        "device_register", "--fleet", "watches", "--count", "1", "--out", str(other), "--helper", "http://h:1/"
+        "device_register", "--fleet", "watches", "--attestations", one, "--out", str(other), "--helper", "http://h:1/"
     )
     assert json.loads(other.read_text())["helper"] == "http://h:1"
 
@@ -195,15 +224,27 @@ def test_device_register_writes_credentials_that_sign_in(db, tmp_path, settings)
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--fleet", "small", "--count", "3"], "simulated fleet"),
-        (["--fleet", "watches", "--count", "0"], "count"),
-        (["--fleet", "bad name!", "--count", "3"], "fleet"),
-        (["--fleet", "watches", "--count", "3", "--helper", "helper.example"], "helper"),
+        (["--fleet", "small"], "simulated fleet"),
+        (["--fleet", "watches", "--none"], "attestations: must be a list of 1"),
+        (["--fleet", "watches", "--forged"], "not signed by the attestation authority"),
+        (["--fleet", "watches", "--twice"], "the same device key twice"),
+        (["--fleet", "bad name!"], "fleet"),
+        (["--fleet", "watches", "--helper", "helper.example"], "helper"),
     ],
 )
 def test_device_register_with_bad_input_exits_2_and_registers_nothing(fleet, tmp_path, arguments, message) -> None:
+    attestations = [attestation for _, attestation in attested(3)]
+    if "--none" in arguments:
+        attestations = []
+    if "--forged" in arguments:  # a key the leader made itself, not the authority's
+        attestations[1] = attestation_sign(DeviceKey.generate().private, DeviceKey.generate().public).as_json()
+    if "--twice" in arguments:
+        attestations[2] = attestations[0]
+    path = tmp_path / "attestations.json"
+    path.write_text(json.dumps({"attestations": attestations}))
+    arguments = [a for a in arguments if a not in ("--none", "--forged", "--twice")]
     with pytest.raises(CommandError, match=message) as error:
-        call_command("device_register", *arguments, "--out", str(tmp_path / "creds.json"))
+        call_command("device_register", *arguments, "--attestations", str(path), "--out", str(tmp_path / "creds.json"))
     assert error.value.returncode == 2
     assert not DeviceCredential.objects.exists() and not (tmp_path / "creds.json").exists()
 
@@ -212,7 +253,8 @@ def test_device_register_refuses_to_overwrite_a_credentials_file(db, tmp_path) -
     out = tmp_path / "creds.json"
     out.write_text("{}")
     with pytest.raises(CommandError, match="already exists") as error:
-        call_command("device_register", "--fleet", "watches", "--count", "1", "--out", str(out))
+        one = attestations_file(tmp_path / "one.json", 1)
+        call_command("device_register", "--fleet", "watches", "--attestations", one, "--out", str(out))
     assert error.value.returncode == 2 and not Fleet.objects.filter(name="watches").exists()
 
 
@@ -221,7 +263,7 @@ def test_device_register_refuses_to_overwrite_a_credentials_file(db, tmp_path) -
 
 def test_tasks_show_only_the_open_rounds_of_the_devices_fleet(api, analyst, officer, phones, central_round) -> None:
     _, (device, *_) = phones
-    _, (tablet,) = devices_register(fleet_name="tablets", count=1)
+    _, (tablet,) = devices_enrol(fleet_name="tablets", count=1)
     tablets_spec = {**copy.deepcopy(PHONES_SPEC), "identifier": "t.tablets", "fleet": "tablets"}
     analysis_approve(analysis=analysis_create(spec=tablets_spec, owner=analyst), officer=officer)
 

@@ -29,6 +29,7 @@ from privacy.vdaf.field import Field128
 from tests.report_path import report_submit
 from tests.unit.test_hpke_v2 import shares_seal_v2
 from tests.unit.test_report_protocol import (
+    BURST,
     DOMAIN,
     KEY,
     keys,
@@ -244,14 +245,14 @@ def test_the_release_drains_the_pending_reports_first(rules) -> None:
 @pytest.mark.parametrize(("spacing", "refused"), [(0, True), (10, False)])
 def test_rate_validation_reads_when_the_bulk_verified_reports_arrived(spacing, refused) -> None:
     rate_rules_open()
-    for device in range(14):
+    for device in range(BURST):
         receive(report(f"d{device}", one_hot(device % DOMAIN)))
     start = timezone.now()
     for i, pending in enumerate(PendingReport.objects.order_by("pk")):
         PendingReport.objects.filter(pk=pending.pk).update(received_at=start + timedelta(seconds=spacing * i))
     reports_ingest(collection_key=KEY)
     assert LeaderShare.objects.count() == 1  # one chunk: the arrival times travel with the sum
-    # 14 reports within a minute against 0.1/s expected: 14 > 2 * 6; spread 10 s apart, at most 6 a minute.
+    # 40 reports within a minute from 40 tokens: more than the 29 their pacing allows; 10 s apart, 6 a minute.
     (batch,) = collection_release(collection_key=KEY, estimator=KARY)
     assert batch.suppressed is refused
     if refused:

@@ -1,8 +1,11 @@
-"""Register real devices in a fleet of kind 'devices' and write their credentials to a file.
+"""Register attested devices in a fleet of kind 'devices' and write their credentials to a file.
 
-    manage.py device_register --fleet phones --count 100 --out creds.json
+    manage.py device_register --fleet phones --attestations attestations.json --out creds.json
 
-The file holds each device's id and secret, the leader's URL (``server``) and the helper's
+--attestations: {"attestations": [...]}, as the attestation authority's ``attestation_sign`` wrote
+them: one device per attestation, each the authority's signature on the device's own key (a device
+without one gets no token from the issuer, pfs_device.attestation). The file holds each device's id,
+secret and attestation, the leader's URL (``server``) and the helper's
 (``helper``, from --helper or the setting HELPER_URL), where the SDK fetches each aggregator's own
 key (docs/devices-sdk.md); the server keeps only the secret's hash, so the file is the one copy. Bad input exits with code 2 and changes nothing.
 """
@@ -25,7 +28,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--fleet", required=True, help="the fleet's name (letters, digits, - and _)")
-        parser.add_argument("--count", type=int, required=True, help="how many devices to register")
+        parser.add_argument(
+            "--attestations", required=True, help="the devices' attestations, JSON {'attestations': [...]}"
+        )
         parser.add_argument("--out", required=True, help="the credentials file to write (must not exist)")
         parser.add_argument("--server", default="", help="the server's URL, written into the file for the SDK")
         parser.add_argument(
@@ -44,11 +49,12 @@ class Command(BaseCommand):
             problems.append(f"out: {out} already exists; the secrets in it would be lost")
         elif not out.parent.is_dir():
             problems.append(f"out: the folder {out.parent} does not exist")
+        attestations = self._attestations(Path(options["attestations"]), problems)
         if problems:
             raise CommandError(self._invalid(problems), returncode=2)
         try:
             fleet, issued = devices_register(
-                fleet_name=options["fleet"], count=options["count"], registered_by=f"cli:{getpass.getuser()}"
+                fleet_name=options["fleet"], attestations=attestations, registered_by=f"cli:{getpass.getuser()}"
             )
         except RegistrationInvalid as error:
             raise CommandError(self._invalid(error.errors), returncode=2) from error
@@ -67,6 +73,19 @@ class Command(BaseCommand):
         self.stdout.write(
             f"registered {len(issued):,} devices in fleet {fleet.name} ({fleet.size:,} in all); credentials in {out}"
         )
+
+    @staticmethod
+    def _attestations(path: Path, problems: list[str]) -> list:
+        try:
+            content = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            problems.append(f"attestations: cannot read {path}: {error}")
+            return []
+        attestations = content.get("attestations") if isinstance(content, dict) else None
+        if not isinstance(attestations, list):
+            problems.append(f"attestations: {path} must hold 'attestations', a list")
+            return []
+        return attestations
 
     @staticmethod
     def _invalid(problems: list[str]) -> str:
