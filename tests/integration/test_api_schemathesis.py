@@ -39,7 +39,8 @@ def seeded(transactional_db, analysis, discovery, recipe, api, analyst):
     assert created.status_code == 201, created.json()
     recipe_id = created.json()["id"]
     released = api.post(f"/api/recipes/{recipe_id}/rounds/").json()["id"]  # sync tasks: released on commit
-    assert Round.objects.get(pk=released).status == Round.Status.RELEASED
+    released_round = Round.objects.get(pk=released)
+    assert released_round.status == Round.Status.RELEASED
     spec = copy.deepcopy(DISCOVERY_SPEC)
     spec["maxLength"] = 1
     run = api.post("/api/adaptive-runs/", spec, format="json")
@@ -48,6 +49,7 @@ def seeded(transactional_db, analysis, discovery, recipe, api, analyst):
         "identifier": ["test.ages", "t.discovery"],
         "id": [recipe_id, released, run.json()["id"]],
         "name": ["small", "words"],
+        "collection_key": [released_round.task_key],  # the issuer's signed count of a collection
     }
 
 
