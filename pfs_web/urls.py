@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from aggregation.api import IssuedCount
 from aggregation.config_api import hpke_config
+from aggregation.gateway_api import ohttp_gateway, ohttp_keys
 
 
 def favicon(request: HttpRequest) -> HttpResponseRedirect:
@@ -25,6 +26,9 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("hpke_config", hpke_config, name="hpke-config"),  # the leader's own (DAP); the helper serves its
     path("api/device/", include("devices.api_urls")),  # real devices: tasks, tokens, report uploads
+    # The Oblivious Gateway (RFC 9458) in front of the upload: its key configuration, its capsules.
+    path("api/ohttp/keys", ohttp_keys, name="api-ohttp-keys"),
+    path("api/ohttp/", ohttp_gateway, name="api-ohttp-gateway"),
     # The token issuer's signed count of its tokens for a collection (aggregation.statements).
     path("api/issuer/collections/<path:collection_key>/issued", IssuedCount.as_view(), name="api-issuer-issued"),
     path("api/", include("analyses.api.urls")),
