@@ -108,12 +108,18 @@ def _join(devices: list[Device], key: str, truth: dict[str, int]) -> tuple[int, 
 def test_joining_issue_and_arrival_orders_finds_devices_no_better_than_chance(crowd) -> None:
     devices, keys = crowd
     rng = random.Random(17)  # the SDK's pacing with fixed coins
+    _join_no_better_than_chance(devices, keys, rng, lambda device, key: plan_draw(SPREAD, rng))
+
+
+def _join_no_better_than_chance(devices, keys, rng: random.Random, plan_of) -> None:
+    """Each device decides within POLL of the others, then gets its token and uploads as
+    ``plan_of(device, key)`` says; joining the orders in every collection finds what chance finds."""
     right, correlations = 0, []
     for key in keys:
         events = []
         for device in range(DEVICES):
             decided = rng.uniform(0, POLL)
-            plan = plan_draw(SPREAD, rng)
+            plan = plan_of(device, key)
             events += [(decided + plan.token_delay, device, "token"), (decided + plan.upload_delay, device, "upload")]
         found, correlation = _join(devices, key, _collect(devices, key, events))
         right += found
@@ -148,20 +154,14 @@ def test_a_server_that_sends_spread_0_still_finds_devices_no_better_than_chance(
     assert {offer.spread_seconds for offers in served for offer in offers.values()} == {0.0}
     rng = random.Random(17)
     pacing = Pacing(rng=rng)  # the device's own floor: MIN_SPREAD
-    right, correlations = 0, []
-    for key in keys:
-        events = []
-        for device in range(DEVICES):
-            offer = served[device][key]
-            decided = rng.uniform(0, POLL)
-            plan = pacing.plan(offer.spread_seconds, closes_at=offer.closes_at)
-            assert plan.upload_delay - plan.token_delay > MIN_GAP and plan.upload_delay < MIN_SPREAD
-            events += [(decided + plan.token_delay, device, "token"), (decided + plan.upload_delay, device, "upload")]
-        found, correlation = _join(devices, key, _collect(devices, key, events))
-        right += found
-        correlations.append(correlation)
-    assert right <= COLLECTIONS + 4 * np.sqrt(COLLECTIONS), right
-    assert abs(np.mean(correlations)) < 4 / np.sqrt(COLLECTIONS * (DEVICES - 1)), correlations
+
+    def plan_of(device: int, key: str):
+        offer = served[device][key]
+        plan = pacing.plan(offer.spread_seconds, closes_at=offer.closes_at)
+        assert plan.upload_delay - plan.token_delay > MIN_GAP and plan.upload_delay < MIN_SPREAD
+        return plan
+
+    _join_no_better_than_chance(devices, keys, rng, plan_of)
 
 
 class _NothingSent:

@@ -154,14 +154,19 @@ def baseline(tmp_path):
     return server
 
 
-@pytest.mark.parametrize("kill", KILLS)
-def test_a_device_killed_at_any_step_resumes_and_uploads_exactly_once(tmp_path, monkeypatch, baseline, kill) -> None:
-    path = tmp_path / "ledger.json"
-    server = Server()
+def _killed(monkeypatch, path, server, kill: str) -> None:
+    """Run the device with the state at ``path`` until it is killed at ``kill``."""
     with monkeypatch.context() as patched:
         _once(patched, kill, server)
         with pytest.raises(Killed):
             run(path, server)
+
+
+@pytest.mark.parametrize("kill", KILLS)
+def test_a_device_killed_at_any_step_resumes_and_uploads_exactly_once(tmp_path, monkeypatch, baseline, kill) -> None:
+    path = tmp_path / "ledger.json"
+    server = Server()
+    _killed(monkeypatch, path, server, kill)
     server.kill = ""
     outcome = run(path, server)  # the same state folder, a new process
 
@@ -195,10 +200,7 @@ def test_a_device_killed_at_any_step_resumes_and_uploads_exactly_once(tmp_path, 
 def test_each_step_is_on_disk_before_the_next_leaves_the_device(tmp_path, monkeypatch, kill, step) -> None:
     path = tmp_path / "ledger.json"
     server = Server()
-    with monkeypatch.context() as patched:
-        _once(patched, kill, server)
-        with pytest.raises(Killed):
-            run(path, server)
+    _killed(monkeypatch, path, server, kill)
     pending = Ledger(path).decision(TASK.task_key)["pending"]
     assert pending["step"] == step
     assert Ledger(path).columns(TASK.analysis)["epsilon_used"].tolist() == [1_000_000_000]
