@@ -11,6 +11,12 @@ PORT ?= 8000
 # alone in `make helper`. The dashboard and the devices reach it at HELPER_URL (its default is this).
 HELPER_HOST ?= 127.0.0.1
 HELPER_PORT ?= 8001
+# The Oblivious HTTP relay (pfs_relay): beside the dashboard in `make run`, alone in `make relay` (a
+# third operator's host). It forwards the devices' sealed uploads to RELAY_LEADER's gateway;
+# device_register names it (RELAY_URL) in the credentials it writes.
+RELAY_HOST ?= 127.0.0.1
+RELAY_PORT ?= 8002
+RELAY_LEADER ?= http://$(HOST):$(PORT)
 HELPER := DJANGO_SETTINGS_MODULE=pfs_web.settings_helper PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/var/prometheus-helper
 # Installs only what the lock files pin, each file checked against its hash.
 PIP_INSTALL := $(PY) -m pip install --quiet --require-hashes
@@ -25,7 +31,7 @@ AXE_CORE_VERSION := 4.11.0
 AXE_CORE_SHA256 := 39bed7d72308f6d620789c169d699bfd7e8da80f65b545821a6b2215c3e83107
 VENDOR := static/vendor/plotly.min.js static/vendor/plotly-full.min.js static/vendor/redoc.standalone.js
 
-.PHONY: run setup install serve helper worker beat test lint lock bench bench-load clean
+.PHONY: run setup install serve helper relay worker beat test lint lock bench bench-load clean
 
 # The processes of this checkout (web, worker, beat) write their metrics into one folder, so that
 # /metrics counts what each of them did (Prometheus multiprocess mode, docs/deployment.md).
@@ -33,10 +39,11 @@ run serve worker beat: export PROMETHEUS_MULTIPROC_DIR ?= $(CURDIR)/var/promethe
 # Where the leader's processes reach the helper's service (the one `make run` starts, or `make helper`'s).
 run serve worker beat: export HELPER_URL ?= http://$(HELPER_HOST):$(HELPER_PORT)
 
-run: setup ## serve the dashboard with the demo at http://$(HOST):$(PORT), and the helper aggregator's service at http://$(HELPER_HOST):$(HELPER_PORT)
+run: setup ## serve the dashboard with the demo at http://$(HOST):$(PORT), the helper aggregator's service at http://$(HELPER_HOST):$(HELPER_PORT) and the relay at http://$(RELAY_HOST):$(RELAY_PORT)
 	mkdir -p var/prometheus-helper
 	$(HELPER) $(PY) manage.py runserver $(HELPER_HOST):$(HELPER_PORT) --noreload & helper=$$!; \
-	  trap 'kill $$helper 2>/dev/null' EXIT; \
+	  $(PY) -m pfs_relay --leader http://$(HOST):$(PORT) --bind $(RELAY_HOST):$(RELAY_PORT) --workers 1 & relay=$$!; \
+	  trap 'kill $$helper $$relay 2>/dev/null' EXIT; \
 	  $(PY) manage.py runserver $(HOST):$(PORT) --noreload
 
 setup: $(VENV)/.runtime $(VENDOR) .env ## install, migrate and seed the demo (no serving)
@@ -63,6 +70,9 @@ helper: $(VENV)/.runtime .env ## the helper aggregator's own service alone, for 
 	$(HELPER) $(PY) manage.py database_create
 	$(HELPER) $(PY) manage.py migrate --database helper --noinput
 	$(HELPER) PFS_BIND=$(HELPER_HOST):$(HELPER_PORT) exec $(VENV)/bin/gunicorn -c gunicorn.conf.py --name pfs-helper
+
+relay: $(VENV)/.runtime ## the Oblivious HTTP relay alone, for a third operator's host (docs/deployment.md): no database, no key, at http://$(RELAY_HOST):$(RELAY_PORT), forwarding to RELAY_LEADER's gateway
+	exec $(PY) -m pfs_relay --leader $(RELAY_LEADER) --bind $(RELAY_HOST):$(RELAY_PORT)
 
 worker: $(VENV)/.runtime .env ## a Celery worker consuming from Redis (needs REDIS_URL)
 	mkdir -p var var/prometheus

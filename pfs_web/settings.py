@@ -228,6 +228,14 @@ PFS_ROLE = "leader"
 HELPER_URL = (
     env_str("HELPER_URL") or f"http://{env_str('HELPER_HOST', '127.0.0.1')}:{env_int('HELPER_PORT', 8001, minimum=1)}"
 ).rstrip("/")
+# The Oblivious HTTP relay (pfs_relay, a third operator's) that `manage.py device_register` names in
+# the credentials it writes: devices send their uploads through it, so the leader never sees their
+# addresses. Unset, the one `make run` starts beside the dashboard (RELAY_HOST, RELAY_PORT);
+# "none" for devices that upload directly (the SDK says, on every run, that the leader sees them).
+_relay = env_str("RELAY_URL") or f"http://{env_str('RELAY_HOST', '127.0.0.1')}:{env_int('RELAY_PORT', 8002, minimum=1)}"
+RELAY_URL = None if _relay.strip().lower() == "none" else _relay.rstrip("/")
+if RELAY_URL is not None and not RELAY_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"RELAY_URL: {RELAY_URL!r} must be an http:// or https:// URL, or none")
 # The leader's requests to the helper (aggregation.helper_client): seconds each, and attempts
 # (with backoff, about half a minute in all) before it leaves the work to be resumed.
 PFS_HELPER_TIMEOUT = env_float("PFS_HELPER_TIMEOUT", 60.0, minimum=0.1)
@@ -404,9 +412,14 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Tasks are idempotent, so a redelivery of a task still running elsewhere changes nothing.
 # A worker looks for such tasks every 10 x PFS_UNACKED_RESTORE_INTERVAL seconds (kombu's Redis
 # transport scans on every tenth tick).
+# The scan holds a lock in Redis that kombu lets expire after 5 minutes: a worker killed while
+# holding it would delay every redelivery by that much, so it lasts no longer than the visibility
+# timeout itself.
+_VISIBILITY_TIMEOUT = env_int("PFS_VISIBILITY_TIMEOUT", 3600, minimum=1)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": env_int("PFS_VISIBILITY_TIMEOUT", 3600, minimum=1),
+    "visibility_timeout": _VISIBILITY_TIMEOUT,
     "unacked_restore_interval": env_int("PFS_UNACKED_RESTORE_INTERVAL", 10, minimum=1),
+    "unacked_mutex_expire": min(300, _VISIBILITY_TIMEOUT),
 }
 CELERY_TASK_DEFAULT_QUEUE = env_str("PFS_TASK_QUEUE", "celery")
 

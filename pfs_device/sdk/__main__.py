@@ -3,9 +3,13 @@
     python -m pfs_device.sdk --server http://127.0.0.1:8000 --helper http://127.0.0.1:8001 \\
         --credential creds.json --data devices.jsonl --once
 
---credential: the file manage.py device_register wrote ({"server", "helper", "fleet", "devices":
-[{"id", "secret", "attestation"}]}), or one device's {"id", "secret", "attestation", "fleet", "server",
-"helper"}. Each device's private key is in --state, where python -m pfs_device.sdk.identity made it
+--credential: the file manage.py device_register wrote ({"server", "helper", "relay", "fleet",
+"devices": [{"id", "secret", "attestation"}]}), or one device's {"id", "secret", "attestation", "fleet",
+"server", "helper", "relay"}. With a relay (the credential file's, or --relay), every upload is sealed
+to the leader's Oblivious HTTP gateway and sent through it (pfs_device.sdk.relay): the leader sees
+the relay's address, never the device's; the gateway key is pinned as the aggregators' keys are, and
+both of the leader's keys must be the copies the relay gives every device. Without one, the pass
+says on stderr that uploads show the leader the device's address. Each device's private key is in --state, where python -m pfs_device.sdk.identity made it
 before the attestation authority attested its public key (docs/devices-sdk.md, "Enrolment"); a
 device whose key is not there exits with code 2. Each pass takes
 the leader's HPKE key from the leader's /hpke_config and the helper's from the helper's, pins them
@@ -54,11 +58,19 @@ REQUESTS_AT_ONCE = 4
 
 
 class _Gated:
-    """A device's client whose requests wait for one of the process's few request slots."""
+    """A device's client whose requests wait for one of the process's few request slots.
 
-    def __init__(self, client: DeviceClient, gate: threading.BoundedSemaphore) -> None:
+    ``relay``: the pass's route through the relay, when the enrolment names one (``relayed``). A
+    relayed device with no route this pass (its keys could not be had) uploads nothing: directly,
+    its upload would show the leader its address. The report stays for the next pass."""
+
+    def __init__(
+        self, client: DeviceClient, gate: threading.BoundedSemaphore, *, relayed: bool = False, relay=None
+    ) -> None:
         self.client = client
         self.gate = gate
+        self.relayed = relayed
+        self.relay = relay
 
     def tasks(self) -> dict:
         with self.gate:
@@ -69,8 +81,10 @@ class _Gated:
             return self.client.token(collection_key, blinded)
 
     def upload(self, report) -> str:
+        if self.relayed and self.relay is None:
+            raise ClientError("no route through the relay this pass: not uploading directly", code="relay_unavailable")
         with self.gate:
-            return self.client.upload(report)
+            return self.client.upload(report, relay=self.relay)
 
 
 class UsageError(Exception):
@@ -83,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", help="the server's URL (default: the credential file's 'server')")
     parser.add_argument(
         "--helper", help="the helper aggregator's URL, where its own key is fetched (default: the credential file's)"
+    )
+    parser.add_argument(
+        "--relay",
+        help="the Oblivious HTTP relay's URL, through which every upload goes (default: the credential file's; "
+        "without one, uploads go to the leader directly, and the pass says so)",
     )
     parser.add_argument("--credential", required=True, help="credentials file from manage.py device_register")
     parser.add_argument("--data", required=True, help="the devices' data, fleet JSONL, one line per credential")
@@ -110,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     options = parser.parse_args(argv)
     try:
-        server, helper, fleet, credentials = _credentials(
-            Path(options.credential), options.server, options.helper, Path(options.state)
+        server, helper, relay, fleet, credentials = _credentials(
+            Path(options.credential), options.server, options.helper, options.relay, Path(options.state)
         )
         devices = _data(Path(options.data), len(credentials))
         if not options.interval > 0:
@@ -129,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError) as error:
         print(f"invalid input: {error}", file=sys.stderr)
         return 2
+    if relay is None:
+        warning = "no relay: each upload reaches the leader from this device's address (enrol with a relay, or pass --relay URL)"
+        print(json.dumps({"warning": warning}), file=sys.stderr, flush=True)
     if options.min_spread < MIN_SPREAD:
         warning = f"--min-spread {options.min_spread:g} s is below the safe floor of {MIN_SPREAD:g} s: for tests only"
         print(json.dumps({"warning": warning}), file=sys.stderr, flush=True)
@@ -144,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                 verbose=options.verbose,
                 spread=options.spread,
                 min_spread=options.min_spread,
-                aggregator_keys=lambda: keys_fetch(leader=server, helper=helper, pins=pins),
+                aggregator_keys=lambda: keys_fetch(leader=server, helper=helper, relay=relay, pins=pins),
+                relayed=relay is not None,
             )
         except LedgerCorrupt as error:
             print(f"a ledger cannot be read, refusing to answer: {error}", file=sys.stderr)
@@ -165,6 +188,7 @@ def _pass(
     aggregator_keys: Callable[[], FetchedKeys],
     spread: float | None = None,
     min_spread: float = MIN_SPREAD,
+    relayed: bool = False,
 ):
     """One pass: every device at once, each in its own thread, since each waits its own random
     times (pfs_device.sdk.pacing) before its token and its upload.
@@ -190,7 +214,7 @@ def _pass(
     def device_pass(client: DeviceClient, data: DeviceData) -> None:
         nonlocal unreachable
         device_id = client.credential.device_id
-        service = _Gated(client, gate)
+        service = _Gated(client, gate, relayed=relayed, relay=fetched.relay)
         try:
             tasks = service.tasks()
         except ClientError as error:
@@ -255,8 +279,8 @@ def _pass(
 
 
 def _credentials(
-    path: Path, server: str | None, helper: str | None, state: Path
-) -> tuple[str, str, str | None, list[Credential]]:
+    path: Path, server: str | None, helper: str | None, relay: str | None, state: Path
+) -> tuple[str, str, str | None, str | None, list[Credential]]:
     try:
         content = json.loads(path.read_text())
     except OSError as error:
@@ -268,6 +292,7 @@ def _credentials(
             "fleet": content.get("fleet"),
             "server": content.get("server"),
             "helper": content.get("helper"),
+            "relay": content.get("relay"),
             "devices": [content],
         }
     if not isinstance(content, dict) or not isinstance(content.get("devices"), list) or not content["devices"]:
@@ -290,7 +315,10 @@ def _credentials(
         )
     if not isinstance(helper, str) or not helper.startswith(("http://", "https://")):
         raise UsageError(f"--helper: must be an http:// or https:// URL, not {helper!r}")
-    return server, helper.rstrip("/"), content.get("fleet"), credentials
+    relay = relay or content.get("relay")
+    if relay is not None and (not isinstance(relay, str) or not relay.startswith(("http://", "https://"))):
+        raise UsageError(f"--relay: must be an http:// or https:// URL, not {relay!r}")
+    return server, helper.rstrip("/"), relay and relay.rstrip("/"), content.get("fleet"), credentials
 
 
 def _credential(entry: dict, index: int, state: Path) -> Credential:

@@ -14,15 +14,21 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pfs_device.attestation import DeviceKey, token_request_sign
+from pfs_device.sdk.relay import RelayError, RelayRoute, exchange
 from pfs_device.tokens import IssuerPublicKey
 from pfs_device.wire import Report, report_bytes
 
 USER_AGENT = "pfs-device-sdk/1"
 RETRY_STATUSES = {429, 500, 502, 503, 504}
+# Failures a later pass may get past: no answer; through a relay, anything short of the leader's
+# sealed answer (the report is whole: the way failed it), among them a gateway key the gateway no
+# longer holds (the next pass fetches the keys again). The step stays.
+TRANSIENT_CODES = {"unreachable", "relay_unavailable", "relay_refused", "relay_answer_invalid", "gateway_key_outdated"}
 
 
 class ClientError(Exception):
@@ -82,14 +88,16 @@ class DeviceClient:
         answer = self._request("POST", "/api/device/tokens/", body=json.dumps(body).encode(), authenticated=True)
         return int.from_bytes(base64.b64decode(answer["blind_signature"]), "big")
 
-    def upload(self, report: Report) -> str:
+    def upload(self, report: Report, *, relay: RelayRoute | None = None) -> str:
         """POST /api/device/reports/, anonymously: "accepted", or ClientError with the rejection's code.
 
-        Sent again after a transient failure, a report whose token is then found used was
-        accepted the first time: the token can only have been spent by this very report.
+        With ``relay``, sealed to the leader's gateway and sent through the relay (pfs_device.sdk.relay):
+        the leader sees the relay's address, not this device's. Sent again after a transient failure,
+        a report whose token is then found used was accepted the first time: the token can only have
+        been spent by this very report.
         """
         try:
-            self._request("POST", "/api/device/reports/", body=report_bytes(report), authenticated=False)
+            self._request("POST", "/api/device/reports/", body=report_bytes(report), authenticated=False, relay=relay)
         except ClientError as error:
             if error.code == "token_reused" and error.retried:
                 return "accepted"
@@ -98,7 +106,9 @@ class DeviceClient:
 
     # ------------------------------------------------------------ transport
 
-    def _request(self, method: str, path: str, *, body: bytes | None = None, authenticated: bool) -> dict:
+    def _request(
+        self, method: str, path: str, *, body: bytes | None = None, authenticated: bool, relay: RelayRoute | None = None
+    ) -> dict:
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -106,43 +116,71 @@ class DeviceClient:
             headers["Authorization"] = self.credential.header
         retried = False
         for attempt in range(self.attempts):
-            request = urllib.request.Request(self.server + path, data=body, method=method, headers=headers)  # noqa: S310 (http(s) checked in __init__)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
-                    return json.loads(response.read() or b"{}")
-            except urllib.error.HTTPError as error:
-                payload = _error_json(error)
-                if error.code in RETRY_STATUSES and attempt + 1 < self.attempts:
-                    retried = True
-                    time.sleep(_retry_after(error) or self.backoff * 2**attempt)
-                    continue
-                raise ClientError(
-                    payload.get("detail") or f"HTTP {error.code}",
-                    code=payload.get("code") or f"http_{error.code}",
-                    status=error.code,
-                    fields=payload.get("fields"),
-                    retried=retried,
-                ) from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+                status, answer_headers, content = self._send(method, path, body, headers, relay)
+            except _Transient as error:
                 if attempt + 1 < self.attempts:
                     retried = True
-                    time.sleep(self.backoff * 2**attempt)
+                    time.sleep(error.retry_after or self.backoff * 2**attempt)
                     continue
-                raise ClientError(f"cannot reach {self.server}: {error}", code="unreachable") from None
+                raise ClientError(str(error), code=error.code, status=error.status, retried=retried) from None
+            if status < 300:
+                return json.loads(content or b"{}")
+            if status in RETRY_STATUSES and attempt + 1 < self.attempts:
+                retried = True
+                time.sleep(_retry_after(answer_headers) or self.backoff * 2**attempt)
+                continue
+            payload = _error_json(content)
+            raise ClientError(
+                payload.get("detail") or f"HTTP {status}",
+                code=payload.get("code") or f"http_{status}",
+                status=status,
+                fields=payload.get("fields"),
+                retried=retried,
+            )
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    def _send(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str], relay: RelayRoute | None
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """(status, headers, content) of one request, directly or through the relay; _Transient if
+        it did not get an answer worth believing."""
+        if relay is not None:
+            try:
+                return exchange(relay, method, path, body=body or b"", headers=headers, timeout=self.timeout)
+            except RelayError as error:
+                if error.retry_now:
+                    raise _Transient(str(error), error.code, error.status, error.retry_after) from None
+                raise ClientError(str(error), code=error.code, status=error.status) from None
+        request = urllib.request.Request(self.server + path, data=body, method=method, headers=headers)  # noqa: S310 (http(s) checked in __init__)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers, error.read()
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+            raise _Transient(f"cannot reach {self.server}: {error}", "unreachable") from None
 
-def _error_json(error: urllib.error.HTTPError) -> dict:
+
+class _Transient(Exception):
+    """No answer, or none to believe: the request may be sent again (sealed afresh through a relay)."""
+
+    def __init__(self, message: str, code: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.code, self.status, self.retry_after = code, status, retry_after
+
+
+def _error_json(content: bytes) -> dict:
     try:
-        payload = json.loads(error.read() or b"{}")
+        payload = json.loads(content or b"{}")
     except ValueError:
         return {}
     return payload if isinstance(payload, dict) else {}
 
 
-def _retry_after(error: urllib.error.HTTPError) -> float | None:
+def _retry_after(headers: Mapping[str, str]) -> float | None:
     try:
-        return max(0.0, float(error.headers.get("Retry-After", "")))
+        return max(0.0, float(headers.get("Retry-After") or headers.get("retry-after") or ""))
     except ValueError:
         return None
 

@@ -44,7 +44,7 @@ from pfs_device.decision import DeviceTask, budget_request, cohort_keys, decide,
 from pfs_device.encode import encode_devices
 from pfs_device.records import Parsed, columns_slice, parse_line, parsed_columns
 from pfs_device.report_client import AggregatorKeys, report_seal, report_sign, report_token_blind, report_vector
-from pfs_device.sdk.client import RETRY_STATUSES, ClientError, issuer_key
+from pfs_device.sdk.client import RETRY_STATUSES, TRANSIENT_CODES, ClientError, issuer_key
 from pfs_device.sdk.keys import KEY_MISMATCH, KEYS_UNAVAILABLE
 from pfs_device.sdk.ledger import Ledger
 from pfs_device.sdk.pacing import TOO_LITTLE_TIME, Pacing, TooLittleTime
@@ -413,7 +413,7 @@ def _failed(
 
 
 def _transient(error: ClientError) -> bool:
-    return error.code == "unreachable" or error.status in RETRY_STATUSES
+    return error.code in TRANSIENT_CODES or error.status in RETRY_STATUSES
 
 
 def _plan_of(pending: dict) -> dict:

@@ -7,6 +7,13 @@ a helper key of its own would open both shares. The keys the tasks answer names 
 must be these; a task whose keys differ is refused before anything is charged or sent
 (pfs_device.sdk.device).
 
+With a relay (pfs_device.sdk.relay), the leader's gateway key is fetched from the leader too and
+pinned beside them, and key consistency is checked: the leader's HPKE key and its gateway key, as
+the leader serves them to this device, must be the copies the relay gives every client
+(``{relay}/leader/...``). Served a key of its own, a device's uploads would be recognisable through
+the relay; served the relay's, they would open at the relay. Either way every task is refused
+(``aggregator_key_inconsistent``) before anything is charged or sent.
+
 Every key is pinned under its id in a small JSON file in the state folder (``aggregator-keys.json``,
 written as the ledgers are: flushed, then renamed into place). A new id is a rotation and is pinned;
 an id seen before that comes with another key is refused until the operator, having checked why,
@@ -26,11 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pfs_device.hpke_config import MEDIA_TYPE, ConfigInvalid, HpkeConfig, config_list_decode, supported_config
+from pfs_device.ohttp import KeyConfig
 from pfs_device.report_client import AggregatorKeys
+from pfs_device.sdk.relay import GATEWAY_KEYS_PATH, RELAY_LEADER_PREFIX, RelayError, RelayRoute, gateway_config_fetch
 
 PIN_FILE = "aggregator-keys.json"
 PIN_VERSION = 1
-ROLES = ("leader", "helper")
+ROLES = ("leader", "helper", "gateway")
 MAX_CONFIG_BYTES = 65_537  # HpkeConfigList<10..2^16-1> and its 2-byte length
 USER_AGENT = "pfs-device-sdk/1"
 
@@ -38,6 +47,7 @@ USER_AGENT = "pfs-device-sdk/1"
 KEY_MISMATCH = "aggregator_key_mismatch"  # the tasks answer names keys its aggregators do not serve
 KEYS_UNAVAILABLE = "aggregator_keys_unavailable"  # an aggregator's /hpke_config: unreachable or malformed
 KEY_CHANGED = "aggregator_key_changed"  # a pinned key id now comes with another key
+KEY_INCONSISTENT = "aggregator_key_inconsistent"  # the leader serves this device other keys than the relay's copies
 
 
 class KeysUnavailable(Exception):
@@ -50,11 +60,13 @@ class KeysUnavailable(Exception):
 
 @dataclass(frozen=True)
 class FetchedKeys:
-    """What one pass seals with: both aggregators' keys, each from its own /hpke_config; or why not."""
+    """What one pass seals with: both aggregators' keys, each from its own /hpke_config; or why not.
+    ``relay``: where its uploads go, when the enrolment names a relay."""
 
     keys: AggregatorKeys | None
     reason: str = ""
     detail: str = ""
+    relay: RelayRoute | None = None
 
 
 def config_fetch(url: str, *, timeout: float = 30.0) -> HpkeConfig:
@@ -112,19 +124,20 @@ class KeyPins:
             )
         return state
 
-    def check(self, configs: dict[str, HpkeConfig]) -> None:
+    def check(self, configs: dict[str, HpkeConfig | KeyConfig]) -> None:
         """Pin every new key id; KeysUnavailable (KEY_CHANGED) if a pinned id comes with another key."""
         state = self._read()
         changed = False
         for role, config in configs.items():
             pinned = state["aggregators"].setdefault(role, {})
+            key_id = str(config.key_id if isinstance(config, KeyConfig) else config.id)
             key = base64.b64encode(config.public_key).decode()
-            if str(config.id) not in pinned:
-                pinned[str(config.id)] = key  # a new id: a rotation
+            if key_id not in pinned:
+                pinned[key_id] = key  # a new id: a rotation
                 changed = True
-            elif pinned[str(config.id)] != key:
+            elif pinned[key_id] != key:
                 raise KeysUnavailable(
-                    f"the {role}'s key id {config.id} was pinned with another key: refusing every task until an "
+                    f"the {role}'s key id {key_id} was pinned with another key: refusing every task until an "
                     f"operator has checked why and deleted {self.path}",
                     reason=KEY_CHANGED,
                 )
@@ -146,15 +159,57 @@ class KeyPins:
 
 
 def keys_fetch(
-    *, leader: str, helper: str, pins: KeyPins, fetch: Callable[[str], HpkeConfig] = config_fetch
+    *,
+    leader: str,
+    helper: str,
+    pins: KeyPins,
+    relay: str | None = None,
+    fetch: Callable[[str], HpkeConfig] = config_fetch,
+    fetch_gateway: Callable[[str], KeyConfig] = lambda url: gateway_config_fetch(url)[0],
 ) -> FetchedKeys:
-    """Each aggregator's key from its own /hpke_config, checked against the pins (and new ids pinned)."""
+    """Each aggregator's key from its own /hpke_config, checked against the pins (and new ids pinned);
+    with a relay, the gateway key too, and both of the leader's keys against the relay's copies."""
     try:
-        configs = {"leader": fetch(leader), "helper": fetch(helper)}
+        configs: dict[str, HpkeConfig | KeyConfig] = {"leader": fetch(leader), "helper": fetch(helper)}
+        route = None
+        if relay is not None:
+            configs["gateway"] = _gateway_key(leader, fetch_gateway)
+            _consistent(relay, configs, fetch, fetch_gateway)
+            route = RelayRoute(relay, configs["gateway"])
         pins.check(configs)
     except KeysUnavailable as error:
         return FetchedKeys(None, error.reason, str(error))
-    return FetchedKeys(AggregatorKeys(leader=configs["leader"].public_key, helper=configs["helper"].public_key))
+    keys = AggregatorKeys(leader=configs["leader"].public_key, helper=configs["helper"].public_key)
+    return FetchedKeys(keys, relay=route)
+
+
+def _gateway_key(leader: str, fetch_gateway: Callable[[str], KeyConfig]) -> KeyConfig:
+    try:
+        return fetch_gateway(leader + GATEWAY_KEYS_PATH)
+    except RelayError as error:
+        raise KeysUnavailable(f"the leader's gateway key: {error}", reason=KEYS_UNAVAILABLE) from None
+
+
+def _consistent(
+    relay: str,
+    configs: dict[str, HpkeConfig | KeyConfig],
+    fetch: Callable[[str], HpkeConfig],
+    fetch_gateway: Callable[[str], KeyConfig],
+) -> None:
+    """KeysUnavailable (KEY_INCONSISTENT) unless the leader's keys, as served to this device, are the
+    relay's copies of them, the ones every client of the relay gets."""
+    copies = relay + RELAY_LEADER_PREFIX
+    try:
+        everyones = {"leader": fetch(copies), "gateway": fetch_gateway(copies + GATEWAY_KEYS_PATH)}
+    except (KeysUnavailable, RelayError) as error:
+        raise KeysUnavailable(f"the relay's copies of the leader's keys: {error}", reason=KEYS_UNAVAILABLE) from None
+    differ = [role for role, config in everyones.items() if config != configs[role]]
+    if differ:
+        raise KeysUnavailable(
+            f"the leader served this device {' and '.join(differ)} keys other than those the relay {relay} gives "
+            "every device (a key of its own would single out this device's uploads): refusing every task",
+            reason=KEY_INCONSISTENT,
+        )
 
 
 def announced_keys(tasks: dict) -> AggregatorKeys | None:

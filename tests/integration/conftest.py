@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from pfs_web.celery import app as celery_app
-from tests.services import restore_inline_tasks, use_celery_worker
+from tests.services import Worker, redis_url_or_fail, restore_inline_tasks, use_celery_worker
 
 FAULTS_QUEUE = "faults"  # its own queue, so the session's worker does not take these tests' tasks
 
@@ -25,3 +25,17 @@ def fault_queue(transactional_db, settings):
     yield FAULTS_QUEUE
     celery_app.conf.task_default_queue = "celery"
     restore_inline_tasks()
+
+
+@pytest.fixture
+def paced_worker(fault_queue, tmp_path):
+    """A worker of the test's own whose operator trusts devices to pace over 10 s, as the devices
+    here do (rate validation's floor, PFS_DEVICE_MIN_SPREAD; the session's worker keeps 600 s)."""
+    worker = Worker(
+        redis_url_or_fail(), tmp_path / "worker.log", queue=fault_queue, extra_env={"PFS_DEVICE_MIN_SPREAD": "10"}
+    )
+    try:
+        worker.wait_ready()
+        yield worker
+    finally:
+        worker.stop()

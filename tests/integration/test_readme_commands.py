@@ -12,7 +12,7 @@ terminal of its own, until the README starts another of its kind (`make serve` i
 
 What this machine forces, and nothing else, is changed in the commands:
   - 127.0.0.1:8000 -> a free port (PORT is exported for make), so as not to meet another server;
-    likewise the helper's 127.0.0.1:8001 (HELPER_PORT);
+    likewise the helper's 127.0.0.1:8001 (HELPER_PORT) and the relay's 127.0.0.1:8002 (RELAY_PORT);
   - the PostgreSQL and Redis URLs -> a fresh database on the suite's server, and a private Redis.
 `make test` is not run: it is this suite. The copy shares the checkout's .venv (a link): `make`
 finds it installed, as after the README's first command.
@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DOCUMENTED_PORT = "127.0.0.1:8000"
 DOCUMENTED_HELPER_PORT = "127.0.0.1:8001"
+DOCUMENTED_RELAY_PORT = "127.0.0.1:8002"
 DOCUMENTED_DATABASE = "postgres://postgres@127.0.0.1:5432/pfs"
 DOCUMENTED_REDIS = "redis://127.0.0.1:6379/0"
 SERVERS = {
@@ -164,6 +165,12 @@ class Session:
                     lambda: services.http_status(f"{helper}/hpke_config") == 200, timeout=60, what="the helper"
                 )
                 assert services.http_status(f"{helper}/login/") == 404, "the helper serves no page of the leader's"
+                # and the relay, a third process, with its copy of the leader's gateway key
+                relay = f"http://127.0.0.1:{self.env['RELAY_PORT']}"
+                server.wait_for(
+                    lambda: services.http_status(f"{relay}/leader/api/ohttp/keys") == 200, timeout=60, what="the relay"
+                )
+                assert services.http_status(f"{relay}/login/") == 404, "the relay serves nothing of the leader's"
         elif role == "helper":  # alone, as on a host of its own; make run's (stopped with it) is gone
             helper = f"http://127.0.0.1:{self.env['HELPER_PORT']}"
             server.wait_for(lambda: services.http_status(f"{helper}/readyz") == 200, timeout=120, what="the helper")
@@ -215,18 +222,26 @@ def test_every_readme_command_works_pasted_into_a_plain_shell(tmp_path: Path) ->
     fresh_database = f"postgres://{user}{password}@{server['HOST'] or '127.0.0.1'}:{server['PORT'] or 5432}/{database}"
     redis_server = services.PrivateRedis(tmp_path)
     redis_server.start()
-    port, helper_port = str(services.free_port()), str(services.free_port())
+    port, helper_port, relay_port = (str(services.free_port()) for _ in range(3))
     copy, home, logs = tmp_path / "checkout", tmp_path / "home", tmp_path / "logs"
     for folder in (copy, home, logs):
         folder.mkdir()
     checkout_copy(copy)
     session = Session(
         copy,
-        {"PATH": PLAIN_PATH, "HOME": str(home), "LANG": "C.UTF-8", "PORT": port, "HELPER_PORT": helper_port},
+        {
+            "PATH": PLAIN_PATH,
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "PORT": port,
+            "HELPER_PORT": helper_port,
+            "RELAY_PORT": relay_port,
+        },
         logs,
         {
             DOCUMENTED_PORT: f"127.0.0.1:{port}",
             DOCUMENTED_HELPER_PORT: f"127.0.0.1:{helper_port}",
+            DOCUMENTED_RELAY_PORT: f"127.0.0.1:{relay_port}",
             DOCUMENTED_DATABASE: fresh_database,
             DOCUMENTED_REDIS: redis_server.url,
         },

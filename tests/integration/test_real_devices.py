@@ -33,7 +33,7 @@ from tests import services
 from tests.attest import devices_enrol, keys_store
 from tests.conftest import RECIPE
 from tests.integration.test_helper_service import start_helper
-from tests.services import ROOT, Worker, redis_url_or_fail
+from tests.services import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -90,20 +90,6 @@ class Analyst:
                 return self.call("GET", f"/api/rounds/{round_id}/release/")
             time.sleep(0.3)
         raise AssertionError(f"round {round_id} not released after {timeout} s")
-
-
-@pytest.fixture
-def paced_worker(fault_queue, tmp_path):
-    """A worker of the test's own whose operator trusts devices to pace over 10 s, as the devices
-    here do (rate validation's floor, PFS_DEVICE_MIN_SPREAD; the session's worker keeps 600 s)."""
-    worker = Worker(
-        redis_url_or_fail(), tmp_path / "worker.log", queue=fault_queue, extra_env={"PFS_DEVICE_MIN_SPREAD": "10"}
-    )
-    try:
-        worker.wait_ready()
-        yield worker
-    finally:
-        worker.stop()
 
 
 def test_real_device_processes_release_what_the_simulated_path_gives(

@@ -64,9 +64,12 @@ def wait_until(condition, timeout: float, every: float = 0.05) -> None:
         time.sleep(every)
 
 
-def assert_released_once(round_id: int) -> None:
+def assert_released_once(round_id: int, logs: list | None = None) -> None:
     round_ = Round.objects.get(pk=round_id)
-    assert round_.status == Round.Status.RELEASED, (round_.status, round_.error)
+    if round_.status != Round.Status.RELEASED:  # what the workers did, to tell a lost task from a slow one
+        tails = "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}" for path in logs or [])
+        progress = round_progress(round_)
+        raise AssertionError(f"round {round_.status} {round_.error!r}, progress {progress}\n{tails}")
     assert round_.release.content["reports"] == DEVICES
     assert ShardRun.objects.filter(task_key=round_.task_key).count() == SHARDS
     totals = ledger_totals(fleet=Fleet.objects.get(name="big"), analysis_identifier="faults")
@@ -94,7 +97,7 @@ def test_killing_the_worker_mid_round_neither_loses_the_round_nor_double_spends(
         wait_until(lambda: Round.objects.get(pk=round_id).is_finished, timeout=180, every=0.5)
     finally:
         second.stop()
-    assert_released_once(round_id)
+    assert_released_once(round_id, logs=[tmp_path / "first.log", tmp_path / "second.log"])
 
 
 def test_restarting_redis_mid_round_loses_the_queue_and_the_reaper_resumes_the_round(

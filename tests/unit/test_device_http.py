@@ -221,6 +221,22 @@ def test_device_register_writes_credentials_that_sign_in(db, tmp_path, settings)
     assert json.loads(other.read_text())["helper"] == "http://h:1"
 
 
+def test_device_register_names_the_relay_the_devices_upload_through(db, tmp_path, settings) -> None:
+    settings.RELAY_URL = "https://relay.example/"
+    one = attestations_file(tmp_path / "one.json", 3)
+    call_command("device_register", "--fleet", "watches", "--attestations", one, "--out", str(tmp_path / "a.json"))
+    assert json.loads((tmp_path / "a.json").read_text())["relay"] == "https://relay.example"
+    two = attestations_file(tmp_path / "two.json", 1)
+    call_command(
+        "device_register", "--fleet", "watches", "--attestations", two, "--out", str(tmp_path / "b.json"), "--no-relay"
+    )
+    assert json.loads((tmp_path / "b.json").read_text())["relay"] is None  # the SDK says its uploads show its address
+    settings.RELAY_URL = None  # RELAY_URL=none
+    three = attestations_file(tmp_path / "three.json", 1)
+    call_command("device_register", "--fleet", "watches", "--attestations", three, "--out", str(tmp_path / "c.json"))
+    assert json.loads((tmp_path / "c.json").read_text())["relay"] is None
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -230,6 +246,7 @@ def test_device_register_writes_credentials_that_sign_in(db, tmp_path, settings)
         (["--fleet", "watches", "--twice"], "the same device key twice"),
         (["--fleet", "bad name!"], "fleet"),
         (["--fleet", "watches", "--helper", "helper.example"], "helper"),
+        (["--fleet", "watches", "--relay", "relay.example"], "relay: must be"),
     ],
 )
 def test_device_register_with_bad_input_exits_2_and_registers_nothing(fleet, tmp_path, arguments, message) -> None:

@@ -9,6 +9,7 @@ exactly what the aggregators would. That the SDK imports nothing of Django is ch
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,8 +20,8 @@ from aggregation.verification import AggregatorVerification, VerifyConfig, proof
 from pfs_device import hpke
 from pfs_device.decision import DeviceTask, snapshot_digest
 from pfs_device.report_client import AggregatorKeys
-from pfs_device.sdk.__main__ import main
-from pfs_device.sdk.client import ClientError
+from pfs_device.sdk.__main__ import _Gated, main
+from pfs_device.sdk.client import TRANSIENT_CODES, ClientError
 from pfs_device.sdk.device import TASK_INVALID, Offer, ServerKeys, data_read, report_compute, task_answer
 from pfs_device.sdk.ledger import Ledger
 from pfs_device.tokens import issuer_key_generate, sign_blinded, verify
@@ -247,3 +248,36 @@ def test_the_cli_exits_2_on_bad_input(tmp_path, capsys) -> None:
     assert "profile.age" in capsys.readouterr().err
     assert main(["--credential", str(creds), "--data", str(data)]) == 2  # no server anywhere
     assert main(["--server", "ftp://x", "--credential", str(creds), "--data", str(tmp_path / "none")]) == 2
+    data.write_bytes(device_line(device_id="a") + b"\n")
+    assert (
+        main(
+            ["--server", "http://127.0.0.1:9", "--relay", "relay:8002", "--credential", str(creds), "--data", str(data)]
+        )
+        == 2
+    )
+    assert "--relay: must be an http:// or https:// URL" in capsys.readouterr().err
+
+
+def test_a_device_without_a_relay_says_the_leader_sees_its_address(tmp_path, capsys) -> None:
+    creds = tmp_path / "creds.json"
+    creds.write_text(
+        json.dumps({"fleet": "phones", "helper": "http://127.0.0.1:9", "devices": [{"id": "a", "secret": "s"}]})
+    )
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(device_line(device_id="a") + b"\n")
+    arguments = ["--server", "http://127.0.0.1:9", "--credential", str(creds), "--data", str(data), "--once"]
+    assert main([*arguments, "--state", str(tmp_path / "state")]) == 1  # nothing answers at port 9
+    assert "no relay: each upload reaches the leader from this device's address" in capsys.readouterr().err
+    assert main([*arguments, "--state", str(tmp_path / "state"), "--relay", "http://127.0.0.1:9"]) == 1
+    assert "no relay" not in capsys.readouterr().err
+
+
+def test_a_relayed_device_with_no_route_this_pass_uploads_nothing_directly() -> None:
+    class Direct:
+        def upload(self, report, *, relay=None):
+            pytest.fail("a relayed device must never upload directly")
+
+    gated = _Gated(Direct(), threading.BoundedSemaphore(1), relayed=True, relay=None)
+    with pytest.raises(ClientError) as refused:
+        gated.upload(object())
+    assert refused.value.code == "relay_unavailable" and refused.value.code in TRANSIENT_CODES  # kept pending

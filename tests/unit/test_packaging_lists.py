@@ -15,7 +15,17 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER_ROOTS = ("privacy", "pfs_base", "pfs_device", "devices", "aggregation", "analyses", "pfs_web", "pfs_client")
+SERVER_ROOTS = (
+    "privacy",
+    "pfs_base",
+    "pfs_device",
+    "devices",
+    "aggregation",
+    "analyses",
+    "pfs_web",
+    "pfs_client",
+    "pfs_relay",
+)
 DEVICE = ROOT / "clients" / "device"
 # What the device SDK's distribution depends on (clients/device/pyproject.toml), by import name.
 DEVICE_DEPENDENCIES = {"numpy", "scipy", "cryptography", "Crypto", "pyhpke"}

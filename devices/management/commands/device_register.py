@@ -7,7 +7,8 @@ them: one device per attestation, each the authority's signature on the device's
 without one gets no token from the issuer, pfs_device.attestation). The file holds each device's id,
 secret and attestation, the leader's URL (``server``) and the helper's
 (``helper``, from --helper or the setting HELPER_URL), where the SDK fetches each aggregator's own
-key (docs/devices-sdk.md); the server keeps only the secret's hash, so the file is the one copy. Bad input exits with code 2 and changes nothing.
+key (docs/devices-sdk.md), and the Oblivious HTTP relay its uploads go through (``relay``, from
+--relay or the setting RELAY_URL; --no-relay for none); the server keeps only the secret's hash, so the file is the one copy. Bad input exits with code 2 and changes nothing.
 """
 
 from __future__ import annotations
@@ -39,12 +40,25 @@ class Command(BaseCommand):
             help="the helper aggregator's URL, written into the file for the SDK (default: the setting HELPER_URL)",
         )
 
+        relay = parser.add_mutually_exclusive_group()
+        relay.add_argument(
+            "--relay",
+            default="",
+            help="the Oblivious HTTP relay's URL, written into the file for the SDK (default: the setting RELAY_URL)",
+        )
+        relay.add_argument(
+            "--no-relay", action="store_true", help="name no relay: the devices upload to the leader directly"
+        )
+
     def handle(self, *args: object, **options: object) -> None:
         out = Path(options["out"])
         problems = []
         helper = (options["helper"] or settings.HELPER_URL).rstrip("/")
         if not helper.startswith(("http://", "https://")):
             problems.append(f"helper: must be the helper aggregator's http:// or https:// URL, not {helper!r}")
+        relay = None if options["no_relay"] else (options["relay"] or settings.RELAY_URL)
+        if relay is not None and not relay.startswith(("http://", "https://")):
+            problems.append(f"relay: must be the relay's http:// or https:// URL, not {relay!r}")
         if out.exists():
             problems.append(f"out: {out} already exists; the secrets in it would be lost")
         elif not out.parent.is_dir():
@@ -62,6 +76,8 @@ class Command(BaseCommand):
             "server": options["server"],
             # The device fetches the helper's key from the helper itself (pfs_device.sdk.keys).
             "helper": helper,
+            # The device's uploads go through it (pfs_device.sdk.relay); None: directly.
+            "relay": relay and relay.rstrip("/"),
             "fleet": fleet.name,
             "devices": [credential.as_json() for credential in issued],
         }
