@@ -51,6 +51,7 @@ SERVERS = {
     "make worker": "worker",
     "make beat": "beat",
     "make helper": "helper",
+    "make relay": "relay",
 }
 NOT_RUN = {"make test": "the whole suite: this test is part of it"}
 # The environment bash gives any shell; not something a README line exported.
@@ -175,6 +176,13 @@ class Session:
             helper = f"http://127.0.0.1:{self.env['HELPER_PORT']}"
             server.wait_for(lambda: services.http_status(f"{helper}/readyz") == 200, timeout=120, what="the helper")
             assert services.http_status(f"{helper}/login/") == 404, "the helper serves no page of the leader's"
+        elif (
+            role == "relay"
+        ):  # alone, as on a third operator's host: its copy of the leader's key comes from `make serve`
+            relay = f"http://127.0.0.1:{self.env['RELAY_PORT']}"
+            server.wait_for(
+                lambda: services.http_status(f"{relay}/leader/api/ohttp/keys") == 200, timeout=60, what="the relay"
+            )
         elif role == "worker":
             server.wait_for(self.worker_answers, timeout=120, what="an answer to worker_health")
         else:
