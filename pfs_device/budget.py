@@ -40,6 +40,9 @@ from privacy.enforced_cohort import min_cohort_enforced
 from privacy.rappor_rdp import symmetric_rappor_rdp
 
 NANO = 1_000_000_000
+# How much a stated guarantee is rounded up (Accountant.guarantee): far above a float sum's error,
+# far below any digit shown.
+STATEMENT_ROUNDING = 1e-12
 
 
 def to_units(epsilon: float) -> int:
@@ -110,6 +113,11 @@ class BasicComposition:
     def spend(self, ledger: Columns, scope: str, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
         _column(ledger, f"{scope}epsilon_used", np.int64)[answered] += to_units(request.epsilon)
 
+    def accounts(self, ledger: Columns, scope: str, delta_prime: float) -> dict[str, npt.NDArray[np.float64]]:
+        """Per device, the epsilon each account this composition keeps gives the history so far (reads only)."""
+        used = ledger.get(f"{scope}epsilon_used")
+        return {"basic": np.zeros(ledger["epsilon_used"].size) if used is None else used / NANO}
+
 
 class AdvancedComposition(BasicComposition):
     """Basic composition, or the advanced composition bound when it is smaller [DRV10]."""
@@ -131,6 +139,13 @@ class AdvancedComposition(BasicComposition):
         epsilon = request.epsilon
         _column(ledger, f"{scope}epsilon_squares", np.float64)[answered] += epsilon**2
         _column(ledger, f"{scope}epsilon_drift", np.float64)[answered] += epsilon * math.expm1(epsilon)
+
+    def accounts(self, ledger: Columns, scope: str, delta_prime: float) -> dict[str, npt.NDArray[np.float64]]:
+        accounts = super().accounts(ledger, scope, delta_prime)
+        if f"{scope}epsilon_squares" in ledger:
+            squares, drift = ledger[f"{scope}epsilon_squares"], ledger[f"{scope}epsilon_drift"]
+            accounts["advanced"] = np.sqrt(2.0 * math.log(1.0 / delta_prime) * squares) + drift
+        return accounts
 
 
 class RenyiComposition(BasicComposition):
@@ -155,6 +170,17 @@ class RenyiComposition(BasicComposition):
         super().spend(ledger, scope, request, answered)
         for i, rho in enumerate(query_rdp(request)):
             _column(ledger, f"{scope}rdp_{i}", np.float64)[answered] += rho
+
+    def accounts(self, ledger: Columns, scope: str, delta_prime: float) -> dict[str, npt.NDArray[np.float64]]:
+        return {**super().accounts(ledger, scope, delta_prime), **_renyi_account(ledger, scope, delta_prime)}
+
+
+def _renyi_account(ledger: Columns, scope: str, delta_prime: float) -> dict[str, npt.NDArray[np.float64]]:
+    """The Renyi account's epsilon at delta' for the history so far, where the ledger keeps one."""
+    if f"{scope}rdp_0" not in ledger:
+        return {}
+    sums = [ledger[f"{scope}rdp_{i}"] for i in range(len(RENYI_ORDERS))]
+    return {"renyi": _renyi_bound(sums, (0.0,) * len(RENYI_ORDERS), delta_prime)}
 
 
 def _renyi_bound(sums: list[npt.NDArray[np.float64]], curve: tuple[float, ...], delta: float) -> npt.NDArray:
@@ -276,6 +302,9 @@ class TightestComposition(AdvancedComposition):
                 ledger[f"{scope}rdp_{i}"][answered] += rho
         super().spend(ledger, scope, request, answered)
 
+    def accounts(self, ledger: Columns, scope: str, delta_prime: float) -> dict[str, npt.NDArray[np.float64]]:
+        return {**super().accounts(ledger, scope, delta_prime), **_renyi_account(ledger, scope, delta_prime)}
+
     @staticmethod
     def _renyi_kept(ledger: Columns, scope: str, request: BudgetRequest) -> bool:
         return f"{scope}rdp_0" in ledger or renyi_credit(request)
@@ -295,6 +324,17 @@ COMPOSITIONS = {c.name: c for c in (BasicComposition, AdvancedComposition, Renyi
 # What a new analysis composes with when its spec names no accountant. A snapshot that names none
 # (taken before accountants were pluggable) composes basically: Accountant.for_policy.
 DEFAULT_ACCOUNTANT = TightestComposition.name
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """A history of answers in one scope as one (epsilon, delta)-DP statement: the smallest epsilon
+    of the accounts the accountant keeps, each a sound bound on the whole history, with that
+    account's own total delta (Accountant.guarantee)."""
+
+    epsilon: float
+    delta: float
+    account: str  # "basic", "advanced" or "renyi"
 
 
 class Accountant:
@@ -360,6 +400,23 @@ class Accountant:
         except ValueError:  # UnreachableEpsilon, an unknown mechanism, parameters out of range
             return False
         return request.min_cohort >= needed
+
+    def guarantee(
+        self, ledger: Columns, scope: str, *, delta_prime: float, delta_sum: float, device: int = 0
+    ) -> Guarantee:
+        """One device's history in ``scope`` ("" the analysis, "field:<name>:" a field) as (epsilon, delta).
+
+        ``delta_sum``: the sum of the deltas of the queries it answered there. The total delta each
+        account gives: basic composition (eps_i, delta_i) -> (sum eps_i, sum delta_i); advanced
+        composition adds delta' to that sum [DRV10]; the Renyi account composes the queries' RDP
+        curves, which carry no delta of their own (query_rdp: the local randomizer's pure epsilon0,
+        symmetric RAPPOR's shuffled curve, the Gaussian's), so its conversion at delta' is all.
+        """
+        totals = {"basic": delta_sum, "advanced": delta_sum + delta_prime, "renyi": delta_prime}
+        accounts = self.composition.accounts(ledger, scope, delta_prime)
+        epsilon, delta, account = min((float(eps[device]), totals[name], name) for name, eps in accounts.items())
+        # The ledger's float sums may sit an ulp or two below the exact ones: a statement rounds up.
+        return Guarantee(epsilon * (1 + STATEMENT_ROUNDING), delta * (1 + STATEMENT_ROUNDING), account)
 
     def charge(self, ledger: Columns, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
         """Spend epsilon and one report, on the analysis and each field, for answering devices."""

@@ -22,7 +22,7 @@ from analyses.reads import drilldown, release_cache, selectors
 from analyses.reads.recipe_preview import recipe_preview
 from analyses.rules.roles import check_may_run, check_may_stop
 from analyses.services import rounds
-from analyses.services.budget import recipe_budget_request, rounds_affordable
+from analyses.services.budget import analysis_guarantees, recipe_budget_request, rounds_affordable
 from analyses.services.policy import analyses_spent, analysis_spent
 from analyses.services.releases import ReleaseView
 from analyses.services.rounds import round_create_and_start, round_dry_run, round_progress
@@ -94,6 +94,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         "may_run": analysis.owner_id == request.user.pk,
         "field_rows": field_rows,
         "spent": spent,
+        "guarantee": analysis_guarantees(analysis)[None] if rounds else None,
         "form": form,
         "rounds": rounds,
         "dry_run": dry_run,

@@ -22,6 +22,7 @@ from analyses.presenters.releases import release_as_json
 from analyses.reads import selectors
 from analyses.rules.enforced_policy import EnforcedPolicy
 from analyses.rules.validation import Problems
+from analyses.services.budget import analysis_guarantees
 from analyses.services.releases import ReleaseView
 from analyses.services.rounds import rounds_progress
 from devices.models import PolicySnapshot
@@ -79,6 +80,10 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
                 }
             )
     history = approval_history(analysis)
+    guarantees = analysis_guarantees(analysis)
+    for key, scope in scopes.items():
+        spent = guarantees.get(key) or guarantees[None]
+        scope["guarantee"] = {"epsilon": spent.epsilon, "delta": spent.delta, "account": spent.account}
     for scope in scopes.values():
         scope["allowed_steps"] = _allowed_steps(history, scope["field"])
         last = scope["points"][-1] if scope["points"] else {"epsilon": 0.0, "reports": 0}
@@ -98,7 +103,10 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
         "allowance_from": history[0][0] if history else analysis.created_at,
         "counting": "Requested: every round started counts in full, failed and cancelled ones included "
         "(basic composition: the sum of the rounds' epsilons); the server plans with it. Spent by devices: "
-        "only rounds some device answered.",
+        "only rounds some device answered. Guarantee: what a device that answered every round started has "
+        "spent, as one (epsilon, delta) statement composed by the analysis's accountant, its total delta "
+        "included (each round's delta adds up; advanced composition adds the analysis delta to that sum, "
+        "the Renyi account's conversion has the analysis delta alone).",
         "scopes": list(scopes.values()),
     }
 
@@ -290,10 +298,20 @@ def policy_summary(analysis: Analysis) -> dict[str, Any]:
         "policy": policy,
         # Snapshots taken before accountants were pluggable name none: they compose basically.
         "accountant_label": accountants.get(policy["budget"].get("accountant", "basic"), "unknown"),
+        "delta_total_max": delta_total_max(policy["budget"]),
         "unbudgeted_fields": [f for f in policy["queryClass"]["fields"] if f not in policy["fields"]],
         "pending_changes": live if snapshot is not None and snapshot_digest(live) != snapshot.digest else None,
         "pending_lines": analysis.pending_changes,
     }
+
+
+def delta_total_max(budget: dict[str, Any]) -> float:
+    """The largest total delta a device's guarantee can reach under ``budget``: every report spent,
+    each at the largest delta a query may claim, plus delta' where advanced composition may give the
+    epsilon (pfs_device.budget.Accountant.guarantee)."""
+    delta, reports = budget["delta"], budget["reports"]
+    with_delta_prime = budget.get("accountant", "basic") in ("advanced", "tightest")
+    return math.fsum([delta] * reports + ([delta] if with_delta_prime else []))
 
 
 # ---------------------------------------------------------------- comparing two releases

@@ -3,11 +3,13 @@ every round started, and the reasons a device would refuse, in words."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from analyses.models import Analysis, Recipe
 from analyses.rules.validation import Problems
-from pfs_device.budget import COMPOSITIONS, NANO, Accountant, BudgetRequest, Decision, ledger_empty
+from pfs_device.budget import COMPOSITIONS, NANO, Accountant, BudgetRequest, Decision, Guarantee, ledger_empty
 from pfs_device.decision import fields_of, privacy_budget_request
 from privacy.parameters import PrivacyParameters
 
@@ -32,6 +34,15 @@ def budget_precheck(problems: Problems, analysis: Analysis, field: str | None, r
     _explain_decision(problems, analysis, ledger, field, request, accountant.check(ledger, policy, request)[0])
 
 
+def _rounds_charged(analysis: Analysis) -> list[BudgetRequest]:
+    """What each round started on ``analysis`` charges a device that answers it."""
+    return [
+        recipe_budget_request(recipe)
+        for recipe in Recipe.objects.filter(rounds__isnull=False, analysis=analysis).distinct()
+        for _ in recipe.rounds.all()
+    ]
+
+
 def _server_ledger(analysis: Analysis, composition: str | None = None) -> tuple[dict, Accountant, dict]:
     """The policy, its accountant (or the ``composition`` named), and the ledger of one device that
     answered every round started."""
@@ -39,10 +50,31 @@ def _server_ledger(analysis: Analysis, composition: str | None = None) -> tuple[
     accountant = Accountant.for_policy(policy) if composition is None else Accountant(COMPOSITIONS[composition]())
     ledger = ledger_empty(1)
     everyone = np.ones(1, dtype=bool)
-    for recipe in Recipe.objects.filter(rounds__isnull=False, analysis=analysis).distinct():
-        for _ in recipe.rounds.all():
-            accountant.charge(ledger, recipe_budget_request(recipe), everyone)
+    for request in _rounds_charged(analysis):
+        accountant.charge(ledger, request, everyone)
     return policy, accountant, ledger
+
+
+def analysis_guarantees(analysis: Analysis) -> dict[str | None, Guarantee]:
+    """The (epsilon, delta) a device that answered every round started has spent, per scope (None:
+    the analysis; a field's name), as the analysis's accountant composes it, total delta included
+    (pfs_device.budget.Accountant.guarantee). What every page, the API and the docs state as spent."""
+    policy, accountant, ledger = _server_ledger(analysis)
+    requests = _rounds_charged(analysis)
+    delta_prime = policy["budget"]["delta"]
+    scopes: dict[str | None, str] = {None: ""}
+    scopes.update((field, f"field:{field}:") for field in policy["fields"])
+    for request in requests:
+        scopes.update((field, f"field:{field}:") for field in request.fields)
+    return {
+        key: accountant.guarantee(
+            ledger,
+            scope,
+            delta_prime=delta_prime,
+            delta_sum=math.fsum(r.delta for r in requests if key is None or key in r.fields),
+        )
+        for key, scope in scopes.items()
+    }
 
 
 def _explain_decision(

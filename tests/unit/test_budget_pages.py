@@ -173,6 +173,33 @@ def test_budget_page_shows_the_burndown_table_and_what_remains_without_js(
     assert '<td class="num">0.5</td>' in remaining and '<td class="num">1</td>' in remaining
 
 
+def test_what_was_spent_is_stated_as_one_guarantee_with_its_total_delta(
+    api, client, analyst, budget_analysis, three_rounds
+) -> None:
+    # Issue 30: three rounds of delta 1e-6 each spend a total delta of 3e-6, not "delta <= 1e-6".
+    # Their epsilons (1, 1.5, 1) are too large for advanced composition to beat the sum, and local
+    # randomizers open no Renyi account: the tightest accountant's statement is the basic one.
+    rounds_delta = RECIPE["privacy"]["delta"]
+    body = api.get("/api/analyses/test.budget/budget/").json()
+    for scope in body["scopes"]:
+        assert scope["guarantee"]["account"] == "basic"
+        assert scope["guarantee"]["epsilon"] == pytest.approx(3.5, rel=1e-9)
+        assert scope["guarantee"]["delta"] == pytest.approx(3 * rounds_delta, rel=1e-9)
+    assert "total delta" in body["counting"]
+    client.force_login(analyst)
+    page = client.get("/analyses/test.budget/budget/").content.decode()
+    remaining = page.split('id="budget-remaining"')[1].split("</table>")[0]
+    assert remaining.count(f"ε = 3.5, δ = {3 * rounds_delta:f}".rstrip("0")) == 2  # the analysis and its field age
+    detail = client.get("/analyses/test.budget/").content.decode()
+    assert "Analysis (δ of each round ≤ 0.000001)" in detail
+    stated = detail.split('id="analysis-guarantee"')[1].split("</p>")[0]
+    assert "ε = 3.5" in stated and "δ is the total" in stated
+    # The officer sees the most the policy lets the total delta reach: 4 reports of 1e-6, plus delta'.
+    policy = client.get("/analyses/test.budget/policy/").content.decode()
+    assert 'id="policy-delta-total">0.000005<' in policy
+    assert api.get("/api/analyses/test.budget/policy/").json()["delta_total_max"] == pytest.approx(5e-6)
+
+
 def test_budget_page_of_an_analysis_without_rounds_says_nothing_was_spent(client, analyst, budget_analysis) -> None:
     client.force_login(analyst)
     page = client.get("/analyses/test.budget/budget/").content.decode()
