@@ -14,6 +14,7 @@ from typing import Any
 
 from analyses.models import Recipe, Release
 from analyses.services.releases import ReleaseView, refusals_shown
+from privacy.aggregator_noise import AggregatorLaplace
 from privacy.intervals import view_rule
 from privacy.parameters import PRIVACY_KEYS
 
@@ -87,6 +88,7 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
             "field",
             *PRIVACY_KEYS,
             "aggregator_sigma",
+            "aggregator_laplace_scale",
             "reports",
             "epsilon_spent",
             "refusals",
@@ -135,7 +137,15 @@ def release_page(release_json: dict[str, Any], *, offset: int = 0, limit: int = 
 
 def _release_notes(negative: int, view: ReleaseView, content: dict) -> list[str]:
     notes = []
-    if content.get("noise") == Recipe.Noise.AGGREGATOR:
+    if content.get("noise") == Recipe.Noise.AGGREGATOR and content.get("aggregator_laplace_scale") is not None:
+        scale = content["aggregator_laplace_scale"]
+        notes.append(
+            f"Aggregator noise: devices sent their values with no local noise, secret-shared; the leader and "
+            f"the helper each added discrete Laplace noise of scale {scale:.4f} (pure epsilon-DP: epsilon "
+            f"{content['epsilon']:g} = L1 sensitivity 2 / scale, delta 0). The guarantee holds if at least one "
+            f"aggregator is honest; the standard error {AggregatorLaplace(content['epsilon']).standard_error():.4f} counts both noises."
+        )
+    elif content.get("noise") == Recipe.Noise.AGGREGATOR:
         sigma = content["aggregator_sigma"]
         notes.append(
             f"Aggregator noise: devices sent their values with no local noise, secret-shared; the leader and "

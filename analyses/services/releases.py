@@ -12,9 +12,10 @@ from aggregation.reports import rejections
 from analyses.models import Release, Round
 from analyses.rules.validation import Problems
 from pfs_base.errors import ValidationFailed
-from privacy.aggregator_noise import AggregatorGaussian
+from privacy.aggregator_noise import AggregatorGaussian, AggregatorLaplace, aggregator_noise
 from privacy.encoding import CombinationType, Encoding
 from privacy.intervals import INTERVALS, VIEWS, present, view_rule, z_value
+from privacy.parameters import PrivacyParameters
 
 
 def release_content(round_: Round, encoding: Encoding, batches: list, progress: dict) -> dict[str, Any]:
@@ -35,9 +36,7 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
             else None
         ),
         **privacy.as_json(),  # noise, mechanism, epsilon0, epsilon, delta, sampling_rate, min_cohort
-        "aggregator_sigma": (
-            AggregatorGaussian(privacy.epsilon, privacy.delta).sigma if privacy.aggregator_noise else None
-        ),
+        **_aggregator_noise_parameter(privacy),
         "reports": sum(b.reports for b in released),  # suppressed batches' sizes are never released
         # Each answering device spent epsilon once; with no released batch nothing was learned,
         # but the devices were charged all the same.
@@ -48,6 +47,16 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
         ),
         "rejected_reports": rejections(round_.task_key),
         "batches": [b.as_json() for b in batches],
+    }
+
+
+def _aggregator_noise_parameter(privacy: PrivacyParameters) -> dict[str, float | None]:
+    """Each aggregator's noise parameter: the discrete Gaussian's sigma, or the discrete Laplace's scale
+    (a pure epsilon-DP recipe); both None with client noise."""
+    noise = aggregator_noise(privacy.epsilon, privacy.delta) if privacy.aggregator_noise else None
+    return {
+        "aggregator_sigma": noise.sigma if isinstance(noise, AggregatorGaussian) else None,
+        "aggregator_laplace_scale": float(noise.scale) if isinstance(noise, AggregatorLaplace) else None,
     }
 
 
