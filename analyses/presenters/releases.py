@@ -101,7 +101,7 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
         summary["refusals"] = refusals_shown(
             summary["refusals"], charged=bool(content.get("epsilon_spent")), batches=content["batches"]
         )
-    summary.update(view.describe())
+    summary.update(view.describe(content))
     summary["notes"] = _release_notes(negative, view, content)
     released = [b for b in batches if not b["suppressed"]]
     # With no cohorts there is one batch: its buckets stand at the top level too.

@@ -14,7 +14,7 @@ from analyses.rules.validation import Problems
 from pfs_base.errors import ValidationFailed
 from privacy.aggregator_noise import AggregatorGaussian, AggregatorLaplace, aggregator_noise
 from privacy.encoding import CombinationType, Encoding
-from privacy.intervals import INTERVALS, VIEWS, present, view_rule, z_value
+from privacy.intervals import INTERVALS, VIEWS, miss_probability, present, view_rule, z_value
 from privacy.parameters import PrivacyParameters
 
 
@@ -105,7 +105,7 @@ class ReleaseView:
         """Each batch with presented estimates and interval bounds per bucket."""
         batches = release.content["batches"]
         cells = sum(len(b["estimates"]) for b in batches if not b["suppressed"])
-        z = z_value(level=self.LEVEL, cells=cells, intervals=self.intervals)
+        z = self._standard_errors_wide(release.content, cells)
         shown = []
         for batch in batches:
             if batch["suppressed"]:
@@ -123,13 +123,29 @@ class ReleaseView:
             )
         return shown
 
-    def describe(self) -> dict[str, Any]:
+    def _standard_errors_wide(self, content: dict[str, Any], cells: int) -> float:
+        """How many standard errors each side of an estimate its interval reaches: the normal quantile,
+        or with discrete Laplace noise the exact quantile of both aggregators' noise (its tails are
+        heavier than the normal's: a normal quantile would cover less than the level)."""
+        if content.get("aggregator_laplace_scale") is None:
+            return z_value(level=self.LEVEL, cells=cells, intervals=self.intervals)
+        noise = AggregatorLaplace(content["epsilon"])
+        miss = miss_probability(level=self.LEVEL, cells=cells, intervals=self.intervals)
+        return noise.interval_half_width(miss) / noise.standard_error()
+
+    def describe(self, content: dict[str, Any]) -> dict[str, Any]:
+        """The intervals and view chosen, in words, for a release of ``content``."""
         kind = (
             "simultaneous (Bonferroni over every released bucket)" if self.intervals == "simultaneous" else "per bucket"
+        )
+        method = (
+            "exact: estimate ± the quantile of both aggregators' discrete Laplace noise"
+            if content.get("aggregator_laplace_scale") is not None
+            else "normal approximation: estimate ± z standard errors"
         )
         return {
             "intervals": self.intervals,
             "view": self.view,
-            "interval": f"{self.LEVEL:.0%} {kind}, normal approximation: estimate ± z standard errors",
+            "interval": f"{self.LEVEL:.0%} {kind}, {method}",
             "rule": view_rule(self.view),
         }

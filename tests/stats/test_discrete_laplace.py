@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from privacy.aggregator_noise import AggregatorLaplace
 from privacy.gaussian import sample_discrete_laplace
 
 SAMPLES = 20_000
@@ -47,3 +48,15 @@ def test_sample_mean_and_variance_match_the_exact_moments(scale: Fraction, seed:
     samples = sample_discrete_laplace(scale, SAMPLES, np.random.default_rng(seed)).astype(float)
     assert abs(samples.mean()) <= 4 * math.sqrt(variance / SAMPLES)
     assert abs(float(np.mean(samples**2)) - variance) <= 4 * math.sqrt((fourth - variance**2) / SAMPLES)
+
+
+@pytest.mark.parametrize(("epsilon", "seed"), [(1.0, 51), (0.3, 52)])
+def test_release_intervals_cover_both_aggregators_noise_at_their_level(epsilon: float, seed: int) -> None:
+    noise = AggregatorLaplace(epsilon)
+    rng = np.random.default_rng(seed)
+    total = noise.noise(SAMPLES, rng) + noise.noise(SAMPLES, rng)  # what a released count is off by
+    half_width = noise.interval_half_width(0.05)
+    missed = float(np.mean(np.abs(total) > half_width))
+    assert missed <= 0.05 + 4 * math.sqrt(0.05 * 0.95 / SAMPLES)
+    # The normal approximation's 1.96 standard errors would miss more than 5%.
+    assert float(np.mean(np.abs(total) > 1.96 * noise.standard_error())) > 0.05

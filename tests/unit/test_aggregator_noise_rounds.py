@@ -172,3 +172,9 @@ def test_a_round_with_discrete_laplace_noise_releases_counts_within_their_error(
     assert content["delta"] == 0 and content["aggregator_laplace_scale"] == 2.0 and content["aggregator_sigma"] is None
     released = release_as_json(round_.release)
     assert "discrete Laplace noise of scale 2.0000" in released["notes"][0]
+    # Its intervals reach the exact 95% quantile of both noises, not 1.96 standard errors.
+    half_width = AggregatorLaplace(1.0).interval_half_width(0.05)
+    assert "exact" in released["interval"]
+    for bucket in released["buckets"]:
+        low, high = bucket["ci95"]
+        assert (bucket["estimate"] - low, high - bucket["estimate"]) == pytest.approx((half_width, half_width))

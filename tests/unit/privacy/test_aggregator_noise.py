@@ -160,3 +160,31 @@ def test_laplace_noise_comes_from_the_os_csprng_unless_a_test_replays_a_seed(mon
     monkeypatch.setattr(os, "urandom", lambda n: calls.append(n) or real(n))
     first, second = noise.noise(200), noise.noise(200)
     assert first.dtype == np.int64 and calls and (first != second).any()
+
+
+def laplace_sum_pmf(scale: Fraction) -> tuple[np.ndarray, np.ndarray]:
+    """Support and pmf of the sum of two independent discrete Laplace of scale b, by convolution of the
+    pmf truncated where its mass is below e^-40 (4e-18)."""
+    q = math.exp(-1 / float(scale))
+    reach = math.ceil(40 * float(scale)) + 20
+    pmf = (1 - q) / (1 + q) * q ** np.abs(np.arange(-reach, reach + 1)).astype(float)
+    return np.arange(-2 * reach, 2 * reach + 1), np.convolve(pmf, pmf)
+
+
+@pytest.mark.parametrize("epsilon", [2.5, 1.0, 6 / 7, 0.05])
+def test_laplace_intervals_take_the_exact_quantile_of_both_noises(epsilon: float) -> None:
+    noise = AggregatorLaplace(epsilon)
+    support, pmf = laplace_sum_pmf(noise.scale)
+    for miss in (0.05, 0.05 / 8, 1e-6):
+        m = noise.interval_half_width(miss)
+        # The smallest half-width that misses with probability at most `miss`.
+        assert pmf[np.abs(support) > m].sum() <= miss * (1 + 1e-12)
+        assert pmf[np.abs(support) > m - 1].sum() > miss
+
+
+def test_a_normal_quantile_would_under_cover_laplace_noise() -> None:
+    noise = AggregatorLaplace(0.01)  # b = 200: nearly continuous
+    support, pmf = laplace_sum_pmf(noise.scale)
+    normal = math.floor(1.96 * noise.standard_error())
+    assert pmf[np.abs(support) > normal].sum() > 0.058
+    assert noise.interval_half_width(0.05) > normal
