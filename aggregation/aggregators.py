@@ -9,8 +9,8 @@ Neither trusts the other. Each, on its own:
 - refuses a collection of real devices' reports with no valid statement of the token issuer's count
   of tokens, more reports than that count, or reports that arrived faster than that many devices'
   own pacing allows (devices_refusal, aggregation.batch_rules);
-- adds its own discrete Gaussian noise when the collection uses aggregator noise
-  (privacy.aggregator_noise), so either one alone being honest suffices.
+- adds its own discrete Gaussian (or, for pure epsilon-DP, discrete Laplace) noise when the
+  collection uses aggregator noise (privacy.aggregator_noise), so either one alone being honest suffices.
 
 Each keeps its state in its own store (``Aggregator.store``, pfs_base.db_router): the helper's
 shares, keys, rules, spent tokens and counters are in the ``helper`` database. At aggregation the
@@ -46,7 +46,7 @@ from aggregation.models import (
 from pfs_base.db_router import aggregator_store
 from pfs_device import hpke, tokens, wire
 from privacy import field as prime_field
-from privacy.aggregator_noise import AggregatorGaussian
+from privacy.aggregator_noise import aggregator_noise
 from privacy.field import FieldVector, add, field_sum
 from privacy.report_vdaf import ReportShape, input_share_sizes
 from privacy.vdaf.field import Field128
@@ -116,7 +116,7 @@ class BatchRefused:
 
 
 def noise_rng() -> np.random.Generator | None:
-    """None: the discrete Gaussian draws its bits from the operating system's CSPRNG (os.urandom).
+    """None: the aggregators' noise draws its bits from the operating system's CSPRNG (os.urandom).
     Tests replace this with a seeded Generator to replay a draw."""
     return None
 
@@ -341,7 +341,7 @@ class Aggregator:
             raise ValueError(f"a batch holds shares of several fields: {sorted(fields)}")
         noise = None
         if rules is not None and rules.noise_epsilon is not None:
-            noise = AggregatorGaussian(rules.noise_epsilon, rules.noise_delta).noise(length, noise_rng())
+            noise = aggregator_noise(rules.noise_epsilon, rules.noise_delta).noise(length, noise_rng())
         if fields == {FIELD64}:
             vector = field_sum([share.load_vector() for share in shares], length)
             return FIELD64, vector if noise is None else add(vector, prime_field.from_signed(noise))

@@ -120,11 +120,12 @@ def _int(value: Any, name: str, *, low: int = 0) -> int:
     return value
 
 
-def _number(value: Any, name: str) -> float | None:
+def _number(value: Any, name: str, *, zero: bool = False) -> float | None:
+    """A positive number (or, with ``zero``, a non-negative one), or None for null."""
     if value is None:
         return None
-    if type(value) not in (int, float) or not value > 0:
-        raise MessageError(f"{name}: must be a positive number or null")
+    if type(value) not in (int, float) or not (value > 0 or (zero and value == 0)):
+        raise MessageError(f"{name}: must be a {'non-negative' if zero else 'positive'} number or null")
     return float(value)
 
 
@@ -176,7 +177,7 @@ class TaskConfig:
             vdaf=_text(data["vdaf"], "vdaf", limit=16),
             verify_key=data["verify_key"],
             noise_epsilon=_number(data["noise_epsilon"], "noise_epsilon"),
-            noise_delta=_number(data["noise_delta"], "noise_delta"),
+            noise_delta=_number(data["noise_delta"], "noise_delta", zero=True),  # 0: the discrete Laplace
             token_key=token_key,
         )
 

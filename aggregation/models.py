@@ -125,6 +125,7 @@ class CollectionRules(models.Model):
     noise_epsilon = models.FloatField(
         null=True, blank=True, help_text="Aggregator noise: (epsilon, delta) per release."
     )
+    # 0: pure epsilon-DP, the discrete Laplace; above 0: the discrete Gaussian (privacy.aggregator_noise).
     noise_delta = models.FloatField(null=True, blank=True)
     # The issuer's public key of the collection ({"n", "e"}: decimal strings), as the helper was
     # provisioned with it (aggregation.dap.TaskConfig); None: a simulated fleet's collection, which

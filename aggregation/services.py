@@ -23,7 +23,7 @@ from aggregation.models import FIELD64, Collection, CollectionRules, LeaderShare
 from aggregation.statements import IssuedStatement
 from pfs_base.db_router import DEFAULT
 from pfs_device.tokens import IssuerPublicKey
-from privacy.aggregator_noise import AggregatorGaussian
+from privacy.aggregator_noise import AggregatorNoise
 from privacy.report_vdaf import KINDS, MULTIHOT
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def collection_rules_open(
     length: int,
     min_cohort: int,
     weight_bound: int,
-    noise: AggregatorGaussian | None = None,
+    noise: AggregatorNoise | None = None,
     vdaf: str = MULTIHOT,
     token_key: IssuerPublicKey | None = None,
     provision: bool = True,

@@ -17,6 +17,7 @@ from analyses.recipe_content import recipe_content_parsed
 from analyses.rules.enforced_policy import EnforcedPolicy, pending_changes
 from devices.models import Fleet, PolicySnapshot
 from pfs_device.encode import ParsedContent
+from privacy.aggregator_noise import LAPLACE
 from privacy.encoding import CombinationType, Encoding
 
 
@@ -216,6 +217,8 @@ class Recipe(models.Model):
     @property
     def noise_label(self) -> str:
         """How the recipe's noise reads in a page: the randomizer and its epsilon0, or aggregator noise."""
+        if self.privacy.noise_distribution == LAPLACE:
+            return "aggregator noise (discrete Laplace)"
         if self.privacy.aggregator_noise:
             return "aggregator noise (discrete Gaussian)"
         return f"{self.privacy.mechanism}, ε₀ = {self.privacy.epsilon0:g}"

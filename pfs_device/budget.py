@@ -34,7 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pfs_device.columns import Columns
-from privacy.aggregator_noise import HISTOGRAM_L2_SENSITIVITY, AggregatorGaussian
+from privacy.aggregator_noise import HISTOGRAM_L2_SENSITIVITY, AggregatorLaplace
+from privacy.aggregator_noise import aggregator_noise as aggregator_noise_of
 from privacy.composition import gaussian_rdp, pure_dp_rdp, rdp_to_dp
 from privacy.enforced_cohort import min_cohort_enforced
 from privacy.rappor_rdp import symmetric_rappor_rdp
@@ -211,7 +212,8 @@ def query_rdp(request: BudgetRequest) -> tuple[float, ...]:
 
     - aggregator noise: alpha Delta^2 / (2 sigma^2), Delta = sqrt 2, sigma the discrete Gaussian's
       calibration the aggregators use (the multivariate discrete Gaussian is Delta^2 / (2 sigma^2)-zCDP,
-      CKS20 Theorem 14, as the continuous one is);
+      CKS20 Theorem 14, as the continuous one is); with the discrete Laplace (delta = 0) the release
+      is pure epsilon-DP, so min(epsilon, alpha epsilon^2 / 2) (privacy.composition.pure_dp_rdp);
     - symmetric RAPPOR: 2 rho_2RR(n, alpha, eps0) at n = the minimum cohort (seed 000 C.1.3; a
       larger batch only adds independent reports, which cannot raise a divergence);
     - any other local randomizer: its pure replacement epsilon0 as RDP (no amplification credit).
@@ -250,8 +252,10 @@ def _query_rdp_or_raise(
     cohort: int,
 ) -> tuple[float, ...]:
     if aggregator_noise:
-        sigma = AggregatorGaussian(epsilon, delta).sigma
-        return gaussian_rdp(sigma, HISTOGRAM_L2_SENSITIVITY, RENYI_ORDERS).rhos
+        noise = aggregator_noise_of(epsilon, delta)
+        if isinstance(noise, AggregatorLaplace):
+            return pure_dp_rdp(epsilon, RENYI_ORDERS).rhos
+        return gaussian_rdp(noise.sigma, HISTOGRAM_L2_SENSITIVITY, RENYI_ORDERS).rhos
     pure = pure_dp_rdp(epsilon0, RENYI_ORDERS).rhos if math.isfinite(epsilon0) else (math.inf,) * len(RENYI_ORDERS)
     if mechanism == "symmetric_rappor" and mechanism_epsilon0 is not None and cohort >= 1:
         return tuple(

@@ -1,8 +1,9 @@
-"""Gaussian noise: analytic and classical calibration, and an exact discrete Gaussian sampler.
+"""Gaussian noise: analytic and classical calibration, and exact discrete Gaussian and Laplace samplers.
 
-The sampler follows Canonne, Kamath, Steinke, "The discrete Gaussian for differential privacy"
+The samplers follow Canonne, Kamath, Steinke, "The discrete Gaussian for differential privacy"
 (NeurIPS 2020, arXiv:2004.00010), Algorithms 1-3, in exact integer arithmetic: no floating-point
-number touches a sample, so the output distribution is exactly N_Z(0, sigma^2) given uniform bits.
+number touches a sample, so the output distribution is exactly N_Z(0, sigma^2), or the discrete
+Laplace of the scale asked for, given uniform bits.
 The bits come from the operating system's CSPRNG (os.urandom) unless a test passes a seeded
 numpy Generator to replay a draw: a PCG64 stream, even seeded from OS entropy, can be predicted
 from its outputs, and the noise must stay secret from whoever sees the release.
@@ -14,6 +15,7 @@ import math
 import numbers
 import os
 import struct
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Final
 
@@ -27,6 +29,8 @@ from privacy.amplification import check_delta
 _WORDS_PER_REFILL: Final = 1024
 # Variances above this could produce samples beyond int64.
 _MAX_SIGMA2: Final = 2**100
+# Discrete Laplace scales above this could produce samples beyond int64 (tails of e^-40 and more).
+_MAX_LAPLACE_SCALE: Final = 2**50
 # analytic_gaussian_sigma refuses a calibration whose delta it cannot evaluate in double precision to
 # this relative accuracy (tiny epsilon with tiny delta: see _delta_rounding_error). Every (epsilon,
 # delta) with epsilon >= 1e-6 and delta >= 1e-300 stays below it (6e-4 at that corner, the most).
@@ -125,39 +129,58 @@ def sample_discrete_gaussian(
     distribution, so the cost is linear in ``size``: about 4-7 microseconds per sample on one
     core, nearly independent of sigma (bench/accounting.py measures it).
     """
-    variance = _exact_sigma2(sigma2)
+    variance = _exact_positive(sigma2, "sigma2", _MAX_SIGMA2)
+    numerator, denominator = variance.numerator, variance.denominator
+    scale = math.isqrt(numerator // denominator) + 1  # floor(sigma) + 1 = floor(sqrt(floor(sigma^2))) + 1
+    return _samples(lambda bits: _discrete_gaussian(numerator, denominator, scale, bits), size, rng)
+
+
+def sample_discrete_laplace(
+    scale: float | numbers.Rational, size: int, rng: np.random.Generator | None = None
+) -> npt.NDArray[np.int64]:
+    """``size`` independent exact samples of the discrete Laplace of scale b:
+
+        P[X = x] = (1 - e^(-1/b)) / (1 + e^(-1/b)) exp(-|x| / b),  x in Z.
+
+    Canonne, Kamath, Steinke 2020, Algorithm 2 with b = t / s taken exactly (a float is read as the
+    rational it denotes), with the Bernoulli(exp(-gamma)) coins of Algorithm 1 and the bits of
+    sample_discrete_gaussian (the OS CSPRNG, or ``rng`` to replay a draw in a test). Its rejection
+    loops run per sample in Python too, at a cost linear in ``size``.
+    """
+    exact = _exact_positive(scale, "scale", _MAX_LAPLACE_SCALE)
+    return _samples(lambda bits: _discrete_laplace(exact.numerator, exact.denominator, bits), size, rng)
+
+
+def _samples(draw: Callable[[_RandomBits], int], size: int, rng: np.random.Generator | None) -> npt.NDArray[np.int64]:
+    """``size`` draws of ``draw`` from one pool of bits, as int64."""
     if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
         raise ValueError("size must be a non-negative integer")
     bits = _RandomBits(rng)
-    numerator, denominator = variance.numerator, variance.denominator
-    scale = math.isqrt(numerator // denominator) + 1  # floor(sigma) + 1 = floor(sqrt(floor(sigma^2))) + 1
-    return np.fromiter(
-        (_discrete_gaussian(numerator, denominator, scale, bits) for _ in range(int(size))),
-        dtype=np.int64,
-        count=int(size),
-    )
+    return np.fromiter((draw(bits) for _ in range(int(size))), dtype=np.int64, count=int(size))
 
 
 def _discrete_gaussian(numerator: int, denominator: int, scale: int, bits: _RandomBits) -> int:
     """Algorithm 3 of CKS20 with sigma^2 = numerator / denominator and t = scale."""
     while True:
-        candidate = _discrete_laplace(scale, bits)
+        candidate = _discrete_laplace(scale, 1, bits)
         # gamma = (|Y| - sigma^2 / t)^2 / (2 sigma^2) = (|Y| d t - n)^2 / (2 n d t^2)
         offset = abs(candidate) * denominator * scale - numerator
         if _bernoulli_exp_minus(offset * offset, 2 * numerator * denominator * scale * scale, bits):
             return candidate
 
 
-def _discrete_laplace(scale: int, bits: _RandomBits) -> int:
-    """Algorithm 2 of CKS20 with s = 1: P[Y = y] proportional to exp(-|y| / scale)."""
+def _discrete_laplace(numerator: int, denominator: int, bits: _RandomBits) -> int:
+    """Algorithm 2 of CKS20 with t = numerator and s = denominator: P[Y = y] proportional to
+    exp(-|y| s / t). U + t V is geometric of ratio e^(-1/t) on the naturals, and its floor division by
+    s is geometric of ratio e^(-s/t)."""
     while True:
-        uniform = bits.below(scale)
-        if not _bernoulli_exp_minus(uniform, scale, bits):
+        uniform = bits.below(numerator)
+        if not _bernoulli_exp_minus(uniform, numerator, bits):
             continue
         geometric = 0
         while _bernoulli_exp_minus(1, 1, bits):
             geometric += 1
-        magnitude = uniform + scale * geometric
+        magnitude = (uniform + numerator * geometric) // denominator
         negative = bits.below(2) == 1
         if negative and magnitude == 0:
             continue  # zero would otherwise be counted twice
@@ -262,18 +285,19 @@ def _delta_rounding_error(sigma: float, epsilon: float, sensitivity: float, delt
     return _ROUNDOFF * error * max(math.exp(log_first) - delta, 0.0) / delta
 
 
-def _exact_sigma2(sigma2: float | numbers.Rational) -> Fraction:
-    if isinstance(sigma2, bool):
-        raise ValueError("sigma2 must be a positive finite number")
-    if isinstance(sigma2, numbers.Rational):
-        variance = Fraction(sigma2.numerator, sigma2.denominator)
-    elif isinstance(sigma2, float) and math.isfinite(sigma2):
-        variance = Fraction(sigma2)
+def _exact_positive(value: float | numbers.Rational, name: str, maximum: int) -> Fraction:
+    """``value`` as the exact rational it denotes; ValueError unless it lies in (0, maximum]."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a positive finite number")
+    if isinstance(value, numbers.Rational):
+        exact = Fraction(value.numerator, value.denominator)
+    elif isinstance(value, float) and math.isfinite(value):
+        exact = Fraction(value)
     else:
-        raise ValueError("sigma2 must be a positive finite number")
-    if not (0 < variance <= _MAX_SIGMA2):
-        raise ValueError(f"sigma2 must be positive and at most 2**{_MAX_SIGMA2.bit_length() - 1}")
-    return variance
+        raise ValueError(f"{name} must be a positive finite number")
+    if not (0 < exact <= maximum):
+        raise ValueError(f"{name} must be positive and at most 2**{maximum.bit_length() - 1}")
+    return exact
 
 
 def _check_positive(**values: float) -> None:

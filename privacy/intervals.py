@@ -1,6 +1,7 @@
 """Confidence intervals and views of a released histogram: how estimates are shown, with the rule stated.
 
-Intervals (normal approximation, the estimates being sums of many independent reports):
+Intervals (normal approximation, the estimates being sums of many independent reports; with discrete
+Laplace aggregator noise the exact quantile of that noise instead, privacy.aggregator_noise):
 - "per-bucket": each interval covers its bucket's true count with probability `level`;
 - "simultaneous": Bonferroni over every released cell, z = Phi^-1(1 - (1 - level) / (2 m)), so all m
   intervals cover together with probability at least `level`, whatever the correlation between cells.
@@ -31,6 +32,12 @@ _VIEW_RULES = {
 
 def z_value(*, level: float, cells: int, intervals: str) -> float:
     """The normal quantile for two-sided intervals at ``level``, Bonferroni-adjusted if simultaneous."""
+    return float(norm.ppf(1 - miss_probability(level=level, cells=cells, intervals=intervals) / 2))
+
+
+def miss_probability(*, level: float, cells: int, intervals: str) -> float:
+    """The probability each two-sided interval may miss its true count: 1 - level, divided by the
+    number of released cells if simultaneous (Bonferroni)."""
     if not 0 < level < 1:
         raise ValueError("level must lie strictly between 0 and 1")
     if intervals not in INTERVALS:
@@ -38,7 +45,7 @@ def z_value(*, level: float, cells: int, intervals: str) -> float:
     alpha = 1 - level
     if intervals == "simultaneous":
         alpha /= max(cells, 1)
-    return float(norm.ppf(1 - alpha / 2))
+    return alpha
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
+from privacy.aggregator_noise import GAUSSIAN, LAPLACE
 from privacy.mechanisms import mechanism_get, replacement_epsilon0
 
 Noise = Literal["client", "aggregator"]
@@ -21,8 +22,9 @@ AGGREGATOR: Noise = "aggregator"
 @dataclass(frozen=True)
 class PrivacyParameters:
     """noise: "client" (each device runs ``mechanism`` at ``epsilon0``) or "aggregator" (no local
-    randomizer; each aggregator adds noise for (``epsilon``, ``delta``)). ``epsilon``/``delta``:
-    the aggregate guarantee; ``sampling_rate``: each device's participation probability;
+    randomizer; each aggregator adds noise for (``epsilon``, ``delta``): the discrete Laplace when
+    ``delta`` is 0, pure epsilon-DP, else the discrete Gaussian). ``epsilon``/``delta``: the aggregate
+    guarantee; ``sampling_rate``: each device's participation probability;
     ``min_cohort``: the smallest batch either aggregator releases."""
 
     noise: Noise
@@ -36,6 +38,13 @@ class PrivacyParameters:
     @property
     def aggregator_noise(self) -> bool:
         return self.noise == AGGREGATOR
+
+    @property
+    def noise_distribution(self) -> str | None:
+        """The aggregators' noise (privacy.aggregator_noise.aggregator_noise); None with client noise."""
+        if not self.aggregator_noise:
+            return None
+        return LAPLACE if self.delta == 0 else GAUSSIAN
 
     @property
     def local_epsilon(self) -> float:

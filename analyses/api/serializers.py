@@ -286,6 +286,7 @@ class ReleaseSerializer(serializers.Serializer):
     field = serializers.CharField()
     noise = serializers.ChoiceField(choices=Recipe.Noise.values, required=False)
     aggregator_sigma = serializers.FloatField(allow_null=True, required=False)
+    aggregator_laplace_scale = serializers.FloatField(allow_null=True, required=False)
     mechanism = serializers.CharField(allow_blank=True)
     epsilon0 = serializers.FloatField(allow_null=True)
     epsilon = serializers.FloatField()

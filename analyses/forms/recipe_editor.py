@@ -28,6 +28,7 @@ _FIELD_FOR_PATH = {
     "privacy.samplingRate": "sampling_rate",
     "privacy.mechanism": "mechanism",
     "privacy.noise": "noise",
+    "privacy.noiseDistribution": "noise",  # set in the JSON only: the form's aggregator noise is the Gaussian
     "privacy.minCohort": "min_cohort",
     "cohorts": "cohorts",
     "query": "field",

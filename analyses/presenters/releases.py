@@ -14,6 +14,7 @@ from typing import Any
 
 from analyses.models import Recipe, Release
 from analyses.services.releases import ReleaseView, refusals_shown
+from privacy.aggregator_noise import AggregatorLaplace
 from privacy.intervals import view_rule
 from privacy.parameters import PRIVACY_KEYS
 
@@ -87,6 +88,7 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
             "field",
             *PRIVACY_KEYS,
             "aggregator_sigma",
+            "aggregator_laplace_scale",
             "reports",
             "epsilon_spent",
             "refusals",
@@ -99,7 +101,7 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
         summary["refusals"] = refusals_shown(
             summary["refusals"], charged=bool(content.get("epsilon_spent")), batches=content["batches"]
         )
-    summary.update(view.describe())
+    summary.update(view.describe(content))
     summary["notes"] = _release_notes(negative, view, content)
     released = [b for b in batches if not b["suppressed"]]
     # With no cohorts there is one batch: its buckets stand at the top level too.
@@ -136,13 +138,11 @@ def release_page(release_json: dict[str, Any], *, offset: int = 0, limit: int = 
 def _release_notes(negative: int, view: ReleaseView, content: dict) -> list[str]:
     notes = []
     if content.get("noise") == Recipe.Noise.AGGREGATOR:
-        sigma = content["aggregator_sigma"]
+        added, standard_error = _aggregator_noise_said(content)
         notes.append(
-            f"Aggregator noise: devices sent their values with no local noise, secret-shared; the leader and "
-            f"the helper each added discrete Gaussian noise with sigma {sigma:.4f} (analytic calibration for "
-            f"epsilon {content['epsilon']:g}, delta {content['delta']:g}, L2 sensitivity sqrt 2). The guarantee "
-            f"holds if at least one aggregator is honest; the standard error sigma * sqrt 2 = "
-            f"{sigma * math.sqrt(2):.4f} counts both noises."
+            "Aggregator noise: devices sent their values with no local noise, secret-shared; the leader and "
+            f"the helper each added {added}. The guarantee holds if at least one aggregator is honest; "
+            f"{standard_error} counts both noises."
         )
     if not negative:
         return notes
@@ -155,3 +155,21 @@ def _release_notes(negative: int, view: ReleaseView, content: dict) -> list[str]
     else:
         notes.append(f"{negative} negative estimate(s) are shown under the '{view.view}' rule: {view_rule(view.view)}.")
     return notes
+
+
+def _aggregator_noise_said(content: dict) -> tuple[str, str]:
+    """(the noise each aggregator added to a release and the calibration behind its guarantee, the
+    standard error of a count with both noises)."""
+    epsilon = content["epsilon"]
+    if content.get("aggregator_laplace_scale") is not None:
+        return (
+            f"discrete Laplace noise of scale {content['aggregator_laplace_scale']:.4f} (pure epsilon-DP: epsilon "
+            f"{epsilon:g} = L1 sensitivity 2 / scale, delta 0)",
+            f"the standard error {AggregatorLaplace(epsilon).standard_error():.4f}",
+        )
+    sigma = content["aggregator_sigma"]
+    return (
+        f"discrete Gaussian noise with sigma {sigma:.4f} (analytic calibration for epsilon {epsilon:g}, "
+        f"delta {content['delta']:g}, L2 sensitivity sqrt 2)",
+        f"the standard error sigma * sqrt 2 = {sigma * math.sqrt(2):.4f}",
+    )

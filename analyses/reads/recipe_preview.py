@@ -18,7 +18,7 @@ from analyses.services.policy import analysis_spent
 from analyses.services.recipes import ParsedRecipe, recipe_validate
 from pfs_device.budget import BudgetRequest
 from pfs_device.decision import fields_of
-from privacy.aggregator_noise import AggregatorGaussian
+from privacy.aggregator_noise import aggregator_noise
 from privacy.mechanisms import mechanism_get
 
 # Budgets are kept in nano-epsilon on devices; rounding the figures shown to that unit hides
@@ -119,12 +119,12 @@ def _standard_error(parsed: ParsedRecipe, devices: int) -> dict[str, Any]:
 
     Client noise: the mechanism's own variance (the one releases use for their error bars), for a
     bucket holding no device and for one holding every device; it grows with the count for most
-    mechanisms. Aggregator noise: both aggregators' Gaussian noise, the same for every bucket.
+    mechanisms. Aggregator noise: both aggregators' Gaussian or Laplace noise, the same for every bucket.
     A recipe split by cohort releases one batch per cohort value, each over fewer devices.
     """
     size = parsed.encoding.size
     if parsed.privacy.noise == Recipe.Noise.AGGREGATOR:
-        error = AggregatorGaussian(parsed.privacy.epsilon, parsed.privacy.delta).standard_error()
+        error = aggregator_noise(parsed.privacy.epsilon, parsed.privacy.delta).standard_error()
         return {"devices": devices, "empty_bucket": error, "full_bucket": error}
     oracle = mechanism_get(parsed.privacy.mechanism, parsed.privacy.epsilon0)
     empty = np.zeros(size)

@@ -19,7 +19,7 @@ from aggregation.models import FIELD64
 from aggregation.services import collection_aggregate
 from pfs_base.db_router import DEFAULT
 from privacy import field as prime_field
-from privacy.aggregator_noise import AggregatorGaussian
+from privacy.aggregator_noise import aggregator_noise
 from privacy.field import FieldVector, add, to_counts, to_signed
 from privacy.mechanisms import mechanism_get
 from privacy.vdaf.field import Field128
@@ -65,14 +65,15 @@ class ClientNoiseEstimator:
 
 
 class AggregatorNoiseEstimator:
-    """Each aggregator added discrete Gaussian noise: the noisy sum is the (unbiased) estimate."""
+    """Each aggregator added discrete Gaussian or Laplace noise: the noisy sum is the (unbiased) estimate."""
 
-    # Beyond 40 standard deviations the noise has probability below 1e-300: a value there means
+    # Beyond 40 standard deviations the noise has probability below 1e-300 (the discrete Gaussian)
+    # or 1e-15 (the discrete Laplace, at any scale a recipe may have): a value there means
     # mixed-up shares, not noise.
     TAIL = 40
 
     def __init__(self, *, epsilon: float, delta: float, domain_size: int) -> None:
-        self.noise = AggregatorGaussian(epsilon, delta)
+        self.noise = aggregator_noise(epsilon, delta)
         self.domain_size = domain_size
 
     def estimate(self, total: FieldVector, reports: int) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ from pfs_device.decision import DeviceTask, fields_of
 from pfs_device.encode import SCHEMAS_BY_KIND, schema_fits
 from pfs_device.query import QueryRefused, verify_query
 from pfs_device.streams import field_kind
-from privacy.aggregator_noise import AggregatorGaussian
+from privacy.aggregator_noise import DISTRIBUTIONS, GAUSSIAN, LAPLACE, aggregator_noise
 from privacy.amplification import MAX_COHORT
 from privacy.encoding import CombinationType, Encoding, content_encoding
 from privacy.enforced_cohort import min_cohort_enforced
@@ -53,7 +53,16 @@ RECIPE_KEYS = (
     "dataRecorderType",
     "privacy",
 )
-PRIVACY_CONTENT_KEYS = ("noise", "mechanism", "epsilon0", "epsilon", "delta", "samplingRate", "minCohort")
+PRIVACY_CONTENT_KEYS = (
+    "noise",
+    "noiseDistribution",
+    "mechanism",
+    "epsilon0",
+    "epsilon",
+    "delta",
+    "samplingRate",
+    "minCohort",
+)
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,10 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     if noise not in Recipe.Noise.values:
         problems.add("privacy.noise", f"Must be one of {', '.join(Recipe.Noise.values)}.")
     epsilon = problems.number(privacy, "epsilon", "privacy.epsilon", positive=True, limit=LIMITS["epsilon"])
-    delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True, limit=LIMITS["delta"])
+    if _noise_distribution(problems, privacy, noise) == LAPLACE:
+        delta = _laplace_delta(problems, privacy)
+    else:
+        delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True, limit=LIMITS["delta"])
     sampling_rate = problems.number(
         privacy, "samplingRate", "privacy.samplingRate", default=1.0, unit=True, limit=LIMITS["samplingRate"]
     )
@@ -241,6 +253,29 @@ def _client_min_cohort(
     return max(needed, floor, stated or 0)
 
 
+def _noise_distribution(problems: Problems, privacy: dict, noise: str) -> str | None:
+    """The aggregators' noise a recipe chooses (privacy.noiseDistribution, the discrete Gaussian unless
+    it says otherwise); None with client noise, whose noise is the mechanism's, or a choice refused."""
+    if noise != Recipe.Noise.AGGREGATOR:
+        if "noiseDistribution" in privacy:
+            problems.add("privacy.noiseDistribution", "Only aggregator noise has a distribution to choose.")
+        return None
+    distribution = privacy.get("noiseDistribution", GAUSSIAN)
+    if distribution not in DISTRIBUTIONS:
+        problems.add("privacy.noiseDistribution", f"Must be one of {', '.join(DISTRIBUTIONS)}.")
+        return None
+    return distribution
+
+
+def _laplace_delta(problems: Problems, privacy: dict) -> float | None:
+    """A discrete Laplace recipe's delta: 0, its pure epsilon-DP, whether it says so or not."""
+    stated = privacy.get("delta", 0)
+    if isinstance(stated, bool) or stated != 0:
+        problems.add("privacy.delta", "The discrete Laplace is pure epsilon-DP: leave out delta (it is 0).")
+        return None
+    return 0.0
+
+
 def _aggregator_noise_content(
     problems: Problems, privacy: dict, epsilon: float | None, delta: float | None, stated: int | None, *, floor: int
 ) -> tuple[float | None, int | None]:
@@ -253,7 +288,7 @@ def _aggregator_noise_content(
             )
     if epsilon is not None and delta is not None:
         try:
-            AggregatorGaussian(epsilon, delta).check()
+            aggregator_noise(epsilon, delta).check()
         except ValueError as error:
             problems.add("privacy.epsilon", f"{str(error).capitalize()}.")
     if stated is not None and stated < floor:

@@ -12,9 +12,10 @@ from aggregation.reports import rejections
 from analyses.models import Release, Round
 from analyses.rules.validation import Problems
 from pfs_base.errors import ValidationFailed
-from privacy.aggregator_noise import AggregatorGaussian
+from privacy.aggregator_noise import AggregatorGaussian, AggregatorLaplace, aggregator_noise
 from privacy.encoding import CombinationType, Encoding
-from privacy.intervals import INTERVALS, VIEWS, present, view_rule, z_value
+from privacy.intervals import INTERVALS, VIEWS, miss_probability, present, view_rule, z_value
+from privacy.parameters import PrivacyParameters
 
 
 def release_content(round_: Round, encoding: Encoding, batches: list, progress: dict) -> dict[str, Any]:
@@ -35,9 +36,7 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
             else None
         ),
         **privacy.as_json(),  # noise, mechanism, epsilon0, epsilon, delta, sampling_rate, min_cohort
-        "aggregator_sigma": (
-            AggregatorGaussian(privacy.epsilon, privacy.delta).sigma if privacy.aggregator_noise else None
-        ),
+        **_aggregator_noise_parameter(privacy),
         "reports": sum(b.reports for b in released),  # suppressed batches' sizes are never released
         # Each answering device spent epsilon once; with no released batch nothing was learned,
         # but the devices were charged all the same.
@@ -48,6 +47,16 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
         ),
         "rejected_reports": rejections(round_.task_key),
         "batches": [b.as_json() for b in batches],
+    }
+
+
+def _aggregator_noise_parameter(privacy: PrivacyParameters) -> dict[str, float | None]:
+    """Each aggregator's noise parameter: the discrete Gaussian's sigma, or the discrete Laplace's scale
+    (a pure epsilon-DP recipe); both None with client noise."""
+    noise = aggregator_noise(privacy.epsilon, privacy.delta) if privacy.aggregator_noise else None
+    return {
+        "aggregator_sigma": noise.sigma if isinstance(noise, AggregatorGaussian) else None,
+        "aggregator_laplace_scale": float(noise.scale) if isinstance(noise, AggregatorLaplace) else None,
     }
 
 
@@ -96,7 +105,7 @@ class ReleaseView:
         """Each batch with presented estimates and interval bounds per bucket."""
         batches = release.content["batches"]
         cells = sum(len(b["estimates"]) for b in batches if not b["suppressed"])
-        z = z_value(level=self.LEVEL, cells=cells, intervals=self.intervals)
+        z = self._standard_errors_wide(release.content, cells)
         shown = []
         for batch in batches:
             if batch["suppressed"]:
@@ -114,13 +123,29 @@ class ReleaseView:
             )
         return shown
 
-    def describe(self) -> dict[str, Any]:
+    def _standard_errors_wide(self, content: dict[str, Any], cells: int) -> float:
+        """How many standard errors each side of an estimate its interval reaches: the normal quantile,
+        or with discrete Laplace noise the exact quantile of both aggregators' noise (its tails are
+        heavier than the normal's: a normal quantile would cover less than the level)."""
+        if content.get("aggregator_laplace_scale") is None:
+            return z_value(level=self.LEVEL, cells=cells, intervals=self.intervals)
+        noise = AggregatorLaplace(content["epsilon"])
+        miss = miss_probability(level=self.LEVEL, cells=cells, intervals=self.intervals)
+        return noise.interval_half_width(miss) / noise.standard_error()
+
+    def describe(self, content: dict[str, Any]) -> dict[str, Any]:
+        """The intervals and view chosen, in words, for a release of ``content``."""
         kind = (
             "simultaneous (Bonferroni over every released bucket)" if self.intervals == "simultaneous" else "per bucket"
+        )
+        method = (
+            "exact: estimate ± the quantile of both aggregators' discrete Laplace noise"
+            if content.get("aggregator_laplace_scale") is not None
+            else "normal approximation: estimate ± z standard errors"
         )
         return {
             "intervals": self.intervals,
             "view": self.view,
-            "interval": f"{self.LEVEL:.0%} {kind}, normal approximation: estimate ± z standard errors",
+            "interval": f"{self.LEVEL:.0%} {kind}, {method}",
             "rule": view_rule(self.view),
         }

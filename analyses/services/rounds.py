@@ -47,7 +47,7 @@ from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
 from pfs_base.task_queue import enqueue
 from pfs_device.budget import Decision
-from privacy.aggregator_noise import AggregatorGaussian
+from privacy.aggregator_noise import aggregator_noise
 from privacy.report_vdaf import report_shape
 
 
@@ -102,7 +102,7 @@ def _collection_rules_open(round_: Round) -> None:
     # recipe alone, by the code the devices run (privacy.report_vdaf).
     if privacy.aggregator_noise:
         shape = report_shape(mechanism=None, epsilon0=None, domain_size=size)
-        noise = AggregatorGaussian(privacy.epsilon, privacy.delta)
+        noise = aggregator_noise(privacy.epsilon, privacy.delta)
     else:
         shape = report_shape(mechanism=privacy.mechanism, epsilon0=privacy.epsilon0, domain_size=size)
         noise = None

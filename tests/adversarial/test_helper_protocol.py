@@ -140,6 +140,7 @@ def test_a_body_for_another_collection_than_its_path_or_another_version_is_refus
     [
         pytest.param({"min_cohort": 1}, id="a lower minimum cohort"),
         pytest.param({"noise_epsilon": 100.0, "noise_delta": 1e-5}, id="other noise"),
+        pytest.param({"noise_epsilon": 1.0, "noise_delta": 0}, id="discrete Laplace noise"),
         pytest.param({"token_key": {"n": "3233", "e": "17"}}, id="a token key of the leader's own"),
         pytest.param({"token_key": None}, id="made a simulated collection"),
         pytest.param({"verify_key": dap.b64(b"\x01" * 32)}, id="another verification key"),
@@ -160,6 +161,16 @@ def _config(rules: CollectionRules) -> dap.TaskConfig:
         patch.setattr(helper_client, "_call", lambda *args, **kwargs: captured.append(args[4]))
         helper_client.task_provision(rules)
     return dap.TaskConfig.parse(captured[0])
+
+
+def test_a_task_config_takes_noise_delta_zero_for_the_discrete_laplace_and_no_negative_one(rules) -> None:
+    config = json.loads(dap.encode(_config(rules)))
+    laplace = dap.TaskConfig.parse(json.dumps({**config, "noise_epsilon": 1.0, "noise_delta": 0}).encode())
+    assert (laplace.noise_epsilon, laplace.noise_delta) == (1.0, 0.0)
+    with pytest.raises(dap.MessageError, match="noise_delta: must be a non-negative number"):
+        dap.TaskConfig.parse(json.dumps({**config, "noise_epsilon": 1.0, "noise_delta": -1e-6}).encode())
+    with pytest.raises(dap.MessageError, match="noise_epsilon: must be a positive number"):
+        dap.TaskConfig.parse(json.dumps({**config, "noise_epsilon": 0, "noise_delta": 0}).encode())
 
 
 def test_a_helper_that_takes_no_simulated_fleets_refuses_their_task_and_their_shares(db, helper, settings) -> None:

@@ -239,8 +239,10 @@ def test_an_infinite_epsilon0_without_aggregator_noise_fails_every_cap() -> None
     assert (decide(ledger_empty(1), request(epsilon0=float("inf")), allowing) == Decision.FIELD_BUDGET).all()
 
 
-def count_answered_requests(composition, req: BudgetRequest, allowed: float = 1.0, tries: int = 400) -> int:
-    policy = {"budget": {"epsilon": allowed, "reports": 10_000, "delta": req.delta}, "fields": {}}
+def count_answered_requests(
+    composition, req: BudgetRequest, allowed: float = 1.0, tries: int = 400, analysis_delta: float | None = None
+) -> int:
+    policy = {"budget": {"epsilon": allowed, "reports": 10_000, "delta": analysis_delta or req.delta}, "fields": {}}
     accountant, ledger = Accountant(composition), ledger_empty(1)
     for answered in range(tries):
         if accountant.check(ledger, policy, req)[0] != Decision.ANSWERED:
@@ -261,6 +263,23 @@ def test_renyi_composition_of_aggregator_noise_queries_stops_exactly_at_its_boun
     # The k-th query fit and the (k+1)-th did not, by RDP composition converted at delta = 1e-6.
     assert rdp_epsilon(rdp_compose([curve] * k), 1e-6) <= 1.0 < rdp_epsilon(rdp_compose([curve] * (k + 1)), 1e-6)
     assert k > count_answered_requests(BasicComposition(), req) == 10
+
+
+def test_a_discrete_laplace_query_is_charged_as_pure_epsilon_dp() -> None:
+    from privacy.composition import pure_dp_rdp, rdp_compose, rdp_epsilon
+
+    req = BudgetRequest(
+        epsilon0=float("inf"), epsilon=0.01, delta=0.0, fields=(), min_cohort=1000, aggregator_noise=True
+    )
+    # Its Renyi curve is that of any epsilon-DP release, min(epsilon, alpha epsilon^2 / 2).
+    curve = pure_dp_rdp(0.01, RENYI_ORDERS)
+    assert query_rdp(req) == curve.rhos
+    assert count_answered_requests(BasicComposition(), req, analysis_delta=1e-6) == 100  # the epsilons add up
+    k = count_answered_requests(RenyiComposition(), req, tries=2000, analysis_delta=1e-6)
+    # Many small queries: the Renyi account admits more, exactly up to its bound at the analysis delta.
+    assert k > 100
+    assert rdp_epsilon(rdp_compose([curve] * k), 1e-6) <= 1.0 < rdp_epsilon(rdp_compose([curve] * (k + 1)), 1e-6)
+    assert count_answered_requests(TightestComposition(), req, tries=2000, analysis_delta=1e-6) == k
 
 
 def test_renyi_composition_charges_symmetric_rappor_by_its_shuffled_rdp_curve() -> None:

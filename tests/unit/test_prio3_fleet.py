@@ -38,6 +38,7 @@ CENTRAL = {
     **RECIPE,
     "privacy": {"noise": "aggregator", "epsilon": 1.0, "delta": 1e-6, "minCohort": 3},
 }
+LAPLACE = {"noise": "aggregator", "noiseDistribution": "laplace", "epsilon": 1.0, "minCohort": 3}
 
 
 def _analysis(fleet: str, analyst, officer):
@@ -48,20 +49,23 @@ def _analysis(fleet: str, analyst, officer):
     return analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
 
 
-def _release(fleet: str, analyst, officer, capture, *, prio3: bool) -> Round:
+def _release(fleet: str, analyst, officer, capture, *, prio3: bool, privacy: dict) -> Round:
     fleet_create(name=fleet, size=DEVICES, seed=11, shard_size=100, prio3_reports=prio3)
     analysis = _analysis(fleet, analyst, officer)
     with capture(execute=True):
         round_ = round_create_and_start(
-            analysis=analysis, content={**CENTRAL, "AnalysisIdentifier": analysis.identifier}, user=analyst
+            analysis=analysis,
+            content={**CENTRAL, "AnalysisIdentifier": analysis.identifier, "privacy": privacy},
+            user=analyst,
         )
     round_.refresh_from_db()
     assert round_.status == Round.Status.RELEASED, round_.error
     return round_
 
 
+@pytest.mark.parametrize("privacy", [CENTRAL["privacy"], LAPLACE], ids=["discrete Gaussian", "discrete Laplace"])
 def test_per_device_prio3_reports_release_what_the_pre_summed_shares_release(
-    analyst, officer, monkeypatch, django_capture_on_commit_callbacks
+    analyst, officer, monkeypatch, django_capture_on_commit_callbacks, privacy
 ) -> None:
     monkeypatch.setattr(aggregators, "noise_rng", lambda: np.random.default_rng(3))
     verified: list[int] = []
@@ -72,13 +76,15 @@ def test_per_device_prio3_reports_release_what_the_pre_summed_shares_release(
         return verified[-1]
 
     monkeypatch.setattr(services, "verified_reports_upload", counting)
-    summed = _release("summed", analyst, officer, django_capture_on_commit_callbacks, prio3=False)
+    summed = _release("summed", analyst, officer, django_capture_on_commit_callbacks, prio3=False, privacy=privacy)
     assert verified == []
-    proved = _release("proved", analyst, officer, django_capture_on_commit_callbacks, prio3=True)
+    proved = _release("proved", analyst, officer, django_capture_on_commit_callbacks, prio3=True, privacy=privacy)
     assert sum(verified) == DEVICES and len(verified) == 3
     assert rejections(proved.task_key) == {}
     assert proved.release.content["reports"] == summed.release.content["reports"] == DEVICES
     assert proved.release.content["batches"] == summed.release.content["batches"]
+    # Each releases the noise the recipe chose: the discrete Laplace of scale 2 / epsilon, or the Gaussian.
+    assert proved.release.content["aggregator_laplace_scale"] == (2.0 if privacy is LAPLACE else None)
 
 
 def test_an_invalid_report_of_a_simulated_device_is_rejected_and_counted(analyst, officer) -> None:

@@ -111,6 +111,17 @@ def test_validate_gives_the_aggregators_noise_as_the_standard_error(api, analysi
     assert body["min_cohort"] == AGGREGATOR_NOISE_MIN_COHORT
 
 
+def test_validate_gives_the_discrete_laplaces_exact_standard_error(api, analysis, recipe, officer) -> None:
+    FieldPolicy.objects.filter(analysis=analysis, field="age").update(aggregator_noise=True)
+    analysis_approve(analysis=analysis, officer=officer)
+    recipe["privacy"] = {"noise": "aggregator", "noiseDistribution": "laplace", "epsilon": 1.0}
+    body = api.post(VALIDATE, recipe, format="json").json()
+    # Two aggregators' discrete Laplace noise of scale b = 2: 2 Var, Var = 2 e^(-1/2) / (1 - e^(-1/2))^2.
+    error = math.sqrt(2 * 2 * math.exp(-0.5) / (1 - math.exp(-0.5)) ** 2)
+    assert body["standard_error"]["empty_bucket"] == body["standard_error"]["full_bucket"] == pytest.approx(error)
+    assert body["delta"] == 0
+
+
 def test_validate_refuses_a_bad_recipe_by_key_and_changes_nothing(api, analysis, recipe) -> None:
     spent_before = analysis_spent(analysis)
     recipe["privacy"]["epsilon"] = 0
