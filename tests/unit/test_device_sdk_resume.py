@@ -339,7 +339,10 @@ def test_once_says_what_it_waits_for_and_until_when_and_each_step(tmp_path, monk
     argv = ["--credential", str(creds), "--data", str(data), "--state", str(tmp_path / "s"), "--once"]
     assert sdk_main.main(argv) == 0
 
-    # In order: what the device said on stderr, and the requests it made (FakeClient's log).
+    # The run's own warning first (its credentials name no relay), then in order: what the device
+    # said on stderr, and the requests it made (FakeClient's log).
+    assert "no relay" in log[0][1]["warning"]
+    log = log[1:]
     steps = [entry[1].get("waiting") or entry[1]["progress"] if entry[0] == "stderr" else entry[1] for entry in log]
     assert steps == [CHARGED, SEALED, "token", "token", SIGNED, "upload", "upload", "uploaded"]  # each wait said first
     said = [entry[1] for entry in log if entry[0] == "stderr"]
