@@ -73,15 +73,29 @@ class HelperService:
 
     def cpu_seconds(self) -> float:
         """CPU seconds its processes (gunicorn's master and workers, one process group) used so far."""
-        ticks = 0
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:  # a process that just ended
-                continue
-            if int(fields[2]) == self.process.pid:  # its process group: the master's pid
-                ticks += int(fields[11]) + int(fields[12])  # utime, stime
-        return ticks / os.sysconf("SC_CLK_TCK")
+        return group_cpu_seconds(self.process.pid)
+
+
+def group_cpu_seconds(group: int) -> float:
+    """CPU seconds the live processes of process group ``group`` used so far (a server started with
+    start_new_session=True: its group is its master's pid), read from /proc."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # a process that just ended
+            continue
+        if int(fields[2]) == group:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot, every core, from /proc/stat."""
+    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    total = sum(fields[:8])  # user … steal (guest time is already in user)
+    return (total - idle) / os.sysconf("SC_CLK_TCK"), total / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -99,7 +113,7 @@ def helper_service(
     root = Path(__file__).resolve().parent.parent
     metrics = folder / "helper-metrics"
     metrics.mkdir()
-    port = _free_port()
+    port = free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "DJANGO_SETTINGS_MODULE": "pfs_web.settings_helper",
@@ -135,7 +149,7 @@ def helper_service(
             process_group_stop(process)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

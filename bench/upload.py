@@ -43,10 +43,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from host import describe, helper_service, process_group_stop  # bench/host.py: this script's folder is on sys.path
+from host import (  # bench/host.py: this script's folder is on sys.path
+    HelperService,
+    describe,
+    free_port,
+    helper_service,
+    process_group_stop,
+)
 from upload_prio3 import prio3_ingest
 from upload_setup import VAR, counts, setup, upload_statements, write_bodies
 
@@ -57,10 +65,13 @@ HELPER_SECRET = "bench-aggregator-auth-secret"  # PFS_AGGREGATOR_AUTH_SECRET: th
 # The attestation authority's key the bench plays (pfs_device.attestation): its devices are registered attested.
 BENCH_AUTHORITY = hashlib.sha256(b"pfs-studio bench attestation authority").digest()
 WRK_THREADS = 2
+UPLOAD_PATH = "/api/device/reports/"  # aggregation.intake.UPLOAD_PATH (importable once Django is set up)
 WARM_SECONDS = 3
 
-# Each wrk thread sends its share of the bodies (every WRK_THREADS-th line), cycling; with a
-# limit, a thread stops after that many answers. done() prints the totals as one JSON line.
+# Each wrk thread sends its share of the bodies (every WRK_THREADS-th one), cycling, to the URL's
+# path with the given Content-Type; with a limit, a thread stops after that many answers. done()
+# prints the totals as one JSON line. The bodies file holds one body a line ("lines": JSON), or each
+# body after its length in 4 bytes, big-endian ("framed": binary bodies such as OHTTP capsules).
 LUA = r"""
 local threads, made = {}, 0
 function setup(thread)
@@ -68,20 +79,33 @@ function setup(thread)
   made = made + 1
   table.insert(threads, thread)
 end
+local function framed(path)
+  local file, all = assert(io.open(path, "rb")), {}
+  while true do
+    local head = file:read(4)
+    if head == nil then break end
+    local a, b, c, d = head:byte(1, 4)
+    local body = file:read(((a * 256 + b) * 256 + c) * 256 + d)
+    assert(#head == 4 and body ~= nil, "a truncated bodies file")
+    all[#all + 1] = body
+  end
+  file:close()
+  return all
+end
 function init(args)
   local path, every = args[1], tonumber(args[2])
   limit = tonumber(args[3])
   bodies, index, answers, statuses = {}, 0, 0, {}
-  local n = 0
-  for line in io.lines(path) do
-    if n % every == id then bodies[#bodies + 1] = line end
-    n = n + 1
+  local all = {}
+  if args[5] == "framed" then all = framed(path) else for line in io.lines(path) do all[#all + 1] = line end end
+  for n, body in ipairs(all) do
+    if (n - 1) % every == id then bodies[#bodies + 1] = body end
   end
-  headers = {["Content-Type"] = "application/json"}
+  headers = {["Content-Type"] = args[4]}
 end
 function request()
   index = index % #bodies + 1
-  return wrk.format("POST", "/api/device/reports/", headers, bodies[index])
+  return wrk.format("POST", nil, headers, bodies[index])
 end
 function response(status, _, _)
   local key = tostring(status)
@@ -133,11 +157,22 @@ def main() -> None:
     configs = [(c.split(":")[0], int(c.split(":")[1])) for c in options.configs.split(",")]
     connections = [int(c) for c in options.connections.split(",")]
 
-    database_url = f"postgres://postgres@127.0.0.1:5432/{options.database}"
-    for name in (options.database, f"{options.database}_issuer", f"{options.database}_helper"):  # own stores
+    with leader_ready(options.database, options.redis) as (env, helper, helper_key):
+        measure(options, configs, connections, env, helper, helper_key)
+
+
+@contextmanager
+def leader_ready(database: str, redis_url: str) -> Iterator[tuple[dict[str, str], HelperService, bytes]]:
+    """The bench's stores made anew (PostgreSQL ``database``, ``<database>_issuer`` and
+    ``<database>_helper``, dropped and created; the Redis database ``redis_url`` flushed), the helper
+    aggregator as its own service, and Django set up and migrated in this process as the leader.
+    Yields (the leader's environment, for its servers; the helper; the helper's private key); the
+    helper is stopped on the way out."""
+    database_url = f"postgres://postgres@127.0.0.1:5432/{database}"
+    for name in (database, f"{database}_issuer", f"{database}_helper"):  # own stores
         for statement in (f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}"):
             subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", statement, "postgres"], check=True)
-    subprocess.run([PY, "-c", f"import redis; redis.Redis.from_url({options.redis!r}).flushdb()"], check=True)
+    subprocess.run([PY, "-c", f"import redis; redis.Redis.from_url({redis_url!r}).flushdb()"], check=True)
     # The helper as its own service (its own PostgreSQL store, as deploy/pfs-helper.env has it),
     # with a key the bench makes, so that the breakdown of the verification can time its steps too.
     helper_key = os.urandom(32)  # an X25519 private key: any 32 bytes
@@ -150,11 +185,22 @@ def main() -> None:
             PFS_HELPER_KEY=base64.b64encode(helper_key).decode(),
         ) as helper,
     ):
-        measure(options, configs, connections, database_url, helper, helper_key)
+        env = leader_env(database_url, redis_url, helper.url)
+        os.environ.update(env)
+        sys.path.insert(0, str(ROOT))
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        call_command("migrate", database="issuer", verbosity=0)
+        yield env, helper, helper_key
 
 
-def measure(options, configs, connections, database_url: str, helper, helper_key: bytes) -> None:
-    env = {
+def leader_env(database_url: str, redis_url: str, helper_url: str) -> dict[str, str]:
+    """The leader's environment: this process's, its servers' and its workers'."""
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "pfs_web.settings",
         "PFS_ENV_FILE": os.devnull,  # nothing from this checkout's .env
@@ -162,34 +208,26 @@ def measure(options, configs, connections, database_url: str, helper, helper_key
         "SECRET_KEY": "bench-secret-key-not-for-production",
         "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
         "DATABASE_URL": database_url,
-        "REDIS_URL": options.redis,
+        "REDIS_URL": redis_url,
         "PFS_TASK_MODE": "sync",  # (a) and (b): the upload path sends no verification task
         "LOG_LEVEL": "WARNING",
         "PFS_UPLOAD_RATE": "1000000/second",  # counted, never reached
         # The leader (this process, its servers and workers) reaches the helper over HTTP only.
         "PFS_HELPER_TRANSPORT": "http",
-        "HELPER_URL": helper.url,
+        "HELPER_URL": helper_url,
         "PFS_AGGREGATOR_AUTH_SECRET": HELPER_SECRET,
         # The bench plays the attestation authority of its devices (upload_setup.setup registers them).
         "PFS_ATTESTATION_KEY": base64.b64encode(BENCH_AUTHORITY).decode(),
         "PFS_ATTESTATION_PUBLIC_KEY": base64.b64encode(_public_of(BENCH_AUTHORITY)).decode(),
     }
-    os.environ.update(env)
-    sys.path.insert(0, str(ROOT))
-    import django
 
-    django.setup()
-    from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
-    call_command("migrate", database="issuer", verbosity=0)
+def measure(options, configs, connections, env: dict[str, str], helper, helper_key: bytes) -> None:
     if options.prio3:
         prio3_ingest(options, helper, helper_key)
         return
     accept_key, verify_key, e2e_key = setup(3)
-    VAR.mkdir(exist_ok=True)
-    script = VAR / "bench-upload.lua"
-    script.write_text(LUA)
+    script = lua_script()
     started = time.monotonic()
     pools = {
         key: write_bodies(key, count)
@@ -237,41 +275,68 @@ def measure(options, configs, connections, database_url: str, helper, helper_key
 # ---------------------------------------------------------------- the server, the worker and wrk
 
 
+def lua_script() -> Path:
+    """LUA, written where wrk reads it."""
+    VAR.mkdir(exist_ok=True)
+    script = VAR / "bench-upload.lua"
+    script.write_text(LUA)
+    return script
+
+
 def describe_config(worker_class: str, workers: int) -> str:
     return f"{worker_class}, {workers} workers" + (", 4 threads each" if worker_class == "gthread" else "")
 
 
-class Gunicorn:
-    def __init__(self, worker_class: str, workers: int, env: dict[str, str]) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        argv = [PY, "-m", "gunicorn", "pfs_web.wsgi:application", "--bind", f"127.0.0.1:{self.port}"]
-        argv += ["--worker-class", worker_class, "--workers", str(workers), "--timeout", "60", "--backlog", "2048"]
-        # The app is imported once, before the workers fork: a worker answers as soon as it exists,
-        # instead of spending its first seconds importing Django while the bench counts.
-        argv += ["--preload"]
-        argv += ["--threads", "4"] if worker_class == "gthread" else []
-        self.log = open(VAR / "bench-upload-gunicorn.log", "a")  # noqa: SIM115 - closed in __exit__
+class Server:
+    """A server on a free loopback port, in a process group of its own, its output appended to
+    var/bench-upload-<name>.log: waited for until it accepts connections, stopped with its group."""
+
+    name = "server"
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.log = open(VAR / f"bench-upload-{self.name}.log", "a")  # noqa: SIM115 - closed in __exit__
         self.process = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+            self.argv(), cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
-    def __enter__(self) -> Gunicorn:
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def __enter__(self) -> Server:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError("gunicorn exited; see var/bench-upload-gunicorn.log")
+                raise RuntimeError(f"{self.name} exited; see var/bench-upload-{self.name}.log")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return self
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError("gunicorn did not start within 60 s")
+        raise RuntimeError(f"{self.name} did not start within 60 s")
 
     def __exit__(self, *exc: object) -> None:
         process_group_stop(self.process)
         self.log.close()
+
+
+class Gunicorn(Server):
+    """The leader: pfs_web on gunicorn."""
+
+    name = "gunicorn"
+
+    def __init__(self, worker_class: str, workers: int, env: dict[str, str]) -> None:
+        self.worker_class, self.workers = worker_class, workers
+        super().__init__(env)
+
+    def argv(self) -> list[str]:
+        argv = [PY, "-m", "gunicorn", "pfs_web.wsgi:application", "--bind", f"127.0.0.1:{self.port}"]
+        argv += ["--worker-class", self.worker_class, "--workers", str(self.workers), "--timeout", "60"]
+        argv += ["--backlog", "2048"]
+        # The app is imported once, before the workers fork: a worker answers as soon as it exists,
+        # instead of spending its first seconds importing Django while the bench counts.
+        argv += ["--preload"]
+        return argv + (["--threads", "4"] if self.worker_class == "gthread" else [])
 
 
 class Worker:
@@ -297,14 +362,25 @@ class Worker:
 
 
 def wrk(
-    port: int, script: Path, bodies: Path, *, connections: int, seconds: int, count: int = 0, key: str = ""
+    port: int,
+    script: Path,
+    bodies: Path,
+    *,
+    connections: int,
+    seconds: int,
+    count: int = 0,
+    key: str = "",
+    path: str = UPLOAD_PATH,
+    media_type: str = "application/json",
+    framed: bool = False,
 ) -> dict:
-    """wrk against the upload endpoint. With ``count``: each thread stops after its share of answers,
-    and wrk is interrupted (it then prints its totals) once the collection ``key`` received them all.
+    """wrk POSTing ``bodies`` (one a line, or ``framed``: length-prefixed) to ``path``, by default the
+    upload endpoint. With ``count``: each thread stops after its share of answers, and wrk is
+    interrupted (it then prints its totals) once the collection ``key`` received them all.
     """
     argv = ["wrk", "-t", str(WRK_THREADS), "-c", str(connections), "-d", f"{seconds}s", "--timeout", "10s"]
-    argv += ["-s", str(script), f"http://127.0.0.1:{port}", "--", str(bodies), str(WRK_THREADS)]
-    argv += [str(count // WRK_THREADS)]
+    argv += ["-s", str(script), f"http://127.0.0.1:{port}{path}", "--", str(bodies), str(WRK_THREADS)]
+    argv += [str(count // WRK_THREADS), media_type, "framed" if framed else "lines"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     if count:
         # wrk runs for its whole duration even when every thread has stopped: interrupt it.
@@ -415,13 +491,24 @@ READING = """
 """
 
 
-def write(path: Path, options, runs, verification, end_to_end, statements, sealing) -> None:
-    version = subprocess.run(
+def wrk_answers(run: dict) -> str:
+    """A wrk run's answers, as a table states them: "20,311 × 202", socket errors after them."""
+    answers = ", ".join(f"{n:,} × {status}" for status, n in sorted(run["statuses"].items()))
+    return answers + (f", {run['socket_errors']:,} socket errors" if run["socket_errors"] else "")
+
+
+def versions() -> tuple[str, str]:
+    """PostgreSQL's version, and wrk's."""
+    postgres = subprocess.run(
         ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "show server_version", "postgres"],
         capture_output=True,
         text=True,
     ).stdout.split()[0]
-    wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split()[1]
+    return postgres, subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split()[1]
+
+
+def write(path: Path, options, runs, verification, end_to_end, statements, sealing) -> None:
+    version, wrk_version = versions()
     command = (
         f"`.venv/bin/python bench/upload.py --configs {options.configs} --connections {options.connections} "
         f"--seconds {options.seconds} --pool {options.pool} --verify {options.verify}`"
@@ -449,9 +536,7 @@ def write(path: Path, options, runs, verification, end_to_end, statements, seali
         "|---|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
-        answers = ", ".join(f"{n:,} × {s}" for s, n in sorted(r["statuses"].items()))
-        if r["socket_errors"]:
-            answers += f", {r['socket_errors']:,} socket errors"
+        answers = wrk_answers(r)
         lines.append(
             f"| {r['config']} | {r['connections']} | {answers} | {r['rate']:,.0f} | {r['p50_ms']:.1f} | "
             f"{r['p90_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['load'][0]:.1f} → {r['load'][1]:.1f} |"
