@@ -26,6 +26,8 @@ import functools
 import hashlib
 import json
 import logging
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -82,16 +84,43 @@ def gateway_keys() -> list[GatewayKey]:
     return [gateway_key_of(key) for key in [LEADER.private_key(), *LEADER.retired_keys()]]
 
 
+# How long a process opens capsules with the keys it read, without asking the key store again: two
+# queries a capsule were most of the gateway's cost (bench/results/upload_relay.md). A capsule that
+# none of them opens is tried again with the keys read afresh, so a rotation is seen by the first
+# capsule sealed to the new key; a retired key deleted may still open capsules for up to this long
+# (their collections are closed: the upload refuses them).
+KEYS_TTL = 1.0
+_kept: tuple[float, list[GatewayKey]] = (-math.inf, [])
+
+
+def _keys(*, fresh: bool = False) -> list[GatewayKey]:
+    global _kept
+    read_at, keys = _kept
+    if fresh or time.monotonic() - read_at > KEYS_TTL:
+        keys = gateway_keys()
+        _kept = (time.monotonic(), keys)
+    return keys
+
+
 def gateway_key_configs() -> bytes:
     """The ``application/ohttp-keys`` body: the current key's configuration only."""
     return ohttp.key_configs_encode([gateway_key_of(LEADER.private_key()).config])
 
 
 def _decapsulate(encapsulated: bytes) -> tuple[bytes, ohttp.ResponseKeying]:
-    """The inner request and its response keying, with the key its key id names. Two keys may share
-    an id (one byte of a hash): each is tried, and a capsule that opens with none is refused."""
+    """The inner request and its response keying, with the key its key id names: from the keys this
+    process holds, else from the keys read afresh. UnknownKeyId, or DecryptionFailed, if none opens it."""
+    try:
+        return _open_with(encapsulated, _keys())
+    except (ohttp.UnknownKeyId, ohttp.DecryptionFailed):
+        return _open_with(encapsulated, _keys(fresh=True))
+
+
+def _open_with(encapsulated: bytes, keys: list[GatewayKey]) -> tuple[bytes, ohttp.ResponseKeying]:
+    """Two keys may share an id (one byte of a hash): each is tried, and a capsule that opens with
+    none is refused."""
     key_id = ohttp.request_key_id(encapsulated)
-    candidates = [key for key in gateway_keys() if key.config.key_id == key_id]
+    candidates = [key for key in keys if key.config.key_id == key_id]
     if not candidates:
         raise ohttp.UnknownKeyId(f"key id {key_id} is not this gateway's")
     for key in candidates[:-1]:

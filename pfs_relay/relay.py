@@ -211,7 +211,7 @@ class Relay:
             return _json(HTTPStatus.LENGTH_REQUIRED, "The capsule's Content-Length is required.", "length_required")
         if int(declared) > MAX_REQUEST_BYTES:
             detail = f"A capsule is at most {MAX_REQUEST_BYTES} bytes."
-            return _json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, detail, "too_large")
+            return _json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, detail, "payload_too_large")
         body = environ["wsgi.input"].read(int(declared))
         if len(body) != int(declared):
             return _json(HTTPStatus.BAD_REQUEST, "The capsule is shorter than its Content-Length.", "invalid")

@@ -3,6 +3,7 @@ capsule is stored as a direct one; tampered, misdirected or replayed capsules ar
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -178,3 +179,69 @@ def test_a_crash_in_the_upload_path_is_answered_sealed(phones, central_round, mo
     monkeypatch.setattr("aggregation.intake.upload_answer", crash)
     response, _ = through_gateway(inner_request(b"{}"))
     assert response.status == 500
+
+
+def test_the_gateway_reads_its_keys_once_a_second_and_at_once_after_a_rotation(
+    phones, central_round, monkeypatch
+) -> None:
+    # Reading the key store for every capsule was most of the gateway's cost (bench/results/upload_relay.md).
+    from aggregation import gateway
+    from aggregation.key_rotation import keys_rotate
+
+    _, devices = phones  # one report each: the issuer signs one token per device and collection
+    key = central_round.task_key
+    reads = []
+    monkeypatch.setattr(gateway, "gateway_keys", lambda real=gateway.gateway_keys: reads.append(1) or real())
+    monkeypatch.setattr(gateway, "_kept", (float("-inf"), []))
+    before = key_config()
+    for device in devices[:3]:
+        response, _ = through_gateway(inner_request(wire.report_bytes(device.report(key, 1))))
+        assert response.status == 202
+    assert len(reads) == 1
+    # A rotation: the first capsule sealed to the new key reads the keys again and opens; one sealed
+    # to the retired key still opens (a device with the configuration of an hour ago).
+    keys_rotate(role="leader")
+    after = key_config()
+    assert after != before
+    for config, device in ((after, devices[3]), (before, devices[4])):
+        capsule, keying = ohttp.request_encapsulate(config, inner_request(wire.report_bytes(device.report(key, 4))))
+        answer = send(capsule)
+        assert answer.status_code == 200
+        assert bhttp.response_decode(ohttp.response_decapsulate(keying, answer.content)).status == 202
+    assert len(reads) == 2
+
+
+@pytest.mark.django_db(transaction=True)  # the fast path checks the connection as a request would
+def test_the_wsgi_fast_path_answers_a_capsule_without_django(phones, central_round) -> None:
+    # As the direct upload (test_device_http): pfs_web.wsgi serves POST /api/ohttp/ before Django's middleware.
+    from pfs_web.wsgi import application
+
+    _, (device, *_) = phones
+    body = wire.report_bytes(device.report(central_round.task_key, 2))
+    capsule, keying = ohttp.request_encapsulate(key_config(), inner_request(body))
+    answered = {}
+
+    def call(payload: bytes, length: int, content_type: str = ohttp.REQUEST_MEDIA_TYPE) -> bytes:
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": GATEWAY,
+            "CONTENT_TYPE": content_type,
+            "CONTENT_LENGTH": str(length),
+            "REMOTE_ADDR": "192.0.2.7",
+            "wsgi.input": io.BytesIO(payload),
+        }
+        chunks = application(environ, lambda status, headers: answered.update(status=status, headers=dict(headers)))
+        return b"".join(chunks)
+
+    sealed = call(capsule, len(capsule))
+    assert answered["status"] == "200 OK" and answered["headers"]["Content-Type"] == ohttp.RESPONSE_MEDIA_TYPE
+    assert answered["headers"]["Cache-Control"] == "private, no-store"
+    assert bhttp.response_decode(ohttp.response_decapsulate(keying, sealed)).status == 202
+    assert bytes(PendingReport.objects.get().body) == body
+    refused = json.loads(call(b"", 1_048_576 + 4_097))  # refused on its declared length: never read
+    assert answered["status"] == "413 Request Entity Too Large" and refused["code"] == "payload_too_large"
+    assert json.loads(call(capsule, len(capsule), "application/json"))["code"] == "unsupported_media_type"
+    tampered = bytearray(capsule)
+    tampered[-1] ^= 1
+    assert json.loads(call(bytes(tampered), len(capsule)))["code"] == "ohttp_invalid"
+    assert PendingReport.objects.count() == 1

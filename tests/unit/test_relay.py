@@ -133,7 +133,7 @@ def test_the_gateways_refusal_and_its_retry_after_pass_through(leader) -> None:
     [
         ({"CONTENT_TYPE": "application/json"}, "415", "unsupported_media_type"),
         ({"CONTENT_LENGTH": ""}, "411", "length_required"),
-        ({"CONTENT_LENGTH": str(MAX_REQUEST_BYTES + 1)}, "413", "too_large"),
+        ({"CONTENT_LENGTH": str(MAX_REQUEST_BYTES + 1)}, "413", "payload_too_large"),
         ({"CONTENT_LENGTH": str(len(CAPSULE) + 5)}, "400", "invalid"),
     ],
 )
