@@ -86,8 +86,8 @@ KEYED = "gateway, key in PFS_LEADER_KEY"
 CAPSULE_TYPE = "message/ohttp-req"  # pfs_device.ohttp.REQUEST_MEDIA_TYPE
 ANSWER_TYPE = "message/ohttp-res"
 STEPS_COUNT = 300  # capsules timed step by step in this process
-STEP_GATEWAY = "gateway: pfs_web.wsgi → Django → ohttp_gateway, all of it"
-STEP_GATEWAY_ANSWER = "gateway_answer (no Django)"
+STEP_GATEWAY = "gateway: pfs_web.wsgi, the fast path (gateway_application), all of it"
+STEP_GATEWAY_ANSWER = "gateway_answer"
 STEP_RELAY = "relay: pfs_relay.relay.Relay, the WSGI application alone, forwarding to the stub (no gunicorn)"
 
 
@@ -412,7 +412,10 @@ def server_steps(pool: dict, bodies: Path, stub_port: int) -> dict[str, tuple[fl
             lambda capsule: served(GATEWAY_PATH, CAPSULE_TYPE, capsule, "200"),
         ),
         STEP_GATEWAY_ANSWER: (capsules, lambda capsule: gateway.gateway_answer(meta, capsule)),
-        "… the gateway's keys (gateway.gateway_keys, once per capsule)": (capsules, lambda _: gateway.gateway_keys()),
+        "… the gateway's keys, one read of the store (gateway.gateway_keys: at most once a second)": (
+            capsules,
+            lambda _: gateway.gateway_keys(),
+        ),
         "… HPKE open, the key at hand (ohttp.request_decapsulate)": (
             capsules,
             lambda capsule: ohttp.request_decapsulate(capsule, config=key.config, private_key=key.private_key),
@@ -506,17 +509,18 @@ def write(path: Path, options, runs, steps, pool, sealing, loads) -> None:
         f"{STEPS_COUNT} reports (and their capsules) through each step, one after the other, in the bench's "
         "process against the same stores, after the runs (no other load of the bench's): CPU and wall-clock "
         "ms per report, after 10 untimed. The first two rows are the whole WSGI application as gunicorn "
-        "calls it (without gunicorn's HTTP parsing); the rows under `gateway_answer` are its parts, the "
-        "Django row the difference of the two above. The last row is the relay's application without its "
+        "calls it (without gunicorn's HTTP parsing); the rows under `gateway_answer` are its parts (the "
+        "key read among them is done at most once a second, not per capsule), the fast path's row the "
+        "difference of the two above. The last row is the relay's application without its "
         "gunicorn: the rest of its CPU in the table above is gunicorn's.",
         "",
         "| step | CPU ms/report | wall ms/report |",
         "|---|---:|---:|",
     ]
     whole, bare = steps[STEP_GATEWAY], steps[STEP_GATEWAY_ANSWER]
-    django = (whole[0] - bare[0], whole[1] - bare[1])
+    around = (whole[0] - bare[0], whole[1] - bare[1])
     relay = steps.pop(STEP_RELAY)
-    steps["… Django around `gateway_answer` (the difference: middleware, view, response)"] = django
+    steps["… the fast path around `gateway_answer` (the difference: type and size checks, the response)"] = around
     steps[STEP_RELAY] = relay
     lines += [f"| {name} | {cpu:.3f} | {wall:.3f} |" for name, (cpu, wall) in steps.items()]
     path.write_text("\n".join(lines) + "\n" + READING)
@@ -566,47 +570,37 @@ def answers_checked(runs: list[dict], samples: int) -> list[str]:
 READING = """
 ## Reading
 
-The table is the third of three runs of this command on 2026-11-26, one after the other; the ranges
-below are over the three (the other two: load averages 4.2 and 8.2 at their start).
+The table is one run, on 2026-11-26, after two changes the first runs of this bench called for (the
+commit "Gateway: the leader's keys read once a second ..."): before them, in three runs on the same
+machine while other test suites shared it, each capsule cost the leader 6.1–6.8 ms of CPU against
+1.95–2.08 ms for a direct upload, and the gateway answered 0.38–0.40 × the direct rate. In process,
+2.0–2.5 ms of that was `gateway.gateway_keys()` reading the leader's key rows (two SELECTs) for
+every capsule, and 0.6–1.3 ms Django's middleware in front of the view. Now the gateway reads the
+keys at most once a second (at once for a capsule they do not open: a rotation), and pfs_web.wsgi
+serves `POST /api/ohttp/` on the fast path, as it does the direct upload.
 
-- **The machine was busy**: other test suites (not the bench's) shared the 2 cores through all three
-  runs (1-minute load average 3.4–12.7 from the runs' start to their end; both cores busy in almost
-  every row). Direct uploads ran at 392–644 reports/s, against 2,015–2,170/s on the quiet machine in
-  results/upload.md: compare the paths within a run, not the rates with other tables.
-- **The relay is not the bottleneck; the gateway is.** Relayed uploads ran at 0.72–1.06 × the
-  gateway's own rate in the same run (108–209/s against 140–244/s), with 1 or 2 relay workers alike.
-  Each relayed capsule cost the leader 6.1–6.8 ms of CPU (a direct upload: 1.95–2.08 ms) and the
-  relay 1.2–1.3 ms. p99 through the relay: 320–1,183 ms at this load (gateway 410–968 ms, direct
-  148–287 ms).
-- **The relay alone** (relay → stub, a gateway that costs nothing): **one worker forwarded
-  1,054–1,195 capsules/s**, at 0.8–1.0 ms of CPU each: one process holds one core at most (the GIL);
-  in this table's row at 64 connections the machine had most of a core to spare (1.22 cores busy)
-  while the relay used 1.08 (1,054/s × 1.02 ms). **Two workers forwarded 1,839–2,096/s** in five
-  rows of six, p99 33–107 ms; the sixth, 1,081/s, ran while other work took the cores (load 7.8 →
-  9.5). So the relay keeps up with 1,500 reports/s with 2 workers (its default; `make run` starts 1,
-  for development) and about 1.2–1.4 cores of its own at 0.8–0.9 ms a capsule; with 1 worker it
-  would be the bottleneck. Of its 0.8 ms, the relay's own application is 0.28–0.31 ms (in process,
-  forwarding on a kept-alive connection); the rest is gunicorn's gthread worker around it. With the
-  real gateway behind it, its CPU per capsule was higher (1.2–1.3 ms), at rates ten times lower: not
-  explained here, and not measured at 1,500/s against a real gateway.
-- **Against the 1,500 reports/s both aggregators are to verify** (issue 28; results/upload_prio3.md
-  measured 504–1,408/s): relayed uploads reached 108–209/s on these 2 shared cores. At the leader's
-  6.1–6.8 ms of CPU a capsule, 1,500 capsules/s would take about 9–10 of these cores for the gateway
-  alone, against about 3 for direct uploads at 2 ms (CPU figures measured under this load, which
-  inflates them: the direct path's application took 1.1–1.4 ms in process).
-- **Where the gateway's time goes** (in process, CPU a capsule): the gateway's keys, 2.0–2.5 ms:
-  `aggregation.gateway.gateway_keys()` runs for every capsule and reads the leader's key rows
-  (`LEADER.private_key()` and `LEADER.retired_keys()`: two SELECTs, through the ORM) when the key is
-  in the database, the default; Django's middleware around the view 0.6–1.3 ms (the upload path
-  skips it, pfs_web.wsgi); the upload itself 0.86–0.99 ms, as the direct one; HPKE open 0.33 ms;
-  Binary HTTP and the sealed answer 0.09 ms. Giving the same key in `PFS_LEADER_KEY` (the row "key
-  in PFS_LEADER_KEY", same run) took the leader's CPU from 6.1–6.5 to 3.6–3.8 ms a capsule and the
-  gateway's rate up 1.5–2.6×. Not changed here (application code, not the bench's); what would move
-  it further: the key list kept for a moment as the collection's rules are, and the gateway routed
-  past the middleware as the direct upload is.
-- Every answer was 202 (direct) or 200 (capsules), no socket errors; every sample of 20 answers
-  opened, each inner answer 202; each row stored its answers and 30–64 more, never more than its
-  connections: the requests in flight when wrk stopped.
+- **This run had the machine to itself** (load 0.9 at its start; the bench's own processes raised
+  it). Both cores were busy in every row but the relay-alone ones: wrk, the leader, the relay,
+  PostgreSQL and Redis share them, so the rates are those of 2 cores shared by all of it, not of the
+  leader alone (results/upload.md measured 2,015–2,170 direct uploads/s with more threads in wrk).
+- **The gateway now costs the leader 2.6–2.9 ms of CPU a capsule against 1.9–2.0 ms a direct upload**,
+  and answers 0.72–0.81 × the direct rate (540/s against 676/s at 32 connections). In process: the
+  HPKE open 0.32 ms, Binary HTTP and the sealed answer 0.09 ms, the upload itself 0.79 ms, as direct.
+  Keeping the key in `PFS_LEADER_KEY` instead of the database no longer changes anything (545/s).
+- **Through the relay, 351–375 uploads/s here: 0.65–0.76 × the gateway's own rate**, because the
+  relay (1.1–1.3 ms of CPU a capsule) runs on the same 2 cores as the leader: leader and relay
+  together cost about 4.1 ms a relayed upload. On its own host the relay takes nothing from the
+  leader's cores.
+- **The relay alone** (relay → stub, a gateway that costs nothing): one worker forwarded 894–912
+  capsules/s at 1.2 ms each, one core at most (the GIL); **two workers forwarded 1,927–1,999/s**,
+  p99 35–61 ms, at 0.86 ms each: the relay keeps up with 1,500 reports/s with 2 workers (its default;
+  `make run` starts 1, for development) and about 1.3–1.5 cores of its own. Of its 0.86 ms, its own
+  application is 0.27 ms; the rest is gunicorn's gthread worker. The earlier runs under load agree
+  (1,839–2,096/s with 2 workers, 1,054–1,195/s with 1).
+- **Against the 1,500 reports/s both aggregators are to verify** (issue 28; results/upload_prio3.md):
+  at 2.6–2.9 ms a capsule the gateway needs about 4 cores of the leader's for 1,500 relayed uploads/s,
+  against about 3 for direct ones; the relay about 1.5 cores on its host. Verification, not the way
+  in, stays the limit (results/upload_prio3.md: 504–1,408 reports/s verified).
 """
 
 
