@@ -104,7 +104,7 @@ class KeyPins:
 
     def _read(self) -> dict:
         if not self.path.exists():
-            return {"version": PIN_VERSION, "aggregators": {role: {} for role in ROLES}}
+            return {"version": PIN_VERSION, "aggregators": {}}  # each role's pins begin with its first key
         try:
             state = json.loads(self.path.read_text())
         except (OSError, ValueError) as error:

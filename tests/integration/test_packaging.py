@@ -20,11 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_packaging_lists import SERVER_ROOTS
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_FILES = ("pyproject.toml", "README.md", "requirements.in", "LICENSE")
-SERVER_PACKAGES = ("privacy", "pfs_base", "pfs_device", "devices", "aggregation", "analyses", "pfs_web", "pfs_client")
+SERVER_PACKAGES = SERVER_ROOTS  # the server distribution's packages, as tests/unit/test_packaging_lists.py lists them
 
 
 def run(*argv: str | Path, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
