@@ -67,7 +67,9 @@ def gateway_exchange(meta: Mapping[str, Any], read: Callable[[int], bytes]) -> A
         return _refusal(Refusal(415, error_body(detail, "unsupported_media_type")))
     declared = str(meta.get("CONTENT_LENGTH") or "0")
     if not declared.isdigit() or int(declared) > MAX_CAPSULE_BYTES:
-        return _refusal(Refusal(413, error_body(f"A capsule is at most {MAX_CAPSULE_BYTES} bytes.", "payload_too_large")))
+        return _refusal(
+            Refusal(413, error_body(f"A capsule is at most {MAX_CAPSULE_BYTES} bytes.", "payload_too_large"))
+        )
     answer = gateway_answer(meta, read(int(declared)))
     if isinstance(answer, Refusal):
         return _refusal(answer)
