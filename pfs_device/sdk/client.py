@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pfs_device.attestation import DeviceKey, token_request_sign
-from pfs_device.sdk.relay import RelayError, RelayRoute, exchange
+from pfs_device.sdk.relay import USER_AGENT, RelayError, RelayRoute, exchange
 from pfs_device.tokens import IssuerPublicKey
 from pfs_device.wire import Report, report_bytes
 
-USER_AGENT = "pfs-device-sdk/1"
 RETRY_STATUSES = {429, 500, 502, 503, 504}
 # Failures a later pass may get past: no answer; through a relay, anything short of the leader's
 # sealed answer (the report is whole: the way failed it), among them a gateway key the gateway no

@@ -26,8 +26,6 @@ import base64
 import json
 import os
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +33,19 @@ from pathlib import Path
 from pfs_device.hpke_config import MEDIA_TYPE, ConfigInvalid, HpkeConfig, config_list_decode, supported_config
 from pfs_device.ohttp import KeyConfig
 from pfs_device.report_client import AggregatorKeys
-from pfs_device.sdk.relay import GATEWAY_KEYS_PATH, RELAY_LEADER_PREFIX, RelayError, RelayRoute, gateway_config_fetch
+from pfs_device.sdk.relay import (
+    GATEWAY_KEYS_PATH,
+    RELAY_LEADER_PREFIX,
+    RelayError,
+    RelayRoute,
+    gateway_config_fetch,
+    http_get,
+)
 
 PIN_FILE = "aggregator-keys.json"
 PIN_VERSION = 1
 ROLES = ("leader", "helper", "gateway")
 MAX_CONFIG_BYTES = 65_537  # HpkeConfigList<10..2^16-1> and its 2-byte length
-USER_AGENT = "pfs-device-sdk/1"
 
 # Refusals of a task for its aggregators' keys (Outcome.decision, the summary's "decisions").
 KEY_MISMATCH = "aggregator_key_mismatch"  # the tasks answer names keys its aggregators do not serve
@@ -72,24 +76,17 @@ class FetchedKeys:
 def config_fetch(url: str, *, timeout: float = 30.0) -> HpkeConfig:
     """GET ``{url}/hpke_config``: the aggregator's configuration of this project's suite.
     KeysUnavailable if it cannot be reached or does not answer an HpkeConfigList of the suite."""
-    request = urllib.request.Request(  # noqa: S310 (the URL's scheme is checked by the caller)
-        url.rstrip("/") + "/hpke_config", headers={"Accept": MEDIA_TYPE, "User-Agent": USER_AGENT}
-    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            served = response.headers.get("Content-Type") or ""
-            body = response.read(MAX_CONFIG_BYTES + 1)
-    except urllib.error.HTTPError as error:
-        raise KeysUnavailable(f"{url}/hpke_config answered HTTP {error.code}", reason=KEYS_UNAVAILABLE) from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
-        raise KeysUnavailable(f"cannot reach {url}/hpke_config: {error}", reason=KEYS_UNAVAILABLE) from None
+        served, body = http_get(
+            url.rstrip("/") + "/hpke_config", accept=MEDIA_TYPE, timeout=timeout, limit=MAX_CONFIG_BYTES
+        )
+    except RelayError as error:
+        raise KeysUnavailable(str(error), reason=KEYS_UNAVAILABLE) from None
     # DAP's media type has a parameter of its own (";message=..."): the whole value is compared.
     if "".join(served.split()).lower() != MEDIA_TYPE:
         raise KeysUnavailable(
             f"{url}/hpke_config answered {served or 'no media type'!r}, not {MEDIA_TYPE}", reason=KEYS_UNAVAILABLE
         )
-    if len(body) > MAX_CONFIG_BYTES:
-        raise KeysUnavailable(f"{url}/hpke_config answered more than an HpkeConfigList", reason=KEYS_UNAVAILABLE)
     try:
         return supported_config(config_list_decode(body))
     except ConfigInvalid as error:
