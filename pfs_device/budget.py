@@ -41,6 +41,10 @@ from privacy.enforced_cohort import min_cohort_enforced
 from privacy.rappor_rdp import symmetric_rappor_rdp
 
 NANO = 1_000_000_000
+# Deltas in integer atto-units (1e-18), rounded to nearest as epsilons are to nano-units, so that the
+# total-delta cap (budget.deltaTotal) compares exact integer sums: 5 x 1e-6 fits a cap of 5e-6. A
+# total of 1 or more says nothing, so sums saturate there.
+ATTO = 10**18
 # How much a stated guarantee is rounded up (Accountant.guarantee): far above a float sum's error,
 # far below any digit shown.
 STATEMENT_ROUNDING = 1e-12
@@ -48,6 +52,10 @@ STATEMENT_ROUNDING = 1e-12
 
 def to_units(epsilon: float) -> int:
     return int(round(epsilon * NANO))
+
+
+def to_delta_units(delta: float) -> int:
+    return min(int(round(delta * ATTO)), ATTO)
 
 
 class Decision(IntEnum):
@@ -105,6 +113,8 @@ class BasicComposition:
     """Epsilons add up (seed 000, Section 4.3)."""
 
     name = "basic"
+    # Whether a guarantee this composition states may carry delta' beyond the queries' own deltas.
+    adds_delta_prime = False
 
     def fits(
         self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
@@ -124,6 +134,7 @@ class AdvancedComposition(BasicComposition):
     """Basic composition, or the advanced composition bound when it is smaller [DRV10]."""
 
     name = "advanced"
+    adds_delta_prime = True
 
     def fits(
         self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
@@ -159,6 +170,7 @@ class RenyiComposition(BasicComposition):
     """
 
     name = "renyi"
+    adds_delta_prime = True
 
     def fits(
         self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
@@ -341,6 +353,18 @@ class Guarantee:
     account: str  # "basic", "advanced" or "renyi"
 
 
+def delta_used(ledger: Columns) -> npt.NDArray[np.int64]:
+    """Per device, the sum of the deltas of the queries it answered in the analysis, in atto-units.
+
+    A ledger written before the sum was kept has no column: a device that answered nothing there
+    has spent 0; one that did has an unknown sum, taken as saturated (1), so that under a cap on
+    the total delta it fails closed rather than guess."""
+    column = ledger.get("delta_used")
+    if column is not None:
+        return column
+    return np.where(ledger["reports_used"] > 0, ATTO, 0).astype(np.int64)
+
+
 class Accountant:
     """Checks 1-3 under one composition rule."""
 
@@ -365,6 +389,7 @@ class Accountant:
             self.composition.fits(ledger, "", request, budget["epsilon"], delta_allowed)
             & (ledger["reports_used"] + 1 <= budget["reports"])
             & (request.delta <= delta_allowed)
+            & self.delta_total_fits(ledger, request, budget)
         )
         decision[~analysis_ok] = Decision.ANALYSIS_BUDGET
 
@@ -393,6 +418,19 @@ class Accountant:
         if not self.min_cohort_suffices(request, floor=budget.get("minCohort", 0)):
             decision[decision == Decision.ANSWERED] = Decision.MIN_COHORT
         return decision
+
+    def delta_total_fits(self, ledger: Columns, request: BudgetRequest, budget: dict) -> npt.NDArray[np.bool_]:
+        """Check 1's total delta: the largest delta any account could state after this query
+        (Accountant.guarantee: the queries' deltas, plus delta' where the composition may use it) is
+        within the officer's cap ``budget.deltaTotal``, if there is one. Without it the total is
+        still stated, but only the per-query delta and the report count bound it."""
+        cap = budget.get("deltaTotal")
+        if cap is None:
+            return np.ones(ledger["epsilon_used"].size, dtype=bool)
+        added = to_delta_units(request.delta)
+        if self.composition.adds_delta_prime:
+            added += to_delta_units(budget["delta"])
+        return delta_used(ledger) + added <= to_delta_units(cap)
 
     def min_cohort_suffices(self, request: BudgetRequest, *, floor: int = 0) -> bool:
         if request.min_cohort < floor:
@@ -425,6 +463,8 @@ class Accountant:
     def charge(self, ledger: Columns, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
         """Spend epsilon and one report, on the analysis and each field, for answering devices."""
         self.composition.spend(ledger, "", request, answered)
+        spent = ledger["delta_used"] = delta_used(ledger)  # opened before reports_used counts this query
+        spent[answered] = np.minimum(spent[answered] + to_delta_units(request.delta), ATTO)
         ledger["reports_used"][answered] += 1
         for field in request.fields:
             scope = f"field:{field}:"
