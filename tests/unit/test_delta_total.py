@@ -174,3 +174,29 @@ def test_a_round_that_would_pass_the_cap_is_refused_with_why_and_writes_nothing(
     else:
         assert created.status_code == 400
     assert (Round.objects.count(), Recipe.objects.count()) == (rounds, recipes)
+
+
+@pytest.mark.django_db
+def test_each_release_states_the_analysis_spend_once_its_round_started_and_keeps_it(
+    api, client, fleet, analyst, officer, django_capture_on_commit_callbacks
+) -> None:
+    analysis_approve(analysis=analysis_create(spec=spec_with(None, "basic"), owner=analyst), officer=officer)
+    recipe = copy.deepcopy(RECIPE)
+    recipe["AnalysisIdentifier"] = "test.delta"
+    released = []
+    for n, delta in enumerate((1e-6, 1e-7)):
+        recipe["recipeIdentifier"] = f"ages-{n}"
+        recipe["privacy"]["delta"] = delta
+        created = api.post("/api/analyses/test.delta/recipes/", recipe, format="json").json()
+        with django_capture_on_commit_callbacks(execute=True):
+            started = api.post(f"/api/recipes/{created['id']}/rounds/", {"confirmSmallCohorts": True}, format="json")
+        released.append(started.json()["id"])
+    first, second = (api.get(f"/api/rounds/{pk}/release/").json()["analysis_spent"] for pk in released)
+    # Basic composition: (sum eps_i, sum delta_i), rounded up by a relative 1e-12 (never below).
+    assert first == {"epsilon": pytest.approx(1.0), "delta": pytest.approx(1e-6), "account": "basic",
+                     "accountant": "basic", "rounds": 1}  # fmt: skip
+    assert (second["epsilon"], second["delta"], second["rounds"]) == (pytest.approx(2.0), pytest.approx(1.1e-6), 2)
+    assert first["epsilon"] >= 1.0 and second["delta"] >= 1.1e-6
+    client.force_login(analyst)
+    page = client.get(f"/rounds/{released[1]}/").content.decode()
+    assert 'id="release-analysis-spent">(ε, δ) = (2, 0.0000011) over 2 rounds, by the basic account' in page
