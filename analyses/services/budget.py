@@ -142,14 +142,31 @@ def rounds_affordable(
 ) -> int:
     """How many more rounds charging ``request`` one device that answered every round started would
     answer, by the analysis's accountant (or the ``composition`` named, for comparison), counted up to
-    ``limit``: checks 1 and 2 (epsilon, reports, delta; analysis and fields), as devices run them."""
+    ``limit``: checks 1 and 2 (epsilon, reports, delta; analysis and fields), as devices run them.
+
+    Every account grows with each round answered, so the device answers the k-th more round exactly
+    when it answers after k - 1: an exponential then binary search finds the count in about
+    2 log2(count) checks (each PLD check composes the whole history, so a count of hundreds checked
+    one by one would take minutes)."""
     policy, accountant, ledger = _server_ledger(analysis, composition)
-    everyone = np.ones(1, dtype=bool)
-    for count in range(limit):
-        if accountant.check(ledger, policy, request)[0] != Decision.ANSWERED:
-            return count
-        accountant.charge(ledger, request, everyone)
-    return limit
+
+    def answers_after(rounds: int) -> bool:
+        charged = {name: column.copy() for name, column in ledger.items()}
+        for _ in range(rounds):
+            accountant.charge(charged, request, np.ones(1, dtype=bool))
+        return accountant.check(charged, policy, request)[0] == Decision.ANSWERED
+
+    if not answers_after(0):
+        return 0
+    low, high = 0, 1  # answers_after(low) holds
+    while high < limit and answers_after(high):
+        low, high = high, min(2 * high, limit)
+    if high >= limit and answers_after(limit - 1):
+        return limit
+    while high - low > 1:  # answers_after(low), not answers_after(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if answers_after(middle) else (low, middle)
+    return low + 1
 
 
 def budget_request_for(privacy: PrivacyParameters, encoded_field: str) -> BudgetRequest:
