@@ -33,9 +33,14 @@ test_enforced_cohort.py checks (*) or its failure by exact enumeration):
 - one_bit_mean (privacy/one_bit_mean.py, not a recipe mechanism): its report is binary randomized
   response applied to a Bernoulli(x/m) bit, so by joint convexity of the hockey-stick divergence
   (coupling the two inputs' bits) the sum is no less private than binary RR's.
-- hadamard_response: (*) fails once the domain has 4 values (K = 8): an output in the sets of x0
-  and x1 but not of x has ratio e^-eps0 / 2 < 1 / (e^eps0 + 1), and there is no independence to
-  reduce it. The 2020 bound applies.
+- hadamard_response: (*) holds while the domain has at most 3 values (K <= 4): rows 1-3 of the
+  4 x 4 Sylvester matrix share only column 0, which is in every set, so an output in the sets of
+  two inputs is in the third one's too; the worst output is in x0's set alone, with
+  R(x)(y) = (R(x0)(y) + R(x1)(y)) / (e^eps0 + 1) exactly (and with 2 values, x is x0 or x1). (*)
+  fails once the domain has 4 values (K = 8): an output in the sets of x0 and x1 but not of x has
+  ratio e^-eps0 / 2 < 1 / (e^eps0 + 1), and there is no independence to reduce it. So the 2022
+  bound applies when the caller passes a ``domain_size`` of at most HADAMARD_STRONGER_DOMAIN, the
+  2020 bound otherwise, and when the domain size is not given (fail closed: the looser bound).
 
 The closed form (seed 000 Theorem 3.1, "due to [31]", FMT 2022) is never chosen. It rests on the
 same stronger clone reduction (its validity condition is n 2 / (e^eps0 + 1) >= 16 log(2/delta)), so
@@ -60,7 +65,8 @@ from privacy.shuffling import Method, min_cohort
 # The 1-bit mean is not a recipe mechanism (privacy.mechanisms.MECHANISMS); this is its name here.
 ONE_BIT_MEAN: Final = "one_bit_mean"
 
-# Mechanism name -> (bound, why it applies), as the module docstring derives.
+# Mechanism name -> (bound, why it applies) on a domain of any size, as the module docstring derives
+# (bound_for: a smaller domain may allow a tighter one).
 BOUNDS: Final[dict[str, tuple[Method, str]]] = {
     BinaryRandomizedResponse.name: (
         "stronger-2022",
@@ -85,8 +91,8 @@ BOUNDS: Final[dict[str, tuple[Method, str]]] = {
     ),
     HadamardResponse.name: (
         "clones-2020",
-        "Hadamard response fails FMT 2022's errata condition (domains of 4 or more); FMT 2020 holds for every "
-        "eps0-DP randomizer",
+        "Hadamard response fails FMT 2022's errata condition on domains of 4 or more values (and the domain size "
+        "was not given, or is one); FMT 2020 holds for every eps0-DP randomizer",
     ),
 }
 
@@ -98,6 +104,35 @@ BOUND_LABELS: Final[dict[Method, str]] = {
 }
 
 
+# Hadamard response meets (*) on domains of at most this many values (module docstring).
+HADAMARD_STRONGER_DOMAIN: Final = 3
+_HADAMARD_SMALL_DOMAIN: Final[tuple[Method, str]] = (
+    "stronger-2022",
+    f"Hadamard response on a domain of at most {HADAMARD_STRONGER_DOMAIN} values meets FMT 2022's errata "
+    "condition, with equality",
+)
+
+
+def bound_for(mechanism: str, domain_size: int | None = None) -> tuple[Method, str]:
+    """(bound, why it applies) for ``mechanism`` on a domain of ``domain_size`` values (None: unknown).
+
+    BOUNDS[mechanism], except Hadamard response on a domain of at most HADAMARD_STRONGER_DOMAIN values,
+    which meets FMT 2022's condition (module docstring). ValueError for an unknown mechanism or a
+    domain_size that is not an integer of at least 1.
+    """
+    try:
+        bound = BOUNDS[mechanism]
+    except (KeyError, TypeError):
+        raise ValueError(f"mechanism must be one of {', '.join(sorted(BOUNDS))}, not {mechanism!r}") from None
+    if domain_size is None:
+        return bound
+    if isinstance(domain_size, bool) or not isinstance(domain_size, numbers.Integral) or domain_size < 1:
+        raise ValueError(f"domain_size must be an integer of at least 1 or None, not {domain_size!r}")
+    if mechanism == HadamardResponse.name and domain_size <= HADAMARD_STRONGER_DOMAIN:
+        return _HADAMARD_SMALL_DOMAIN
+    return bound
+
+
 @dataclass(frozen=True)
 class EnforcedCohort:
     """The smallest cohort that makes eps0-DP reports (epsilon, delta)-DP, and the bound that proves it."""
@@ -107,7 +142,9 @@ class EnforcedCohort:
     reason: str
 
 
-def min_cohort_enforced(*, mechanism: str, epsilon0: float, epsilon: float, delta: float) -> EnforcedCohort:
+def min_cohort_enforced(
+    *, mechanism: str, epsilon0: float, epsilon: float, delta: float, domain_size: int | None = None
+) -> EnforcedCohort:
     """Smallest m such that the sum of m ``mechanism`` reports, each eps0-DP, is (epsilon, delta)-DP.
 
     ``epsilon0`` is the replacement-model local epsilon the device charges: for symmetric RAPPOR,
@@ -116,17 +153,22 @@ def min_cohort_enforced(*, mechanism: str, epsilon0: float, epsilon: float, delt
     numerically, through privacy.shuffling.min_cohort, which rounds up: the bound's epsilon at m
     is at most ``epsilon`` and at m - 1 above it.
 
+    ``domain_size`` is the number of values the recipe encodes (privacy.encoding.Encoding.size), or
+    None when the caller does not know it: then a bound proven for every domain size is used. Only
+    Hadamard response depends on it today (FMT 2022 up to 3 values: bound_for). Devices and the
+    server must pass the same value, or a device computes a larger cohort than the server claimed and
+    refuses the task: pfs_device.budget.min_cohort_needed and analyses.services.recipes._client_min_cohort
+    pass it together or not at all.
+
     Raises ValueError for an unknown mechanism; epsilon0 not in (0, 350] (above it e^(2 epsilon0)
     overflows a double); epsilon not positive and finite; delta not in [1e-300, 1) (smaller deltas
-    lose precision as doubles); any of them NaN, infinite or not a real number. Raises
+    lose precision as doubles); any of them NaN, infinite or not a real number; domain_size neither
+    None nor an integer of at least 1. Raises
     UnreachableEpsilon (a ValueError) when no cohort of up to 10^12 reports is enough. Results are
     memoized by the exact arguments; an uncached call takes 4-27 ms over the demo range, a memoized one
     1.5 us (bench/results/min_cohort.md).
     """
-    try:
-        method, reason = BOUNDS[mechanism]
-    except (KeyError, TypeError):
-        raise ValueError(f"mechanism must be one of {', '.join(sorted(BOUNDS))}, not {mechanism!r}") from None
+    method, reason = bound_for(mechanism, domain_size)
     arguments = (_real("epsilon0", epsilon0), _real("epsilon", epsilon), _real("delta", delta))
     return EnforcedCohort(_min_cohort(*arguments, method), method, reason)
 
