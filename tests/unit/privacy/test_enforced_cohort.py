@@ -22,6 +22,7 @@ from privacy.hadamard_response import HadamardResponse
 from privacy.mechanisms import MECHANISMS, AsymmetricOHE, replacement_epsilon0
 from privacy.one_bit_mean import OneBitMean
 from privacy.randomized_response import BinaryRandomizedResponse, KaryRandomizedResponse, SymmetricRappor
+from privacy.rappor_shuffling import symmetric_rappor_min_cohort
 from privacy.shuffling import amplified_epsilon, min_cohort
 
 Table = npt.NDArray[np.float64]
@@ -192,7 +193,7 @@ def test_every_recipe_mechanism_and_the_one_bit_mean_have_a_bound() -> None:
     assert set(BOUNDS) == set(MECHANISMS) | {ONE_BIT_MEAN}
     assert {name: method for name, (method, _) in BOUNDS.items()} == {
         "asymmetric_ohe": "stronger-2022",
-        "symmetric_rappor": "stronger-2022",
+        "symmetric_rappor": "stronger-2022-per-coordinate",
         "binary_rr": "stronger-2022",
         "kary_rr": "stronger-2022",
         "one_bit_mean": "stronger-2022",
@@ -226,12 +227,21 @@ def test_demo_cohort_is_far_below_the_closed_form_the_devices_use_today() -> Non
     assert min_cohort_enforced(mechanism="asymmetric_ohe", epsilon0=2.0, epsilon=0.3, delta=1e-6).min_cohort == 1_670
 
 
-def test_symmetric_rappor_takes_the_replacement_epsilon0_the_device_charges() -> None:
-    charged = replacement_epsilon0(SymmetricRappor(epsilon0=1.0))
-    rappor = min_cohort_enforced(mechanism="symmetric_rappor", epsilon0=charged, epsilon=0.3, delta=1e-6)
-    binary = min_cohort_enforced(mechanism="binary_rr", epsilon0=2.0, epsilon=0.3, delta=1e-6)
-    assert rappor.min_cohort == binary.min_cohort == 1_670
-    assert "replacement epsilon0" in rappor.reason
+@pytest.mark.parametrize(
+    ("deletion_epsilon0", "epsilon", "before", "after"),
+    [(1.0, 0.3, 1_670, 543), (2.0, 0.3, 17_745, 3_322), (2.0, 1.0, 2_203, 370)],  # (2, 0.3): the audit's case
+)
+def test_symmetric_rappor_takes_the_replacement_epsilon0_and_the_per_coordinate_bound(
+    deletion_epsilon0: float, epsilon: float, before: int, after: int
+) -> None:
+    charged = replacement_epsilon0(SymmetricRappor(epsilon0=deletion_epsilon0))
+    rappor = min_cohort_enforced(mechanism="symmetric_rappor", epsilon0=charged, epsilon=epsilon, delta=1e-6)
+    # Before: FMT 2022 at the replacement epsilon0 (binary RR at that epsilon0 has the same cohort).
+    binary = min_cohort_enforced(mechanism="binary_rr", epsilon0=charged, epsilon=epsilon, delta=1e-6)
+    assert binary.min_cohort == before
+    assert rappor == EnforcedCohort(after, "stronger-2022-per-coordinate", BOUNDS["symmetric_rappor"][1])
+    assert rappor.min_cohort == symmetric_rappor_min_cohort(deletion_epsilon0, epsilon, 1e-6)
+    assert "deletion epsilon0" in rappor.reason
 
 
 @pytest.mark.parametrize(
