@@ -147,6 +147,19 @@ def bound_for(mechanism: str, domain_size: int | None = None) -> tuple[Bound, st
     return bound
 
 
+# The privacy.shuffling curve the editor draws for a bound that has none of its own (symmetric
+# RAPPOR's takes seconds per point at large n): FMT 2022 at the replacement epsilon0, above it.
+CURVE_METHODS: Final[dict[Bound, Method]] = {
+    "stronger-2022": "stronger-2022",
+    "clones-2020": "clones-2020",
+    RAPPOR_PER_COORDINATE: "stronger-2022",
+}
+CURVE_LABELS: Final[dict[Bound, str]] = {
+    **BOUND_LABELS,
+    RAPPOR_PER_COORDINATE: "FMT 2022 numerical bound at the replacement ε0, above the per-coordinate bound enforced",
+}
+
+
 @dataclass(frozen=True)
 class EnforcedCohort:
     """The smallest cohort that makes eps0-DP reports (epsilon, delta)-DP, and the bound that proves it."""
