@@ -309,6 +309,11 @@ def _atoms(
     owner = owner[kept]
     p_mass = a * now + (1.0 - a) * before
     q_mass = (1.0 - a) * now + a * before
+    # Far out (deltas near 1e-300) b can underflow to 0: an outcome without P-mass counts for nothing,
+    # and one whose Q-mass underflowed (an infinite loss) is charged in full with the others left out.
+    counted = (p_mass > 0) & (q_mass > 0)
+    underflowed = float(np.dot(weights[owner], np.where(q_mass > 0, 0.0, p_mass)))
+    owner, p_mass, q_mass = owner[counted], p_mass[counted], q_mass[counted]
     loss = np.log(p_mass) - np.log(q_mass)
     # P-mass of k < low and of k > high (each zero when the window reaches the end of the support).
     left = np.where(
@@ -317,7 +322,7 @@ def _atoms(
     right = np.where(
         high <= counts, a * stats.binom.sf(high, counts, 0.5) + (1.0 - a) * stats.binom.sf(high - 1.0, counts, 0.5), 0.0
     )
-    return loss, weights[owner] * p_mass, float(np.dot(weights, left + right))
+    return loss, weights[owner] * p_mass, float(np.dot(weights, left + right)) + underflowed
 
 
 def _check(deletion_epsilon0: float, n: int) -> None:

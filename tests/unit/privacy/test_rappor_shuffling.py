@@ -183,6 +183,15 @@ def test_the_audit_case_epsilon_at_17745_reports() -> None:
     assert 0.09 < new < 0.13
 
 
+def test_deltas_near_the_smallest_double_stay_a_bound() -> None:
+    # The windows then reach where the binomial pmf underflows: those outcomes are charged in full.
+    tiny = symmetric_rappor_delta(1.0, 100_000, 0.3, target_delta=1e-300)
+    assert 0 < tiny < 1e-250
+    cohort = symmetric_rappor_min_cohort(1.0, 0.5, 1e-200)
+    assert cohort <= min_cohort(2.0, 0.5, 1e-200, method="stronger-2022")
+    assert symmetric_rappor_delta(1.0, cohort, 0.5, target_delta=1e-200) <= 1e-200
+
+
 def test_one_report_is_enough_when_epsilon_is_the_replacement_epsilon0() -> None:
     assert symmetric_rappor_min_cohort(1.0, 2.0, 1e-6) == 1
 
