@@ -137,7 +137,7 @@ def symmetric_rappor_epsilon(deletion_epsilon0: float, n: int, delta: float) -> 
 
 
 def symmetric_rappor_min_cohort(deletion_epsilon0: float, epsilon: float, delta: float) -> int:
-    """Smallest n whose symmetric_rappor_delta at ``epsilon`` is at most ``delta``, found by bisection.
+    """Smallest n whose symmetric_rappor_delta at ``epsilon`` is at most ``delta`` (a bracketing search).
 
     Starts from the cohort FMT 2022 gives at the replacement epsilon0 2 eps0 (the bound check 3 used
     before), which is never smaller; the result is never above it. Raises UnreachableEpsilon when no
@@ -151,31 +151,36 @@ def symmetric_rappor_min_cohort(deletion_epsilon0: float, epsilon: float, delta:
         bound = symmetric_rappor_delta(deletion_epsilon0, n, epsilon, target_delta=delta)
         return math.log(bound / delta) if bound > 0 else -math.inf
 
-    # A first guess from how the clone bounds scale (n ~ (e^eps0 + 1) / eps^2, twice for two
-    # coordinates at eps / sqrt 2), galloping by factors of 2 to a bracket, then bisection.
-    ratio = 2.0 * (math.exp(deletion_epsilon0) + 1.0) / (math.exp(2.0 * deletion_epsilon0) + 1.0)
-    guess = min(before, max(1, math.ceil(before * ratio)))
-    excess_guess = excess(guess)
+    # A first guess from the closed form's scaling (seed 000 Theorem 3.1 at eps0 for each of two
+    # coordinates at eps / sqrt 2, over 16: within about 25% of the answer over the demo range),
+    # then galloping to a bracket by factors of 5/4, (5/4)^2, (5/4)^4, ...
+    e = math.exp(deletion_epsilon0)
+    guess = 4.0 * math.log(4.0 / delta) * (e - 1.0) ** 2 / ((e + 1.0) * epsilon**2)
+    guess_n = min(before, max(1, math.ceil(guess)))
+    excess_guess = excess(guess_n)
+    factor = 1.25
     if excess_guess <= 0:
-        high, excess_high = guess, excess_guess
-        low = max(1, high // 2)
-        excess_low = excess(low) if low < high else math.inf
-        while excess_low <= 0:
+        high, excess_high = guess_n, excess_guess
+        while True:
+            low = max(1, min(high - 1, math.floor(high / factor)))
+            excess_low = excess(low) if low < high else math.inf
+            if excess_low > 0:
+                break
             if low == 1:
                 return 1
             high, excess_high = low, excess_low
-            low = max(1, low // 2)
-            excess_low = excess(low)
+            factor *= factor
     else:
-        low, excess_low = guess, excess_guess
-        high = min(before, 2 * low)
-        excess_high = excess(high)
-        while excess_high > 0:
+        low, excess_low = guess_n, excess_guess
+        while True:
+            high = min(before, max(low + 1, math.ceil(low * factor)))
+            excess_high = excess(high)
+            if excess_high <= 0:
+                break
             if high == before:  # this bound is no better here: keep FMT 2022's cohort
                 return before
             low, excess_low = high, excess_high
-            high = min(before, 2 * high)
-            excess_high = excess(high)
+            factor *= factor
     return _smallest_enough(excess, low, high, excess_low, excess_high)
 
 
@@ -184,15 +189,15 @@ def _smallest_enough(excess: Callable[[int], float], low: int, high: int, excess
 
     Interpolates (the excess is close to linear in n near the answer), and after each step also
     tries the neighbour just across it, so that an interpolation landing on the answer is confirmed
-    at once; a step that fails to halve the bracket is followed by a bisection step. Returns the
+    at once; after two steps that fail to halve the bracket comes a bisection step. Returns the
     upper end of a bracket of width 1: never rounded down (the excess need not be exactly monotone
     in n, so this is the smallest n of that bracket, as bisection would find).
     """
-    bisect_next = False
+    stalled = 0
     while high - low > 1:
         width = high - low
         point = (low + high) // 2
-        if not bisect_next and math.isfinite(excess_low) and math.isfinite(excess_high):
+        if stalled < 2 and math.isfinite(excess_low) and math.isfinite(excess_high):
             guess = round(low + width * (excess_low / (excess_low - excess_high)))
             point = min(max(guess, low + 1), high - 1)
         value = excess(point)
@@ -208,7 +213,7 @@ def _smallest_enough(excess: Callable[[int], float], low: int, high: int, excess
                 high, excess_high = neighbour, value
             else:
                 low, excess_low = neighbour, value
-        bisect_next = high - low > width / 2
+        stalled = stalled + 1 if high - low > width / 2 else 0
     return high
 
 
