@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.encoders import JSONEncoder
 
 from analyses.rules.idempotency import HEADER, Answer, KeyReused, idempotent_answer
 from pfs_base.api_errors import IdempotencyConflict
@@ -24,7 +26,7 @@ def idempotent_response(
             key=request.headers.get(HEADER),
             endpoint=endpoint,
             payload=_payload(request),
-            respond=lambda: Answer(*respond()),
+            respond=lambda: _as_json(*respond()),
         )
     except KeyReused as reused:
         raise IdempotencyConflict(str(reused)) from reused
@@ -32,6 +34,12 @@ def idempotent_response(
     if answer.replayed:
         headers[REPLAYED_HEADER] = "true"
     return Response(answer.body, status=answer.status, headers=headers)
+
+
+def _as_json(status: int, body: Any, headers: dict[str, str]) -> Answer:
+    """The answer with its body as the JSON it is sent as (datetimes as DRF writes them), so that it
+    can be stored for replay, and a replay answers byte for byte what the first answer did."""
+    return Answer(status, json.loads(json.dumps(body, cls=JSONEncoder)), headers)
 
 
 def _payload(request: Request) -> Any:

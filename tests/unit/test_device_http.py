@@ -750,3 +750,17 @@ def test_a_simulated_round_has_no_close_button_and_cannot_be_closed_from_the_pag
     assert 'id="close-form"' not in client.get(f"/rounds/{round_id}/").content.decode()
     page = client.post(f"/rounds/{round_id}/close/", follow=True).content.decode()
     assert "closed by hand" in page and Round.objects.get(pk=round_id).status == Round.Status.QUEUED
+
+
+def test_a_round_on_a_real_device_fleet_starts_with_an_idempotency_key_and_replays_alike(api, phones_analysis) -> None:
+    # Issue 31, item 13: the start's answer holds the collection window's times; storing it for
+    # replay raised "Object of type datetime is not JSON serializable" (HTTP 500 on every such start).
+    created = api.post("/api/analyses/t.phones/recipes/", CENTRAL, format="json")
+    assert created.status_code == 201, created.json()
+    url = f"/api/recipes/{created.json()['id']}/rounds/"
+    first = api.post(url, {}, format="json", HTTP_IDEMPOTENCY_KEY="start-phones-1")
+    assert first.status_code == 202, first.content
+    again = api.post(url, {}, format="json", HTTP_IDEMPOTENCY_KEY="start-phones-1")
+    assert again.status_code == 202 and again["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json() and Round.objects.count() == 1
+    assert first.json()["progress"]["collection"]["open"] is True  # the window's times, as JSON
