@@ -91,9 +91,11 @@ class RecipeForm(forms.Form):
     # the analyst picks the side; the editor's script keeps both in sync and picks it itself.
     # Not part of the recipe: the analyst's go-ahead for a split expected to leave cohorts below
     # the minimum cohort (analyses.services.cohorts), asked for only when a start was refused so.
+    # The same go-ahead covers a recipe whose expected noise exceeds what most buckets can hold
+    # (analyses.services.accuracy): its devices would spend for counts not told from zero.
     confirm_small_cohorts = forms.BooleanField(
-        label="Start anyway: the batches named are expected below the minimum cohort; they will be suppressed "
-        "and their devices will still spend budget",
+        label="Start anyway: I have read the warning above (batches expected below the minimum cohort, or noise "
+        "larger than most buckets' counts); the devices asked will still spend budget",
         required=False,
     )
     source = forms.ChoiceField(

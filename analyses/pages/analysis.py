@@ -129,11 +129,19 @@ def _affordable(analysis, recipe) -> dict[str, Any]:
 def _dry_run_outcome(dry_run: dict[str, Any]) -> str:
     """The dry run in one sentence, for the top of the page (its tables stay by the buttons)."""
     answer = f"Dry run, nothing spent: {dry_run['would_answer']:,} of {dry_run['devices']:,} devices would answer"
+    noisy = (
+        " Its expected noise exceeds what most buckets can hold: running it will ask you to confirm."
+        if dry_run["too_noisy"]
+        else ""
+    )
     if dry_run["meets_min_cohort"]:
-        return f"{answer}, enough for the minimum cohort of {dry_run['min_cohort']:,}. The details are below the Run button."
+        return (
+            f"{answer}, enough for the minimum cohort of {dry_run['min_cohort']:,}.{noisy} The details are below the "
+            "Run button."
+        )
     return (
         f"{answer}: below the minimum cohort of {dry_run['min_cohort']:,} in at least one cohort, so that part "
-        "would not be released. The details are below the Run button."
+        f"would not be released.{noisy} The details are below the Run button."
     )
 
 

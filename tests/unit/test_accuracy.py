@@ -1,0 +1,127 @@
+"""Accuracy first (issue 30, requirement 6): every recipe's expected error per bucket next to its cost,
+and a recipe too noisy for its buckets starts only with the same go-ahead as small cohorts."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from analyses.models import Analysis, Recipe, Round
+from analyses.services.policy import analysis_approve, analysis_create
+from analyses.services.recipes import recipe_create
+from analyses.services.rounds import round_create_and_start, round_dry_run, round_start
+from devices.fleet_io import fleet_create
+from devices.models import ShardLedger, ShardRun
+from pfs_base.errors import ValidationFailed
+from tests.conftest import SPEC
+from tests.unit.test_dashboard import FORM
+
+pytestmark = pytest.mark.database
+
+ISSUE_DEVICES = 100_000
+ISSUE_BUCKETS = 20_000
+
+
+def bucketed(recipe: dict, buckets: int) -> dict:
+    """``recipe`` over ``buckets`` buckets of age (buckets - 1 boundaries)."""
+    changed = copy.deepcopy(recipe)
+    boundaries = np.round(np.linspace(0.0, 100.0, buckets - 1, endpoint=False) + 0.001, 4).tolist()
+    changed["dataTypeContent"] = {"age": {"dataType": "BucketedType", "boundaries": boundaries}}
+    changed.pop("recipeIdentifier", None)
+    return changed
+
+
+@pytest.fixture
+def issue_analysis(db, analyst, officer) -> Analysis:
+    """The issue's fleet: 100,000 devices."""
+    fleet_create(name="issue", size=ISSUE_DEVICES, seed=30, shard_size=50_000)
+    spec = {**copy.deepcopy(SPEC), "identifier": "test.issue30", "fleet": "issue"}
+    return analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
+
+
+@pytest.fixture
+def issue_recipe(recipe) -> dict:
+    """20,000 buckets, asymmetric OHE at epsilon0 = 2: about 5 devices a bucket against a standard error of 269."""
+    content = bucketed(recipe, ISSUE_BUCKETS)
+    content["AnalysisIdentifier"] = "test.issue30"
+    content["privacy"]["epsilon0"] = 2.0
+    return content
+
+
+def test_the_issues_recipe_is_flagged_by_the_dry_run(issue_analysis, issue_recipe) -> None:
+    result = round_dry_run(analysis=issue_analysis, content=issue_recipe)
+    error = result["expected_error"]
+    assert result["too_noisy"] is True
+    assert error["buckets"] == ISSUE_BUCKETS and error["per_bucket"] == pytest.approx(5.0)
+    assert error["standard_error"] == pytest.approx(269.093229, rel=1e-6)
+    assert error["half_width"] == pytest.approx(527.413038, rel=1e-6)
+    assert "exceeds what most buckets can hold" in result["too_noisy_reason"]
+    assert result["epsilon"] == 1.0  # the cost, next to the error
+
+
+def test_the_issues_recipe_is_refused_without_confirmation_and_nothing_is_written(
+    issue_analysis, issue_recipe, analyst
+) -> None:
+    with pytest.raises(ValidationFailed) as refused:
+        round_create_and_start(analysis=issue_analysis, content=issue_recipe, user=analyst)
+    [message] = refused.value.errors["confirmSmallCohorts"]
+    assert "±527 devices per bucket at 95% against about 5 devices a bucket" in message
+    assert not Recipe.objects.exists() and not Round.objects.exists()
+    assert not ShardRun.objects.exists() and not ShardLedger.objects.exists()
+
+
+def test_the_issues_recipe_starts_when_confirmed(issue_analysis, issue_recipe, analyst) -> None:
+    round_ = round_create_and_start(
+        analysis=issue_analysis, content=issue_recipe, user=analyst, confirm_small_cohorts=True
+    )
+    assert round_.status == Round.Status.QUEUED
+
+
+def test_a_healthy_recipe_is_not_flagged_and_starts_without_confirmation(analysis, recipe, analyst) -> None:
+    result = round_dry_run(analysis=analysis, content=recipe)
+    assert result["too_noisy"] is False and result["too_noisy_reason"] is None
+    assert result["expected_error"]["half_width"] < result["expected_error"]["per_bucket"]
+    assert round_create_and_start(analysis=analysis, content=recipe, user=analyst).status == Round.Status.QUEUED
+
+
+def test_a_stored_recipe_too_noisy_is_refused_at_start_until_confirmed(analysis, recipe, analyst) -> None:
+    stored = recipe_create(analysis=analysis, content=bucketed(recipe, 1_000), user=analyst)  # 5 devices a bucket
+    with pytest.raises(ValidationFailed) as refused:
+        round_start(recipe=stored, user=analyst)
+    assert "most buckets" in refused.value.errors["confirmSmallCohorts"][0]
+    assert not Round.objects.exists()
+    assert round_start(recipe=stored, user=analyst, confirm_small_cohorts=True).recipe == stored
+
+
+def test_the_api_shows_the_expected_error_and_refuses_a_noisy_start_until_confirmed(api, analysis, recipe) -> None:
+    noisy = bucketed(recipe, 1_000)
+    dry = api.post("/api/analyses/test.ages/dry-run/", noisy, format="json").json()
+    assert dry["too_noisy"] is True and dry["expected_error"]["buckets"] == 1_000
+    checked = api.post("/api/analyses/test.ages/recipes/validate/", noisy, format="json").json()
+    assert checked["expected_error"]["too_noisy"] is True
+
+    stored = api.post("/api/analyses/test.ages/recipes/", noisy, format="json").json()
+    refused = api.post(f"/api/recipes/{stored['id']}/rounds/", {}, format="json")
+    assert refused.status_code == 400
+    assert "most buckets" in refused.json()["fields"]["confirmSmallCohorts"][0]
+    assert not Round.objects.exists()
+    started = api.post(f"/api/recipes/{stored['id']}/rounds/", {"confirmSmallCohorts": True}, format="json")
+    assert started.status_code == 202
+
+
+def test_the_page_shows_the_expected_error_and_asks_to_confirm_a_noisy_run(client, analyst, analysis) -> None:
+    client.force_login(analyst)
+    noisy = {**FORM, "boundaries": ", ".join(str(b) for b in range(1, 1_000))}  # 1,000 buckets
+    dry = client.post("/analyses/test.ages/", {**noisy, "action": "dry-run"}).content.decode()
+    assert 'id="dry-run-accuracy"' in dry and "Too noisy:" in dry
+
+    refused = client.post("/analyses/test.ages/", {**noisy, "action": "run"})
+    assert refused.status_code == 400
+    page = refused.content.decode()
+    assert "exceeds what most buckets can hold" in page and 'name="confirm_small_cohorts"' in page
+    assert not Round.objects.exists()
+
+    started = client.post("/analyses/test.ages/", {**noisy, "action": "run", "confirm_small_cohorts": "on"})
+    assert started.status_code == 302 and Round.objects.count() == 1
