@@ -281,7 +281,8 @@
     if (response.ok) {
       const below = body.batches_below || [];
       summaryBox.textContent =
-        `Valid: ${body.field} in ${count(body.buckets)} buckets, minimum cohort ${count(body.min_cohort)}. ` +
+        (body.too_noisy_reason ? "Valid, but too noisy (its expected error is below; running it will ask you to confirm): " : "Valid: ") +
+        `${body.field} in ${count(body.buckets)} buckets, minimum cohort ${count(body.min_cohort)}. ` +
         body.summary +
         (below.length
           ? ` Expected below the minimum cohort, so suppressed while their devices still spend: ${below.join(", ")}; ` +
@@ -303,13 +304,22 @@
   function showStandardError(summary) {
     const se = summary.standard_error;
     const digits = (x) => x.toLocaleString("en-US", { maximumFractionDigits: 1 });
+    // Accuracy first: a typical bucket's error at 95% next to the round's cost, and the flag a start asks about.
+    const expected = summary.expected_error;
+    const accuracy = expected
+      ? `For ε = ${summary.epsilon}, each bucket's count is expected within ±${digits(expected.half_width)} devices ` +
+        `at 95%, against about ${digits(expected.per_bucket)} devices a bucket if they spread evenly. ` +
+        (summary.too_noisy_reason ? `Too noisy: ${summary.too_noisy_reason} ` : "")
+      : "";
+    errorLine.classList.toggle("warning", Boolean(summary.too_noisy_reason));
     errorLine.textContent =
-      summary.noise === "aggregator"
+      accuracy +
+      (summary.noise === "aggregator"
         ? `Expected standard error per bucket: ±${digits(se.empty_bucket)} devices in every bucket ` +
           `(both aggregators' noise), for the ${count(se.devices)} devices expected.`
         : `Expected standard error per bucket for the ${count(se.devices)} devices expected ` +
           `(fleet × sampling rate, one release): ±${digits(se.empty_bucket)} devices for an empty bucket, ` +
-          `±${digits(se.full_bucket)} for a bucket holding all of them.`;
+          `±${digits(se.full_bucket)} for a bucket holding all of them.`);
   }
 
   // ------------------------------------------------------------ privacy figures and the curve

@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from analyses.models import Analysis, Recipe, Round
+from analyses.services.accuracy import EPSILONS, _base, _Search, recipe_propose, target_parse
 from analyses.services.policy import analysis_approve, analysis_create
-from analyses.services.recipes import recipe_create
+from analyses.services.recipes import recipe_create, recipe_validate
 from analyses.services.rounds import round_create_and_start, round_dry_run, round_start
 from devices.fleet_io import fleet_create
 from devices.models import ShardLedger, ShardRun
 from pfs_base.errors import ValidationFailed
+from privacy.accuracy import ExpectedError
 from tests.conftest import SPEC
 from tests.unit.test_dashboard import FORM
 
@@ -125,3 +127,112 @@ def test_the_page_shows_the_expected_error_and_asks_to_confirm_a_noisy_run(clien
 
     started = client.post("/analyses/test.ages/", {**noisy, "action": "run", "confirm_small_cohorts": "on"})
     assert started.status_code == 302 and Round.objects.count() == 1
+
+
+# ---------------------------------------------------------------------- proposals from a target
+
+
+@pytest.fixture
+def central(fleet, analyst, officer) -> Analysis:
+    """test.ages with aggregator noise allowed on age."""
+    spec = copy.deepcopy(SPEC)
+    spec["identifier"] = "test.central"
+    spec["fields"]["age"]["aggregatorNoise"] = True
+    return analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
+
+
+@pytest.mark.parametrize("target", [{"halfWidth": 100.0}, {"relativeError": 0.1}])
+def test_a_proposal_is_the_least_epsilon_that_meets_the_target_and_a_valid_recipe(analysis, recipe, target) -> None:
+    answer = recipe_propose(analysis=analysis, content=recipe, target=target)
+    assert answer["met"] is True and answer["target"] == target
+    proposal = answer["proposal"]
+    goal = target_parse(target)
+    assert goal.shortfall(_error(proposal)) <= 1
+    parsed = recipe_validate(analysis=analysis, content=answer["recipe"])  # a recipe the analysis accepts
+    assert parsed.privacy.epsilon == proposal["privacy"]["epsilon"]
+    # No smaller epsilon of the grid meets it, at any sampling rate or epsilon0 the policy allows.
+    search = _Search(analysis, _base(analysis, recipe))
+    for epsilon in [e for e in EPSILONS if e < proposal["privacy"]["epsilon"]]:
+        found = search.best(epsilon, goal, 8)
+        assert found is None or not goal.met_by(found.error), epsilon
+
+
+def test_a_target_no_policy_allows_says_so_with_the_best_within_it(analysis, recipe) -> None:
+    answer = recipe_propose(analysis=analysis, content=recipe, target={"relativeError": 0.01})
+    assert answer["met"] is False and answer["proposal"] is None
+    assert answer["message"].startswith(
+        "No parameters within the policy meet a relative error of 0.01 on the largest bucket at 95%: the best is ±"
+    )
+    assert answer["best"]["privacy"]["epsilon"] == 2.0  # the most the analysis allows
+    assert answer["best"]["expected_error"]["relative_error"] > 0.01
+
+
+def test_the_issues_recipe_is_proposed_fewer_buckets(issue_analysis, issue_recipe) -> None:
+    answer = recipe_propose(analysis=issue_analysis, content=issue_recipe, target={"relativeError": 0.5})
+    assert answer["met"] is False
+    fewer = answer["fewer_buckets"]
+    assert fewer is not None and fewer["buckets"] < ISSUE_BUCKETS and fewer["expected_error"]["relative_error"] <= 0.5
+    assert f"With {fewer['buckets']:,} buckets (merge boundaries) it is met" in answer["message"]
+
+
+def test_a_proposal_with_laplace_aggregator_noise_keeps_pure_dp(central, recipe) -> None:
+    recipe["AnalysisIdentifier"] = "test.central"
+    recipe["privacy"] = {"noise": "aggregator", "noiseDistribution": "laplace", "epsilon": 1.0}
+    answer = recipe_propose(analysis=central, content=recipe, target={"halfWidth": 20})
+    privacy = answer["proposal"]["privacy"]
+    assert answer["met"] is True and privacy["noiseDistribution"] == "laplace" and "delta" not in privacy
+    assert answer["proposal"]["expected_error"]["half_width"] <= 20
+    assert recipe_validate(analysis=central, content=answer["recipe"]).privacy.delta == 0
+
+
+def test_a_proposal_for_noise_the_policy_forbids_is_refused_by_key(analysis, recipe) -> None:
+    recipe["privacy"] = {"noise": "aggregator", "epsilon": 1.0, "delta": 1e-6}
+    with pytest.raises(ValidationFailed) as refused:
+        recipe_propose(analysis=analysis, content=recipe, target={"halfWidth": 20})
+    assert "does not allow aggregator noise" in refused.value.errors["privacy.noise"][0]
+
+
+@pytest.mark.parametrize(
+    ("target", "key"),
+    [
+        ({"halfWidth": 0}, "target.halfWidth"),
+        ({"halfWidth": -5}, "target.halfWidth"),
+        ({"halfWidth": float("nan")}, "target.halfWidth"),
+        ({"halfWidth": float("inf")}, "target.halfWidth"),
+        ({"halfWidth": True}, "target.halfWidth"),
+        ({"halfWidth": "10"}, "target.halfWidth"),
+        ({"relativeError": 0}, "target.relativeError"),
+        ({"halfWidth": 10, "relativeError": 0.1}, "target"),
+        ({}, "target"),
+        ({"halfwidth": 10}, "target.halfwidth"),
+        ([10], "target"),
+    ],
+)
+def test_a_bad_target_is_refused_by_key(analysis, recipe, target, key) -> None:
+    with pytest.raises(ValidationFailed) as refused:
+        recipe_propose(analysis=analysis, content=recipe, target=target)
+    assert key in refused.value.errors
+
+
+def test_an_enormous_target_is_met_at_the_least_epsilon_the_fleet_allows(analysis, recipe) -> None:
+    answer = recipe_propose(analysis=analysis, content=recipe, target={"halfWidth": 1e300})
+    assert answer["met"] is True and answer["proposal"]["privacy"]["epsilon"] == EPSILONS[0]
+
+
+def test_the_api_proposes_and_refuses_bad_input(api, analysis, recipe) -> None:
+    url = "/api/analyses/test.ages/recipes/propose/"
+    answer = api.post(url, {"recipe": recipe, "target": {"relativeError": 0.1}}, format="json")
+    assert answer.status_code == 200 and answer.json()["met"] is True
+    stored = api.post("/api/analyses/test.ages/recipes/", answer.json()["recipe"], format="json")
+    assert stored.status_code == 201
+    assert api.post(url, {"recipe": recipe, "target": {"halfWidth": -1}}, format="json").status_code == 400
+    refused = api.post(url, {"recipe": recipe, "target": {"halfWidth": 1}, "extra": 1}, format="json")
+    assert refused.status_code == 400 and "extra" in refused.json()["fields"]
+    assert api.post(url, {"target": {"halfWidth": 1}}, format="json").status_code == 400
+    assert api.post("/api/analyses/nope/recipes/propose/", {}, format="json").status_code == 404
+    assert Recipe.objects.count() == 1 and not Round.objects.exists()
+
+
+def _error(proposal: dict) -> ExpectedError:
+    fields = ("reports", "buckets", "per_bucket", "standard_error", "half_width")
+    return ExpectedError(**{name: proposal["expected_error"][name] for name in fields})
