@@ -8,6 +8,7 @@ import copy
 import numpy as np
 import pytest
 
+from analyses.forms.recipe_editor import RecipeForm
 from analyses.models import Analysis, Recipe, Round
 from analyses.services.accuracy import EPSILONS, _base, _Search, recipe_propose, target_parse
 from analyses.services.policy import analysis_approve, analysis_create
@@ -236,3 +237,59 @@ def test_the_api_proposes_and_refuses_bad_input(api, analysis, recipe) -> None:
 def _error(proposal: dict) -> ExpectedError:
     fields = ("reports", "buckets", "per_bucket", "standard_error", "half_width")
     return ExpectedError(**{name: proposal["expected_error"][name] for name in fields})
+
+
+# ---------------------------------------------------------------------- the editor
+
+
+def test_the_editor_proposes_parameters_that_fill_the_form(client, analyst, analysis) -> None:
+    client.force_login(analyst)
+    page = client.post("/analyses/test.ages/", {**FORM, "target_relative_error": "0.1", "action": "propose"})
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="proposal"' in html and "The cheapest parameters that meet a relative error of 0.1" in html
+    form = page.context["form"]
+    assert form["epsilon"].value() == "0.75" and form["epsilon0"].value() == "4.0"  # the proposal's, in the fields
+    assert '"epsilon": 0.75' in form.json_text
+    assert not Recipe.objects.exists() and not Round.objects.exists()
+
+
+def test_the_editor_says_when_no_parameters_meet_the_target(client, analyst, analysis) -> None:
+    client.force_login(analyst)
+    page = client.post("/analyses/test.ages/", {**FORM, "target_half_width": "1", "action": "propose"})
+    html = page.content.decode()
+    assert "No parameters within the policy meet ±1 devices per bucket at 95%: the best is ±" in html
+    assert page.context["form"]["epsilon"].value() == "1"  # left as it was
+
+
+@pytest.mark.parametrize(
+    ("posted", "field"), [({}, "target_half_width"), ({"target_half_width": "0"}, "target_half_width")]
+)
+def test_the_editor_refuses_a_missing_or_zero_target_under_its_field(client, analyst, analysis, posted, field) -> None:
+    client.force_login(analyst)
+    page = client.post("/analyses/test.ages/", {**FORM, **posted, "action": "propose"})
+    assert page.status_code == 400 and page.context["form"].errors[field]
+
+
+def test_the_editor_offers_the_discrete_laplace_for_aggregator_noise(client, analyst, central) -> None:
+    client.force_login(analyst)
+    laplace = {**FORM, "noise": "aggregator", "noise_distribution": "laplace", "min_cohort": "1000", "epsilon": "1"}
+    page = client.get("/analyses/test.central/").content.decode()
+    assert 'name="noise_distribution"' in page and "Discrete Laplace: pure ε-DP (δ = 0)" in page
+    started = client.post("/analyses/test.central/", {**laplace, "action": "run"})
+    assert started.status_code == 302
+    recipe = Recipe.objects.get()
+    assert recipe.content["privacy"]["noiseDistribution"] == "laplace" and "delta" not in recipe.content["privacy"]
+    assert recipe.privacy.delta == 0 and recipe.privacy.noise_distribution == "laplace"
+
+
+def test_the_editors_laplace_choice_writes_a_recipe_without_delta(central) -> None:
+    posted = {**FORM, "noise": "aggregator", "noise_distribution": "laplace", "epsilon": "1"}
+    form = RecipeForm(posted, analysis=central)
+    assert form.is_valid(), form.errors
+    assert form.recipe()["privacy"] == {
+        "noise": "aggregator",
+        "noiseDistribution": "laplace",
+        "epsilon": 1.0,
+        "samplingRate": 1.0,
+    }
