@@ -169,7 +169,7 @@ class Candidate:
         p = self.privacy
         local = f"ε₀ = {p.epsilon0:g} ({p.mechanism}), " if not p.aggregator_noise else ""
         return (
-            f"±{self.error.half_width:,.0f} devices per bucket (relative error {self.error.relative_error:.3g}) at "
+            f"±{_devices(self.error.half_width)} devices per bucket (relative error {self.error.relative_error:.3g}) at "
             f"{local}ε = {p.epsilon:g}, δ = {p.delta:g}, sampling rate {p.sampling_rate:g}, {self.error.buckets:,} buckets"
         )
 
@@ -183,8 +183,10 @@ def recipe_propose(*, analysis: Analysis, content: Any, target: Any) -> dict[str
     enforce. Among the candidates of least ε: the largest sampling rate (the most devices), then the
     smallest ε₀ that meets it. The proposed recipe is checked by recipe_validate, the one judge.
 
-    When nothing within the policy meets the target, says so with the best error within it (at the
-    largest ε allowed), and the most buckets (halving) at which the target would be met.
+    A candidate that would be too noisy (its half-width at least a bucket's count under an even spread)
+    is never proposed: its start would ask for a go-ahead. When nothing within the policy meets the
+    target, says so with the best error within it (at the largest ε allowed), and the most buckets
+    (halving) at which the target would be met.
     """
     goal = target_parse(target)
     base = _base(analysis, content)
@@ -197,7 +199,11 @@ def recipe_propose(*, analysis: Analysis, content: Any, target: Any) -> dict[str
     if best is None or not goal.met_by(best.error):
         fewer = _fewer_buckets(search, epsilons[-1], goal, base.buckets)
         said = f"No parameters within the policy meet {goal.describe()}: "
-        said += f"the best is {best.describe()}." if best is not None else "no recipe within it reaches this fleet."
+        said += (
+            f"the best is {best.describe()}."
+            if best is not None
+            else "every recipe within it is too noisy for this many buckets, or needs more devices than the fleet has."
+        )
         if fewer is not None:
             said += f" With {fewer.error.buckets:,} buckets (merge boundaries) it is met: {fewer.describe()}."
         return {
@@ -365,7 +371,8 @@ class _Search:
                 aggregator_noise(privacy.epsilon, privacy.delta).check()
             except ValueError:
                 return []  # below the smallest noise aggregators add
-            return [Candidate(privacy, expected_error(privacy, buckets=buckets, reports=reports))]
+            candidate = Candidate(privacy, expected_error(privacy, buckets=buckets, reports=reports))
+            return [] if candidate.error.too_noisy else [candidate]
         # The cohort grows with ε₀: the ε₀ devices accept at this many reports are a prefix of the grid.
         low, high = 0, len(self.epsilon0s)
         while low < high:
@@ -379,10 +386,17 @@ class _Search:
         for epsilon0 in accepted:  # the error falls as ε₀ grows: the first that meets is the smallest
             privacy = self._privacy(epsilon, epsilon0, rate, self.min_cohort(epsilon0, epsilon))
             candidate = Candidate(privacy, expected_error(privacy, buckets=buckets, reports=reports))
+            if candidate.error.too_noisy:
+                continue  # never proposed: its start would ask for a go-ahead
             if goal.met_by(candidate.error):
                 return [candidate]
             candidates.append(candidate)
         return candidates[-1:]
+
+
+def _devices(count: float) -> str:
+    """A count of devices in words: whole from 10 up, two significant digits below (±0.84, not ±1)."""
+    return f"{count:,.0f}" if count >= 10 else f"{count:.2g}"
 
 
 def _fewer_buckets(search: _Search, epsilon: float, goal: Target, buckets: int) -> Candidate | None:

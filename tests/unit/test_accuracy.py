@@ -215,9 +215,22 @@ def test_a_bad_target_is_refused_by_key(analysis, recipe, target, key) -> None:
     assert key in refused.value.errors
 
 
-def test_an_enormous_target_is_met_at_the_least_epsilon_the_fleet_allows(analysis, recipe) -> None:
+def test_an_enormous_target_is_met_at_the_least_epsilon_that_is_not_too_noisy(analysis, recipe) -> None:
     answer = recipe_propose(analysis=analysis, content=recipe, target={"halfWidth": 1e300})
-    assert answer["met"] is True and answer["proposal"]["privacy"]["epsilon"] == EPSILONS[0]
+    proposal = answer["proposal"]
+    assert answer["met"] is True and proposal["expected_error"]["too_noisy"] is False
+    # Its epsilon is the least at which any candidate is not too noisy (a too-noisy one is never proposed).
+    search = _Search(analysis, _base(analysis, recipe))
+    anything = target_parse({"halfWidth": 1e300})
+    for epsilon in [e for e in EPSILONS if e < proposal["privacy"]["epsilon"]]:
+        assert search.best(epsilon, anything, 8) is None, epsilon
+
+
+def test_a_proposal_is_never_too_noisy(issue_analysis, issue_recipe) -> None:
+    answer = recipe_propose(analysis=issue_analysis, content=issue_recipe, target={"halfWidth": 1e300})
+    assert answer["met"] is False and answer["best"] is None  # 20,000 buckets: every candidate is too noisy
+    assert "every recipe within it is too noisy for this many buckets" in answer["message"]
+    assert answer["fewer_buckets"]["expected_error"]["too_noisy"] is False
 
 
 def test_the_api_proposes_and_refuses_bad_input(api, analysis, recipe) -> None:
