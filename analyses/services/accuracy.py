@@ -258,7 +258,7 @@ def _base(analysis: Analysis, content: Any) -> _Base:
     if noise not in (CLIENT, AGGREGATOR):
         problems.add("privacy.noise", f"Must be one of {CLIENT}, {AGGREGATOR}.")
     mechanism = privacy.get("mechanism", "asymmetric_ohe") if noise == CLIENT else ""
-    if noise == CLIENT and mechanism not in MECHANISMS:
+    if noise == CLIENT and not (isinstance(mechanism, str) and mechanism in MECHANISMS):
         problems.add("privacy.mechanism", f"Unknown mechanism; known: {', '.join(sorted(MECHANISMS))}.")
     laplace = noise == AGGREGATOR and privacy.get("noiseDistribution") == LAPLACE
     delta = (
@@ -313,11 +313,9 @@ class _Search:
     def refuse_smallest(self) -> None:
         """Raise ValidationFailed by key: why a round at the grid's smallest ε would be refused."""
         problems = Problems()
-        if self.base.noise == CLIENT and not self.epsilon0s:
-            problems.add("privacy.epsilon0", f"The field's local epsilon cap allows no ε₀ of {EPSILON0S[0]:g} or more.")
-        else:
-            privacy = self._privacy(EPSILONS[0], self.epsilon0s[0] if self.epsilon0s else None, 1.0, 1)
-            budget_precheck(problems, self.analysis, self.base.field, budget_request_for(privacy, self.base.field))
+        # The smallest ε₀ of the grid, allowed or not: the devices' own checks then say what refuses.
+        privacy = self._privacy(EPSILONS[0], EPSILON0S[0], 1.0, 1)
+        budget_precheck(problems, self.analysis, self.base.field, budget_request_for(privacy, self.base.field))
         if not problems:
             problems.add("privacy.epsilon", f"Even ε = {EPSILONS[0]:g} is more than the analysis's budget allows.")
         raise ValidationFailed(problems.errors)

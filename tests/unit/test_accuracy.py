@@ -186,6 +186,30 @@ def test_a_proposal_with_laplace_aggregator_noise_keeps_pure_dp(central, recipe)
     assert recipe_validate(analysis=central, content=answer["recipe"]).privacy.delta == 0
 
 
+@pytest.mark.parametrize(
+    ("privacy", "key"),
+    [
+        ({"mechanism": ["asymmetric_ohe"]}, "privacy.mechanism"),
+        ({"mechanism": "nope"}, "privacy.mechanism"),
+        ({"noise": "both"}, "privacy.noise"),
+        ({"delta": 2}, "privacy.delta"),
+    ],
+)
+def test_a_proposal_for_a_bad_recipe_is_refused_by_key(analysis, recipe, privacy, key) -> None:
+    recipe["privacy"].update(privacy)
+    with pytest.raises(ValidationFailed) as refused:
+        recipe_propose(analysis=analysis, content=recipe, target={"halfWidth": 100})
+    assert key in refused.value.errors
+
+
+def test_a_proposal_when_the_budget_is_spent_says_why_by_key(analysis, recipe, analyst) -> None:
+    for _ in range(2):  # the analysis allows two reports
+        round_create_and_start(analysis=analysis, content={**recipe, "recipeIdentifier": f"r{_}"}, user=analyst)
+    with pytest.raises(ValidationFailed) as refused:
+        recipe_propose(analysis=analysis, content=recipe, target={"halfWidth": 100})
+    assert "budget.reports" in refused.value.errors
+
+
 def test_a_proposal_for_noise_the_policy_forbids_is_refused_by_key(analysis, recipe) -> None:
     recipe["privacy"] = {"noise": "aggregator", "epsilon": 1.0, "delta": 1e-6}
     with pytest.raises(ValidationFailed) as refused:
