@@ -12,7 +12,7 @@ from typing import Any, Final
 from analyses.models import Analysis
 from analyses.rules.validation import Problems, sentence
 from analyses.services.budget import budget_plan_refusal, budget_precheck, budget_request_for
-from analyses.services.recipes import recipe_validate
+from analyses.services.recipes import PRIVACY_CONTENT_KEYS, RECIPE_KEYS, recipe_validate
 from pfs_base.errors import ValidationFailed
 from pfs_device.decision import fields_of
 from privacy.accuracy import LEVEL, ExpectedError, expected_error
@@ -40,11 +40,16 @@ def too_noisy_refusal(error: ExpectedError) -> str | None:
     if not error.too_noisy:
         return None
     return (
-        f"The expected noise exceeds what most buckets can hold: ±{error.half_width:,.0f} devices per bucket at 95% "
-        f"against about {error.per_bucket:,.4g} devices a bucket ({error.reports:,.0f} reports expected over "
+        f"The expected noise exceeds what most buckets can hold: ±{_devices(error.half_width)} devices per bucket at "
+        f"95% against about {_devices(error.per_bucket)} devices a bucket ({error.reports:,.0f} reports expected over "
         f"{error.buckets:,} buckets), so most counts would not be told from zero, though every device spends. "
         "Confirm to start anyway, or use fewer buckets, more devices (sampling rate) or a larger ε₀ or ε."
     )
+
+
+def _devices(count: float) -> str:
+    """A count of devices in words: whole from 10 up, two significant digits below (±0.84, not ±1)."""
+    return f"{count:,.0f}" if count >= 10 else f"{count:.2g}"
 
 
 # ---------------------------------------------------------------------- proposals from an accuracy target
@@ -243,6 +248,9 @@ def _base(analysis: Analysis, content: Any) -> _Base:
     if not isinstance(content, dict):
         raise ValidationFailed({"recipe": ["Must be a JSON object (the recipe to propose parameters for)."]})
     problems = Problems()
+    # A typo must not change the question silently, here as in recipe_validate.
+    problems.only(content, RECIPE_KEYS)
+    problems.only(content.get("privacy"), PRIVACY_CONTENT_KEYS, "privacy.")
     data_types = problems.obj(content, "dataTypeContent", "dataTypeContent")
     privacy = content.get("privacy", {})
     if not isinstance(privacy, dict):
@@ -390,11 +398,6 @@ class _Search:
                 return [candidate]
             candidates.append(candidate)
         return candidates[-1:]
-
-
-def _devices(count: float) -> str:
-    """A count of devices in words: whole from 10 up, two significant digits below (±0.84, not ±1)."""
-    return f"{count:,.0f}" if count >= 10 else f"{count:.2g}"
 
 
 def _fewer_buckets(search: _Search, epsilon: float, goal: Target, buckets: int) -> Candidate | None:

@@ -193,6 +193,7 @@ def test_a_proposal_with_laplace_aggregator_noise_keeps_pure_dp(central, recipe)
         ({"mechanism": "nope"}, "privacy.mechanism"),
         ({"noise": "both"}, "privacy.noise"),
         ({"delta": 2}, "privacy.delta"),
+        ({"samplingrate": 0.1}, "privacy.samplingrate"),  # a typo is named, never dropped silently
     ],
 )
 def test_a_proposal_for_a_bad_recipe_is_refused_by_key(analysis, recipe, privacy, key) -> None:
