@@ -64,7 +64,10 @@ class AnalysisAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["identifier", "title", "fleet", "owner"]}),
         ("Query class: what queries may read", {"fields": ["stream", "query_fields", "cohort_fields"]}),
-        ("Check 1: analysis budget", {"fields": ["epsilon_allowed", "reports_allowed", "delta", "accountant"]}),
+        (
+            "Check 1: analysis budget",
+            {"fields": ["epsilon_allowed", "reports_allowed", "delta", "delta_total", "accountant"]},
+        ),
         ("Limits", {"fields": ["min_cohort_floor", "max_buckets"]}),
         (
             "Approval",

@@ -64,6 +64,13 @@ class Analysis(models.Model):
         blank=True,
         help_text="Most buckets a recipe of this analysis may ask for, below the global limit of 131,072.",
     )
+    delta_total = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Largest total δ a device's guarantee for this analysis may reach: the sum of its queries' δ, "
+        "plus δ where the accountant is not basic. Devices refuse a query that would pass it. Empty: no cap "
+        "beyond δ per query times the reports allowed.",
+    )
     snapshot = models.ForeignKey(
         PolicySnapshot,
         null=True,
@@ -114,6 +121,8 @@ class Analysis(models.Model):
             budget["minCohort"] = self.min_cohort_floor
         if self.max_buckets is not None:
             budget["maxBuckets"] = self.max_buckets
+        if self.delta_total is not None:
+            budget["deltaTotal"] = self.delta_total
         return {
             "analysis": self.identifier,
             "fleet": self.fleet.name,

@@ -98,6 +98,29 @@ def cmd_fleets(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def cmd_budget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    budget = _client(args).budget(args.analysis)
+    if args.json:
+        print(json.dumps(budget, indent=2), file=out)
+        return 0
+    cap = budget.get("delta_total")
+    print(
+        f"{budget['analysis']}: accountant {budget['accountant']}, delta {budget['delta']:g} per query, "
+        f"total delta {'capped at ' + format(cap, 'g') if cap is not None else 'not capped'}",
+        file=out,
+    )
+    for scope in budget["scopes"]:
+        spent = scope["guarantee"]
+        allowed = scope.get("epsilon_allowed")
+        print(
+            f"  {scope['scope']}: spent (epsilon, delta) = ({spent['epsilon']:.6g}, {spent['delta']:.3g}) "
+            f"by the {spent['account']} account, of epsilon {allowed if allowed is not None else '-'}; "
+            f"{scope['reports_used']} report(s) requested",
+            file=out,
+        )
+    return 0
+
+
 def cmd_dry_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     recipe = _read_json(args.recipe)
     result = _client(args).dry_run(args.analysis, recipe)
@@ -273,6 +296,13 @@ def _print_release(release: Release, out: TextIO) -> None:
         f"min cohort {data.get('min_cohort', 0):,}, epsilon spent {data.get('epsilon_spent')}",
         file=out,
     )
+    spent = data.get("analysis_spent")
+    if spent:  # releases stored before the statement have none
+        print(
+            f"analysis {data.get('analysis')} spent (epsilon, delta) = ({spent['epsilon']:.6g}, {spent['delta']:.3g}) "
+            f"over {spent['rounds']} round(s), by the {spent['account']} account",
+            file=out,
+        )
     for batch in release.batches:
         print(f"cohort {batch.get('cohort') or 'all'}: {batch.get('reports', 0):,} reports", file=out)
         if batch.get("suppressed"):
@@ -325,6 +355,10 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print them as JSON"
     )
     command("fleets", cmd_fleets, "list the fleets (JSON)")
+
+    budget = command("budget", cmd_budget, "what an analysis has spent: one (epsilon, delta) statement per scope")
+    budget.add_argument("analysis", metavar="ID")
+    budget.add_argument("--json", action="store_true", help="print the budget report as JSON")
 
     dry = command("dry-run", cmd_dry_run, "what every device would do with a recipe; nothing is spent")
     dry.add_argument("recipe", metavar="RECIPE.json")

@@ -97,6 +97,10 @@ class Client:
     def fleets(self) -> list[dict[str, Any]]:
         return self._list("/api/fleets/")
 
+    def budget(self, identifier: str) -> dict[str, Any]:
+        """What the analysis has spent, per scope, with the guarantee as one (epsilon, delta) statement."""
+        return self._get(f"/api/analyses/{_segment(identifier)}/budget/")
+
     def create_recipe(self, analysis: str, recipe: JsonInput, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Validate and store a recipe (a dict, or the path of a JSON file) → the stored recipe, with ``id``.
         A recipe's ``recipeIdentifier`` is unique in its analysis: run a stored recipe again by its id."""

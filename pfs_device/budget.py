@@ -15,10 +15,13 @@ The composition rule is pluggable (the policy's ``budget.accountant``):
 - "renyi": a query also fits when the Renyi DP composition of every query's RDP curve so far plus
   this one, converted at delta' = the analysis delta, is within the allowance (RenyiComposition).
   Same guarantee form as "advanced".
-- "tightest" (the default of a new analysis): a query fits when any of the three fits. The ledger
+- "tightest" (the default of a new analysis): a query fits when any of the three fits, or the
+  privacy-loss-distribution (PLD) composition of every query's dominating pair so far plus this
+  one, at delta' = the analysis delta, is within the allowance (the PLD account below). The ledger
   keeps the accounts of every query answered, each a sound bound on the whole history, so the
-  device may use whichever is smallest at each query; the guarantee is that of "advanced". The
-  Renyi account opens only with the first query that earns Renyi credit (TightestComposition).
+  device may use whichever is smallest at each query; the guarantee is (epsilon_allowed, sum of the
+  queries' deltas + delta'). The Renyi account opens only with the first query that earns Renyi
+  credit (TightestComposition).
 
 ``Accountant.check`` only reads; ``Accountant.charge`` is the only place that mutates a ledger.
 """
@@ -37,10 +40,15 @@ from pfs_device.columns import Columns
 from privacy.aggregator_noise import HISTOGRAM_L2_SENSITIVITY, AggregatorLaplace
 from privacy.aggregator_noise import aggregator_noise as aggregator_noise_of
 from privacy.composition import gaussian_rdp, pure_dp_rdp, rdp_to_dp
-from privacy.enforced_cohort import min_cohort_enforced
+from privacy.enforced_cohort import BOUNDS, min_cohort_enforced
+from privacy.pld import PrivacyLossDistribution, composed_epsilon, discrete_gaussian, discrete_laplace, shuffled
 from privacy.rappor_rdp import symmetric_rappor_rdp
 
 NANO = 1_000_000_000
+# Deltas in integer atto-units (1e-18), rounded to nearest as epsilons are to nano-units, so that the
+# total-delta cap (budget.deltaTotal) compares exact integer sums: 5 x 1e-6 fits a cap of 5e-6. A
+# total of 1 or more says nothing, so sums saturate there.
+ATTO = 10**18
 # How much a stated guarantee is rounded up (Accountant.guarantee): far above a float sum's error,
 # far below any digit shown.
 STATEMENT_ROUNDING = 1e-12
@@ -48,6 +56,10 @@ STATEMENT_ROUNDING = 1e-12
 
 def to_units(epsilon: float) -> int:
     return int(round(epsilon * NANO))
+
+
+def to_delta_units(delta: float) -> int:
+    return min(int(round(delta * ATTO)), ATTO)
 
 
 class Decision(IntEnum):
@@ -105,6 +117,8 @@ class BasicComposition:
     """Epsilons add up (seed 000, Section 4.3)."""
 
     name = "basic"
+    # Whether a guarantee this composition states may carry delta' beyond the queries' own deltas.
+    adds_delta_prime = False
 
     def fits(
         self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
@@ -124,6 +138,7 @@ class AdvancedComposition(BasicComposition):
     """Basic composition, or the advanced composition bound when it is smaller [DRV10]."""
 
     name = "advanced"
+    adds_delta_prime = True
 
     def fits(
         self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
@@ -159,6 +174,7 @@ class RenyiComposition(BasicComposition):
     """
 
     name = "renyi"
+    adds_delta_prime = True
 
     def fits(
         self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
@@ -265,6 +281,114 @@ def _query_rdp_or_raise(
     return pure
 
 
+# ---------------------------------------------------------------- the PLD account
+#
+# Each query's release is dominated by a pair of distributions (privacy/pld.py), and adaptive
+# composition by the product of the pairs, whose privacy loss distribution is the convolution of
+# theirs: composed numerically with a pessimistic discretisation, it is the tightest account here
+# (within the grid's step of the exact composition). The pairs, per query (query_pld_key):
+# - a local randomizer at epsilon0 (replacement model) summed over at least the minimum cohort m:
+#   Feldman, McMillan and Talwar's clone pair at n = m, with the bound privacy.enforced_cohort
+#   proves for the mechanism (FMT 2022's clone rate where its errata condition holds, else FMT
+#   2020's); a larger batch only adds independent reports (post-processing), so m is the worst case;
+# - aggregator noise: one aggregator's discrete Gaussian (sigma) or discrete Laplace (scale b), on
+#   the two coordinates a report moving between buckets shifts by 1: the 1-D pair composed twice.
+# A PLD is a distribution, not a number, so the ledger cannot keep a running sum of it. It keeps
+# instead, per scope, how many queries of each kind the device answered ("{scope}pld:{key}"): the
+# composition depends only on that multiset. Devices with the same counts (all of a fleet that
+# answered the same rounds) share one composition, computed once per process (_pld_epsilon).
+# "{scope}pld_queries" counts the queries recorded; where it falls short of the scope's reports
+# (a ledger from before the account, a query no pair could be built for) the account is infinite.
+
+PLD_DELTA_MIN = 1e-300
+
+
+def query_pld_key(request: BudgetRequest) -> str | None:
+    """The name of the query's dominating pair, from which _pld_of rebuilds it; None when the
+    parameters are outside what privacy/pld.py can bound (the account then gives no credit)."""
+    if request.aggregator_noise:
+        try:
+            noise = aggregator_noise_of(request.epsilon, request.delta)
+        except ValueError:
+            return None
+        if isinstance(noise, AggregatorLaplace):
+            return f"laplace:{float(noise.scale)!r}"
+        return f"gaussian:{noise.sigma!r}"
+    method = BOUNDS.get(request.mechanism, (None, ""))[0]
+    if method is None or not (0 < request.epsilon0 < math.inf) or request.min_cohort < 1:
+        return None
+    return f"shuffled:{method}:{request.epsilon0!r}:{request.min_cohort}"
+
+
+@functools.lru_cache(maxsize=64)
+def _pld_of(key: str) -> tuple[PrivacyLossDistribution, int]:
+    """The 1-D pair a key names, and how many times one query composes it."""
+    kind, _, rest = key.partition(":")
+    if kind == "laplace":
+        return discrete_laplace(float(rest), 1), 2
+    if kind == "gaussian":
+        return discrete_gaussian(float(rest), 1), 2
+    method, epsilon0, cohort = rest.split(":")
+    return shuffled(float(epsilon0), int(cohort), method), 1
+
+
+@functools.lru_cache(maxsize=512)
+def _pld_epsilon(history: tuple[tuple[str, int], ...], delta: float) -> float:
+    """Epsilon at ``delta`` of the queries ``history`` counts (key, times answered), composed."""
+    if not history:
+        return 0.0
+    try:
+        steps = []
+        for key, count in history:
+            pld, per_query = _pld_of(key)
+            steps.append((pld, per_query * count))
+        return composed_epsilon(steps, max(delta, PLD_DELTA_MIN))
+    except ValueError:  # parameters privacy/pld.py refuses: no credit
+        return math.inf
+
+
+def _pld_bound(ledger: Columns, scope: str, delta: float, request: BudgetRequest | None = None) -> npt.NDArray:
+    """Per device, the PLD account's epsilon at ``delta`` for its history in ``scope`` (plus ``request``)."""
+    size = ledger["epsilon_used"].size
+    prefix = f"{scope}pld:"
+    names = sorted(name for name in ledger if name.startswith(prefix))
+    added = None
+    if request is not None:
+        added = query_pld_key(request)
+        if added is None:
+            return np.full(size, math.inf)
+    counts = np.stack([ledger[name] for name in names], axis=1) if names else np.zeros((size, 0), dtype=np.int32)
+    rows, inverse = np.unique(counts, axis=0, return_inverse=True)
+    keys = [name[len(prefix) :] for name in names]
+    bounds = []
+    for row in rows:
+        history = {key: int(count) for key, count in zip(keys, row, strict=True) if count}
+        if added is not None:
+            history[added] = history.get(added, 0) + 1
+        bounds.append(_pld_epsilon(tuple(sorted(history.items())), delta))
+    bound = np.asarray(bounds, dtype=np.float64)[inverse.reshape(-1)]
+    recorded = ledger.get(f"{scope}pld_queries", np.zeros(size, dtype=np.int32))
+    return np.where(recorded == _reports_used(ledger, scope), bound, math.inf)
+
+
+def _reports_used(ledger: Columns, scope: str) -> npt.NDArray:
+    return (
+        ledger["reports_used"]
+        if scope == ""
+        else ledger.get(f"{scope}reports_used", np.zeros_like(ledger["reports_used"]))
+    )
+
+
+def _pld_spend(ledger: Columns, scope: str, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
+    """Record the query in the PLD account (before the scope's reports count it, as charge does)."""
+    recorded = _column(ledger, f"{scope}pld_queries", np.int32)
+    key = query_pld_key(request)
+    if key is None:
+        return  # recorded falls behind the reports: the account is infinite from now on
+    _column(ledger, f"{scope}pld:{key}", np.int32)[answered] += 1
+    recorded[answered] += 1
+
+
 class TightestComposition(AdvancedComposition):
     """Basic, advanced or Renyi composition, whichever is smallest: a query fits when any bound does.
 
@@ -283,6 +407,14 @@ class TightestComposition(AdvancedComposition):
     def fits(
         self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
     ) -> npt.NDArray[np.bool_]:
+        fit = self._fits_without_pld(ledger, scope, request, allowed, delta_allowed)
+        if fit.all():  # the PLD account is the costly one: composed only where the others refuse
+            return fit
+        return fit | (_pld_bound(ledger, scope, delta_allowed, request) <= allowed)
+
+    def _fits_without_pld(
+        self, ledger: Columns, scope: str, request: BudgetRequest, allowed: float, delta_allowed: float
+    ) -> npt.NDArray[np.bool_]:
         fit = super().fits(ledger, scope, request, allowed, delta_allowed)
         if not self._renyi_kept(ledger, scope, request):
             return fit
@@ -296,6 +428,7 @@ class TightestComposition(AdvancedComposition):
         return fit | (bound <= allowed)
 
     def spend(self, ledger: Columns, scope: str, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
+        _pld_spend(ledger, scope, request, answered)
         # The Renyi account opens from the reports used before this query (charge counts it after).
         if self._renyi_kept(ledger, scope, request):
             if f"{scope}rdp_0" not in ledger:
@@ -307,7 +440,11 @@ class TightestComposition(AdvancedComposition):
         super().spend(ledger, scope, request, answered)
 
     def accounts(self, ledger: Columns, scope: str, delta_prime: float) -> dict[str, npt.NDArray[np.float64]]:
-        return {**super().accounts(ledger, scope, delta_prime), **_renyi_account(ledger, scope, delta_prime)}
+        return {
+            **super().accounts(ledger, scope, delta_prime),
+            **_renyi_account(ledger, scope, delta_prime),
+            "pld": _pld_bound(ledger, scope, delta_prime),
+        }
 
     @staticmethod
     def _renyi_kept(ledger: Columns, scope: str, request: BudgetRequest) -> bool:
@@ -338,7 +475,19 @@ class Guarantee:
 
     epsilon: float
     delta: float
-    account: str  # "basic", "advanced" or "renyi"
+    account: str  # "basic", "advanced", "renyi" or "pld"
+
+
+def delta_used(ledger: Columns) -> npt.NDArray[np.int64]:
+    """Per device, the sum of the deltas of the queries it answered in the analysis, in atto-units.
+
+    A ledger written before the sum was kept has no column: a device that answered nothing there
+    has spent 0; one that did has an unknown sum, taken as saturated (1), so that under a cap on
+    the total delta it fails closed rather than guess."""
+    column = ledger.get("delta_used")
+    if column is not None:
+        return column
+    return np.where(ledger["reports_used"] > 0, ATTO, 0).astype(np.int64)
 
 
 class Accountant:
@@ -365,6 +514,7 @@ class Accountant:
             self.composition.fits(ledger, "", request, budget["epsilon"], delta_allowed)
             & (ledger["reports_used"] + 1 <= budget["reports"])
             & (request.delta <= delta_allowed)
+            & self.delta_total_fits(ledger, request, budget)
         )
         decision[~analysis_ok] = Decision.ANALYSIS_BUDGET
 
@@ -394,6 +544,19 @@ class Accountant:
             decision[decision == Decision.ANSWERED] = Decision.MIN_COHORT
         return decision
 
+    def delta_total_fits(self, ledger: Columns, request: BudgetRequest, budget: dict) -> npt.NDArray[np.bool_]:
+        """Check 1's total delta: the largest delta any account could state after this query
+        (Accountant.guarantee: the queries' deltas, plus delta' where the composition may use it) is
+        within the officer's cap ``budget.deltaTotal``, if there is one. Without it the total is
+        still stated, but only the per-query delta and the report count bound it."""
+        cap = budget.get("deltaTotal")
+        if cap is None:
+            return np.ones(ledger["epsilon_used"].size, dtype=bool)
+        added = to_delta_units(request.delta)
+        if self.composition.adds_delta_prime:
+            added += to_delta_units(budget["delta"])
+        return delta_used(ledger) + added <= to_delta_units(cap)
+
     def min_cohort_suffices(self, request: BudgetRequest, *, floor: int = 0) -> bool:
         if request.min_cohort < floor:
             return False
@@ -416,7 +579,7 @@ class Accountant:
         curves, which carry no delta of their own (query_rdp: the local randomizer's pure epsilon0,
         symmetric RAPPOR's shuffled curve, the Gaussian's), so its conversion at delta' is all.
         """
-        totals = {"basic": delta_sum, "advanced": delta_sum + delta_prime, "renyi": delta_prime}
+        totals = {"basic": delta_sum, "advanced": delta_sum + delta_prime, "renyi": delta_prime, "pld": delta_prime}
         accounts = self.composition.accounts(ledger, scope, delta_prime)
         epsilon, delta, account = min((float(eps[device]), totals[name], name) for name, eps in accounts.items())
         # The ledger's float sums may sit an ulp or two below the exact ones: a statement rounds up.
@@ -425,6 +588,8 @@ class Accountant:
     def charge(self, ledger: Columns, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
         """Spend epsilon and one report, on the analysis and each field, for answering devices."""
         self.composition.spend(ledger, "", request, answered)
+        spent = ledger["delta_used"] = delta_used(ledger)  # opened before reports_used counts this query
+        spent[answered] = np.minimum(spent[answered] + to_delta_units(request.delta), ATTO)
         ledger["reports_used"][answered] += 1
         for field in request.fields:
             scope = f"field:{field}:"

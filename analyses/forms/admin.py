@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 
 from analyses.models import Analysis, FieldPolicy
+from analyses.rules.enforced_policy import delta_total_floor, delta_total_too_small
 from pfs_device.streams import STREAMS
 from privacy.limits import MAX_BUCKETS
 
@@ -65,6 +66,7 @@ class AnalysisAdminForm(forms.ModelForm):
             "epsilon_allowed",
             "reports_allowed",
             "delta",
+            "delta_total",
             "accountant",
             "min_cohort_floor",
             "max_buckets",
@@ -97,6 +99,12 @@ class AnalysisAdminForm(forms.ModelForm):
             )
         return delta
 
+    def clean_delta_total(self) -> float | None:
+        total = self.cleaned_data.get("delta_total")
+        if total is not None and not 0 < total < 1:
+            raise forms.ValidationError("Must lie strictly between 0 and 1, or be left empty for no cap.")
+        return total
+
     def clean_min_cohort_floor(self) -> int | None:
         floor = self.cleaned_data.get("min_cohort_floor")
         if floor is not None and floor < 1:
@@ -111,6 +119,9 @@ class AnalysisAdminForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        floor = delta_total_floor(data.get("delta"), data.get("accountant"))
+        if data.get("delta_total") is not None and floor is not None and data["delta_total"] < floor:
+            self.add_error("delta_total", delta_total_too_small(floor))
         stream = data.get("stream")
         if stream in STREAMS:
             known = STREAMS[stream]

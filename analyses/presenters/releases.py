@@ -91,6 +91,7 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
             "aggregator_laplace_scale",
             "reports",
             "epsilon_spent",
+            "analysis_spent",
             "refusals",
             "rejected_reports",
             "joint",

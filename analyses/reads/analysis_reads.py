@@ -98,6 +98,7 @@ def budget_burndown(analysis: Analysis) -> dict[str, Any]:
         "analysis": analysis.identifier,
         "accountant": enforced.accountant,
         "delta": enforced.delta,
+        "delta_total": enforced.delta_total,
         "approved_at": analysis.approved_at,
         # When the lines start: the first approval (no round starts before one), else the creation.
         "allowance_from": history[0][0] if history else analysis.created_at,
@@ -308,10 +309,13 @@ def policy_summary(analysis: Analysis) -> dict[str, Any]:
 def delta_total_max(budget: dict[str, Any]) -> float:
     """The largest total delta a device's guarantee can reach under ``budget``: every report spent,
     each at the largest delta a query may claim, plus delta' where advanced composition may give the
-    epsilon (pfs_device.budget.Accountant.guarantee)."""
+    epsilon (pfs_device.budget.Accountant.guarantee); never more than the officer's cap
+    (budget.deltaTotal), which devices enforce."""
     delta, reports = budget["delta"], budget["reports"]
     with_delta_prime = budget.get("accountant", "basic") in ("advanced", "tightest")
-    return math.fsum([delta] * reports + ([delta] if with_delta_prime else []))
+    total = math.fsum([delta] * reports + ([delta] if with_delta_prime else []))
+    cap = budget.get("deltaTotal")
+    return total if cap is None else min(total, cap)
 
 
 # ---------------------------------------------------------------- comparing two releases

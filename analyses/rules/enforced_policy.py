@@ -23,6 +23,23 @@ ACCOUNTANT_LABELS = {
 AGGREGATOR_NOISE_MIN_COHORT = 1000
 
 
+def delta_total_floor(delta: float | None, accountant: str | None) -> float | None:
+    """The smallest cap on the total delta (budget.deltaTotal) under which a device can answer even
+    one query at the analysis's delta: that delta, plus delta' (the same delta) where the accountant
+    may state advanced or Renyi composition (pfs_device.budget.Accountant.delta_total_fits). None
+    while delta or the accountant is unknown (refused under their own names)."""
+    if not isinstance(delta, float | int) or accountant not in ACCOUNTANT_LABELS:
+        return None
+    return delta if accountant == "basic" else 2 * delta
+
+
+def delta_total_too_small(floor: float) -> str:
+    return (
+        f"At least {floor:g}: below it no device could answer even one query at the analysis's δ "
+        "(plus δ′ where the accountant is not basic)."
+    )
+
+
 @dataclass(frozen=True)
 class FieldBudget:
     field: str
@@ -44,6 +61,7 @@ class EnforcedPolicy:
     field_budgets: tuple[FieldBudget, ...]
     min_cohort_floor: int | None  # the officer's floor for every recipe's minimum cohort
     max_buckets: int | None  # the officer's tighter limit on buckets (privacy.limits.MAX_BUCKETS)
+    delta_total: float | None = None  # the officer's cap on the total delta of a device's guarantee
 
     @classmethod
     def from_content(cls, content: dict[str, Any]) -> EnforcedPolicy:
@@ -66,6 +84,7 @@ class EnforcedPolicy:
             ),
             min_cohort_floor=budget.get("minCohort"),
             max_buckets=budget.get("maxBuckets"),
+            delta_total=budget.get("deltaTotal"),
         )
 
     def field(self, name: str) -> FieldBudget | None:

@@ -4,12 +4,23 @@ every round started, and the reasons a device would refuse, in words."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from analyses.models import Analysis, Recipe
 from analyses.rules.validation import Problems
-from pfs_device.budget import COMPOSITIONS, NANO, Accountant, BudgetRequest, Decision, Guarantee, ledger_empty
+from pfs_device.budget import (
+    ATTO,
+    COMPOSITIONS,
+    NANO,
+    Accountant,
+    BudgetRequest,
+    Decision,
+    Guarantee,
+    delta_used,
+    ledger_empty,
+)
 from pfs_device.decision import fields_of, privacy_budget_request
 from privacy.parameters import PrivacyParameters
 
@@ -34,33 +45,51 @@ def budget_precheck(problems: Problems, analysis: Analysis, field: str | None, r
     _explain_decision(problems, analysis, ledger, field, request, accountant.check(ledger, policy, request)[0])
 
 
-def _rounds_charged(analysis: Analysis) -> list[BudgetRequest]:
-    """What each round started on ``analysis`` charges a device that answers it."""
+def _rounds_charged(analysis: Analysis, up_to_round: int | None = None) -> list[BudgetRequest]:
+    """What each round started on ``analysis`` (up to the round of id ``up_to_round``) charges a
+    device that answers it."""
+    rounds = {} if up_to_round is None else {"pk__lte": up_to_round}
     return [
         recipe_budget_request(recipe)
         for recipe in Recipe.objects.filter(rounds__isnull=False, analysis=analysis).distinct()
-        for _ in recipe.rounds.all()
+        for _ in recipe.rounds.filter(**rounds)
     ]
 
 
-def _server_ledger(analysis: Analysis, composition: str | None = None) -> tuple[dict, Accountant, dict]:
+def _server_ledger(
+    analysis: Analysis, composition: str | None = None, up_to_round: int | None = None
+) -> tuple[dict, Accountant, dict]:
     """The policy, its accountant (or the ``composition`` named), and the ledger of one device that
-    answered every round started."""
+    answered every round started (up to the round of id ``up_to_round``)."""
     policy = analysis.enforced_content  # the approved snapshot: an unapproved edit changes nothing
     accountant = Accountant.for_policy(policy) if composition is None else Accountant(COMPOSITIONS[composition]())
     ledger = ledger_empty(1)
     everyone = np.ones(1, dtype=bool)
-    for request in _rounds_charged(analysis):
+    for request in _rounds_charged(analysis, up_to_round):
         accountant.charge(ledger, request, everyone)
     return policy, accountant, ledger
 
 
-def analysis_guarantees(analysis: Analysis) -> dict[str | None, Guarantee]:
+def analysis_spent_statement(analysis: Analysis, *, up_to_round: int) -> dict[str, Any]:
+    """The analysis's guarantee once the rounds up to ``up_to_round`` were started, for a release's
+    metadata: the same statement as the budget page's, frozen when the round is released."""
+    spent = analysis_guarantees(analysis, up_to_round=up_to_round)[None]
+    return {
+        "epsilon": spent.epsilon,
+        "delta": spent.delta,
+        "account": spent.account,
+        "accountant": analysis.enforced.accountant,
+        "rounds": len(_rounds_charged(analysis, up_to_round)),
+    }
+
+
+def analysis_guarantees(analysis: Analysis, *, up_to_round: int | None = None) -> dict[str | None, Guarantee]:
     """The (epsilon, delta) a device that answered every round started has spent, per scope (None:
     the analysis; a field's name), as the analysis's accountant composes it, total delta included
-    (pfs_device.budget.Accountant.guarantee). What every page, the API and the docs state as spent."""
-    policy, accountant, ledger = _server_ledger(analysis)
-    requests = _rounds_charged(analysis)
+    (pfs_device.budget.Accountant.guarantee). What every page, the API and the docs state as spent.
+    ``up_to_round``: only the rounds started up to that one (a release's statement)."""
+    policy, accountant, ledger = _server_ledger(analysis, up_to_round=up_to_round)
+    requests = _rounds_charged(analysis, up_to_round)
     delta_prime = policy["budget"]["delta"]
     scopes: dict[str | None, str] = {None: ""}
     scopes.update((field, f"field:{field}:") for field in policy["fields"])
@@ -82,7 +111,7 @@ def _explain_decision(
 ) -> None:
     decision = Decision(int(decision))
     if decision == Decision.ANALYSIS_BUDGET:
-        _explain_analysis_refusal(problems, analysis, ledger, request.epsilon, request.delta)
+        _explain_analysis_refusal(problems, analysis, ledger, request)
     elif decision == Decision.FIELD_BUDGET:
         _explain_field_refusal(problems, analysis, ledger, field, request)
 
@@ -113,14 +142,31 @@ def rounds_affordable(
 ) -> int:
     """How many more rounds charging ``request`` one device that answered every round started would
     answer, by the analysis's accountant (or the ``composition`` named, for comparison), counted up to
-    ``limit``: checks 1 and 2 (epsilon, reports, delta; analysis and fields), as devices run them."""
+    ``limit``: checks 1 and 2 (epsilon, reports, delta; analysis and fields), as devices run them.
+
+    Every account grows with each round answered, so the device answers the k-th more round exactly
+    when it answers after k - 1: an exponential then binary search finds the count in about
+    2 log2(count) checks (each PLD check composes the whole history, so a count of hundreds checked
+    one by one would take minutes)."""
     policy, accountant, ledger = _server_ledger(analysis, composition)
-    everyone = np.ones(1, dtype=bool)
-    for count in range(limit):
-        if accountant.check(ledger, policy, request)[0] != Decision.ANSWERED:
-            return count
-        accountant.charge(ledger, request, everyone)
-    return limit
+
+    def answers_after(rounds: int) -> bool:
+        charged = {name: column.copy() for name, column in ledger.items()}
+        for _ in range(rounds):
+            accountant.charge(charged, request, np.ones(1, dtype=bool))
+        return accountant.check(charged, policy, request)[0] == Decision.ANSWERED
+
+    if not answers_after(0):
+        return 0
+    low, high = 0, 1  # answers_after(low) holds
+    while high < limit and answers_after(high):
+        low, high = high, min(2 * high, limit)
+    if high >= limit and answers_after(limit - 1):
+        return limit
+    while high - low > 1:  # answers_after(low), not answers_after(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if answers_after(middle) else (low, middle)
+    return low + 1
 
 
 def budget_request_for(privacy: PrivacyParameters, encoded_field: str) -> BudgetRequest:
@@ -134,14 +180,21 @@ def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
     return budget_request_for(recipe.privacy, recipe.encoded_field)
 
 
-def _explain_analysis_refusal(
-    problems: Problems, analysis: Analysis, ledger: dict, epsilon: float, delta: float
-) -> None:
+def _explain_analysis_refusal(problems: Problems, analysis: Analysis, ledger: dict, request: BudgetRequest) -> None:
     enforced = analysis.enforced
-    if delta > enforced.delta:
+    accountant = Accountant.for_policy(analysis.enforced_content)
+    if request.delta > enforced.delta:
         problems.add("privacy.delta", f"Above the analysis's delta of {enforced.delta:g}.")
     elif ledger["reports_used"][0] + 1 > enforced.reports_allowed:
         problems.add(REPORTS_KEY, reports_used_up("The analysis", enforced.reports_allowed))
+    elif not accountant.delta_total_fits(ledger, request, analysis.enforced_content["budget"])[0]:
+        spent = float(delta_used(ledger)[0]) / ATTO
+        plus = " plus δ′" if accountant.composition.adds_delta_prime else ""
+        problems.add(
+            "privacy.delta",
+            f"Exceeds the analysis's total δ of {enforced.delta_total:g}: the rounds started have spent "
+            f"{spent:g}, and this round's δ of {request.delta:g}{plus} would pass it.",
+        )
     else:
         left = enforced.epsilon_allowed - ledger["epsilon_used"][0] / NANO
         problems.add(

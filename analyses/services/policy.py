@@ -13,6 +13,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from analyses.models import Analysis, FieldPolicy, PolicyApproval, Round
+from analyses.rules.enforced_policy import delta_total_floor, delta_total_too_small
 from analyses.rules.validation import Problems
 from devices.models import Fleet
 from devices.services import fleet_enroll, policy_snapshot_create
@@ -32,7 +33,9 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
     problems.only(spec, ("identifier", "title", "fleet", "queryClass", "budget", "fields"))
     problems.only(spec.get("queryClass"), ("stream", "fields", "cohortFields"), "queryClass.")
     problems.only(
-        spec.get("budget"), ("epsilon", "reports", "delta", "accountant", "minCohort", "maxBuckets"), "budget."
+        spec.get("budget"),
+        ("epsilon", "reports", "delta", "deltaTotal", "accountant", "minCohort", "maxBuckets"),
+        "budget.",
     )
     identifier = problems.string(spec, "identifier", "identifier")
     if identifier and Analysis.objects.filter(identifier=identifier).exists():
@@ -66,6 +69,14 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
     accountant = budget.get("accountant", DEFAULT_ACCOUNTANT)
     if accountant not in COMPOSITIONS:
         problems.add("budget.accountant", f"Unknown accountant; known: {', '.join(COMPOSITIONS)}.")
+    delta_total = (
+        problems.number(budget, "deltaTotal", "budget.deltaTotal", open_unit=True)
+        if budget.get("deltaTotal") is not None
+        else None
+    )
+    floor = delta_total_floor(delta, accountant)
+    if delta_total is not None and floor is not None and delta_total < floor:
+        problems.add("budget.deltaTotal", delta_total_too_small(floor))
 
     field_specs = problems.obj(spec, "fields", "fields") or {}
     policies = []
@@ -100,6 +111,7 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
             accountant=accountant,
             min_cohort_floor=min_cohort_floor,
             max_buckets=max_buckets,
+            delta_total=delta_total,
         )
         FieldPolicy.objects.bulk_create(
             FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r, aggregator_noise=a)

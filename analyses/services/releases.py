@@ -11,6 +11,7 @@ from typing import Any
 from aggregation.reports import rejections
 from analyses.models import Release, Round
 from analyses.rules.validation import Problems
+from analyses.services.budget import analysis_spent_statement
 from pfs_base.errors import ValidationFailed
 from privacy.aggregator_noise import AggregatorGaussian, AggregatorLaplace, aggregator_noise
 from privacy.encoding import CombinationType, Encoding
@@ -41,6 +42,8 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
         # Each answering device spent epsilon once; with no released batch nothing was learned,
         # but the devices were charged all the same.
         "epsilon_spent": privacy.epsilon if charged else 0.0,
+        # The analysis's whole spend as one (epsilon, delta) statement, total delta included.
+        "analysis_spent": analysis_spent_statement(recipe.analysis, up_to_round=round_.pk),
         # Counted only where they cannot give a suppressed batch's size (refusals_countable).
         "refusals": refusals_shown(
             progress["devices_not_answering"], charged=charged, batches=[b.as_json() for b in batches]

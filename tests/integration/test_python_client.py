@@ -211,6 +211,17 @@ def test_the_cli_runs_a_recipe_and_writes_its_csv(
     exported = run_cli(live_server, pfs.token, "export", str(round_.pk), "--json", "-")
     assert exported.returncode == 0 and json.loads(exported.stdout) == pfs.release(round_.pk).data
 
+    # One statement of what was spent (issue 30): in the release's metadata, its printout and `budget`.
+    spent = json.loads(exported.stdout)["analysis_spent"]
+    guarantee = pfs.budget("test.ages")["scopes"][0]["guarantee"]
+    assert spent["rounds"] == 1 and (spent["epsilon"], spent["delta"]) == (guarantee["epsilon"], guarantee["delta"])
+    assert f"analysis test.ages spent (epsilon, delta) = ({spent['epsilon']:.6g}, {spent['delta']:.3g})" in done.stdout
+    budget = run_cli(live_server, pfs.token, "budget", "test.ages")
+    assert budget.returncode == 0, budget.stderr
+    assert f"analysis: spent (epsilon, delta) = ({guarantee['epsilon']:.6g}, {guarantee['delta']:.3g})" in budget.stdout
+    unknown = run_cli(live_server, pfs.token, "budget", "no.such")
+    assert unknown.returncode != 0 and "no.such" not in unknown.stdout
+
 
 def test_running_the_same_recipe_again_runs_the_stored_one_and_a_changed_one_is_refused(
     worker, pfs, analysis, recipe
