@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from analyses.models import AdaptiveRun, Analysis, Recipe, Round
+from analyses.services.accuracy import recipe_expected_error
 from analyses.services.policy import analysis_spent
 from analyses.services.rounds import round_progress
 from devices.models import Fleet
@@ -98,6 +99,17 @@ class AnalysisSerializer(serializers.ModelSerializer):
         return known[analysis.pk] if analysis.pk in known else analysis_spent(analysis)
 
 
+class ExpectedErrorSerializer(serializers.Serializer):
+    reports = serializers.FloatField(help_text="The reports expected: the fleet's devices times the sampling rate.")
+    buckets = serializers.IntegerField()
+    per_bucket = serializers.FloatField(help_text="reports / buckets: a bucket's count if they spread evenly.")
+    standard_error = serializers.FloatField(help_text="Of one bucket's released count, in devices.")
+    half_width = serializers.FloatField(help_text="The count is within ± this of the truth with probability 0.95.")
+    level = serializers.FloatField()
+    relative_error = serializers.FloatField(allow_null=True, help_text="half_width / per_bucket.")
+    too_noisy = serializers.BooleanField(help_text="half_width >= per_bucket (docs/accuracy.md).")
+
+
 class RecipeSerializer(serializers.ModelSerializer):
     analysis = serializers.CharField(source="analysis.identifier")
     # The privacy parameters: one value on the model (Recipe.privacy), flat keys here as ever.
@@ -121,6 +133,11 @@ class RecipeSerializer(serializers.ModelSerializer):
         "Aggregator noise: the recipe's, a hardening the guarantee does not depend on.",
     )
 
+    expected_error = serializers.SerializerMethodField(
+        help_text="Next to its cost: one bucket's expected error for the fleet's devices times the sampling rate "
+        "(docs/accuracy.md)."
+    )
+
     class Meta:
         model = Recipe
         fields = [
@@ -130,8 +147,13 @@ class RecipeSerializer(serializers.ModelSerializer):
             "content",
             "encoded_field",
             *PRIVACY_KEYS,
+            "expected_error",
             "created_at",
         ]
+
+    @extend_schema_field(ExpectedErrorSerializer)
+    def get_expected_error(self, recipe: Recipe) -> dict:
+        return recipe_expected_error(recipe.analysis, recipe.privacy, recipe.encoding.size).as_json()
 
 
 class ProgressSerializer(serializers.Serializer):
@@ -245,17 +267,6 @@ class FleetSerializer(serializers.ModelSerializer):
 
     def get_url(self, fleet: Fleet) -> str:
         return reverse("api-fleet-detail", kwargs={"name": fleet.name})
-
-
-class ExpectedErrorSerializer(serializers.Serializer):
-    reports = serializers.FloatField(help_text="The reports expected: the fleet's devices times the sampling rate.")
-    buckets = serializers.IntegerField()
-    per_bucket = serializers.FloatField(help_text="reports / buckets: a bucket's count if they spread evenly.")
-    standard_error = serializers.FloatField(help_text="Of one bucket's released count, in devices.")
-    half_width = serializers.FloatField(help_text="The count is within ± this of the truth with probability 0.95.")
-    level = serializers.FloatField()
-    relative_error = serializers.FloatField(allow_null=True, help_text="half_width / per_bucket.")
-    too_noisy = serializers.BooleanField(help_text="half_width >= per_bucket (docs/accuracy.md).")
 
 
 class DryRunSerializer(serializers.Serializer):

@@ -133,7 +133,7 @@ class RecipeCreate(ListAPIView):
 
     def get_queryset(self) -> QuerySet[Recipe]:
         analysis = selectors.analysis_get(user=self.request.user, identifier=self.kwargs["identifier"])
-        return analysis.recipes.select_related("analysis").order_by("-created_at", "-pk")
+        return analysis.recipes.select_related("analysis__fleet").order_by("-created_at", "-pk")
 
     @extend_schema(
         summary="Validate and store a recipe",

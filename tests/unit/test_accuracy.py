@@ -106,6 +106,9 @@ def test_the_api_shows_the_expected_error_and_refuses_a_noisy_start_until_confir
     assert checked["expected_error"]["too_noisy"] is True
 
     stored = api.post("/api/analyses/test.ages/recipes/", noisy, format="json").json()
+    assert stored["expected_error"]["too_noisy"] is True and stored["epsilon"] == 1.0  # next to its cost
+    listed = api.get("/api/analyses/test.ages/recipes/").json()
+    assert listed["results"][0]["expected_error"] == api.get(f"/api/recipes/{stored['id']}/").json()["expected_error"]
     refused = api.post(f"/api/recipes/{stored['id']}/rounds/", {}, format="json")
     assert refused.status_code == 400
     assert "most buckets" in refused.json()["fields"]["confirmSmallCohorts"][0]
