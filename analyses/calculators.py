@@ -14,11 +14,22 @@ from typing import Any, Final
 import numpy as np
 
 from pfs_base.errors import ValidationFailed
+from privacy import pld
 from privacy.amplification import MAX_COHORT, UnreachableEpsilon
+from privacy.composition import (
+    DEFAULT_ORDERS,
+    ApproximateDP,
+    RenyiDP,
+    advanced_composition,
+    gaussian_rdp,
+    pure_dp_rdp,
+    rdp_epsilon,
+)
 from privacy.discrete_gaussian import discrete_gaussian_sigma
-from privacy.enforced_cohort import min_cohort_enforced
+from privacy.enforced_cohort import BOUNDS, min_cohort_enforced
 from privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
 from privacy.mechanisms import MECHANISMS
+from privacy.rappor_rdp import symmetric_rappor_rdp
 from privacy.shuffling import DEFAULT_METHOD, METHODS, Method, amplified_epsilon, min_cohort
 
 Raw = str | float | int | bool | None
@@ -177,6 +188,210 @@ def privacy_gaussian(
         "discrete": discrete_,
         "sigma": sigma,
     }
+
+
+# The composition calculator's caps keep one request within about two seconds on one core
+# (bench/results/pld.md): rounds composed by repeated squaring (2 log2(rounds) convolutions), the
+# clone pair's cost grows with sqrt(n), and below 1e-12 the PLD's own charges (FFT rounding, cut
+# tails: up to about 1e-13 in all) would decide the answer.
+COMPOSE_ROUNDS_MAX: Final = 10_000
+COMPOSE_N_MAX: Final = 10**8
+COMPOSE_DELTA_MIN: Final = 1e-12
+COMPOSE_SIGMA_MIN: Final = 0.5
+COMPOSE_SIGMA_MAX: Final = 1e3
+COMPOSE_SCALE_MIN: Final = 0.01
+COMPOSE_SCALE_MAX: Final = 1e6
+COMPOSE_SENSITIVITY_MAX: Final = 100
+# Histogram replacement: one report moves from one bucket to another, two coordinates change by 1
+# (privacy/aggregator_noise.py), each with its own independent noise.
+COMPOSE_SENSITIVITY_DEFAULT: Final = 2
+# The PLD's grid: fine enough that rounding every loss up costs at most this fraction of the
+# estimate (steps x interval <= fraction x estimate), coarse enough that the composed grid stays near
+# _PLD_POINTS points.
+_PLD_FRACTION: Final = 0.005
+_PLD_POINTS: Final = 1 << 17
+ACCOUNTANTS: Final = ("pld", "renyi", "advanced", "basic")
+_RELEASE_PARAMETERS: Final = ("mechanism", "epsilon0", "n", "gaussian_sigma", "laplace_scale")
+
+
+def privacy_compose(
+    *,
+    rounds: Raw,
+    delta: Raw,
+    mechanism: Raw = None,
+    epsilon0: Raw = None,
+    n: Raw = None,
+    gaussian_sigma: Raw = None,
+    laplace_scale: Raw = None,
+    sensitivity: Raw = None,
+) -> dict[str, Any]:
+    """Epsilon at ``delta`` of ``rounds`` adaptive rounds of one release, by every accountant.
+
+    The release is either a recipe's round (``mechanism``, its replacement-model ``epsilon0``, ``n``
+    reports summed: the clone pair of the bound devices enforce for the mechanism,
+    privacy.enforced_cohort.BOUNDS) or aggregator noise on a histogram (``gaussian_sigma``: N_Z(0, sigma^2),
+    or ``laplace_scale``: the discrete Laplace of scale b, on each coordinate), where ``sensitivity`` is
+    the number of coordinates one report's change moves by 1 (default 2, a report moving between
+    two buckets: L1 sensitivity 2, L2 sqrt(2); 1 for a count). Accountants, each an upper bound:
+    "pld" (privacy.pld), "renyi" (the release's Renyi curve over privacy.composition.DEFAULT_ORDERS),
+    "advanced" (DRV10 with per-round delta delta / (2 rounds) and delta' = delta / 2), "basic"
+    (rounds x the per-round epsilon at delta / rounds). ``epsilon`` is the smallest.
+    """
+    params = _Params()
+    rounds_ = params.whole("rounds", rounds, default=0, low=1, high=COMPOSE_ROUNDS_MAX)
+    if rounds is None or rounds == "":
+        params.add("rounds", "This parameter is required.")
+    delta_ = params.delta("delta", delta)
+    if delta_ < COMPOSE_DELTA_MIN and "delta" not in params.errors:
+        params.add("delta", f"Must be at least {COMPOSE_DELTA_MIN:g} for composition.")
+    given = [
+        name
+        for name, raw in zip(_RELEASE_PARAMETERS, (mechanism, epsilon0, n, gaussian_sigma, laplace_scale), strict=True)
+        if raw not in (None, "")
+    ]
+    recipe = any(name in given for name in ("mechanism", "epsilon0", "n"))
+    kinds = int(recipe) + int("gaussian_sigma" in given) + int("laplace_scale" in given)
+    if kinds != 1:
+        message = (
+            "Give one release: a recipe's round (mechanism, epsilon0, n), gaussian_sigma, or laplace_scale."
+            if kinds == 0
+            else "Give only one release: a recipe's round (mechanism, epsilon0, n), gaussian_sigma, or laplace_scale."
+        )
+        for name in given or ["mechanism"]:
+            params.add(name, message)
+        params.raise_if_invalid()
+    answer: dict[str, Any] = {}
+    if recipe:
+        if mechanism not in MECHANISMS:
+            params.add("mechanism", f"Must be one of {', '.join(sorted(MECHANISMS))}.")
+        epsilon0_ = params.epsilon("epsilon0", epsilon0)
+        n_ = params.cohort("n", n)
+        if n_ > COMPOSE_N_MAX:
+            params.add("n", f"Must be at most {COMPOSE_N_MAX:.0e} for composition.")
+        if sensitivity not in (None, ""):
+            params.add("sensitivity", "Only for aggregator noise: a recipe's round has its own neighbours.")
+        params.raise_if_invalid()
+        method = BOUNDS[str(mechanism)][0]
+        answer.update(release="recipe", mechanism=mechanism, epsilon0=epsilon0_, n=n_, method=method)
+        accounts, steps, build = _recipe_accounts(str(mechanism), epsilon0_, n_, method, rounds_, delta_)
+    else:
+        coordinates = params.whole(
+            "sensitivity", sensitivity, default=COMPOSE_SENSITIVITY_DEFAULT, low=1, high=COMPOSE_SENSITIVITY_MAX
+        )
+        if "gaussian_sigma" in given:
+            sigma = params.number("gaussian_sigma", gaussian_sigma, low=COMPOSE_SIGMA_MIN, high=COMPOSE_SIGMA_MAX)
+            params.raise_if_invalid()
+            answer.update(release="gaussian", gaussian_sigma=sigma, sensitivity=coordinates)
+            accounts, steps, build = _gaussian_accounts(sigma, coordinates, rounds_, delta_)
+        else:
+            scale = params.number("laplace_scale", laplace_scale, low=COMPOSE_SCALE_MIN, high=COMPOSE_SCALE_MAX)
+            if scale and coordinates and coordinates / scale > EPSILON_MAX and "sensitivity" not in params.errors:
+                params.add(
+                    "laplace_scale",
+                    f"Must be at least sensitivity / {EPSILON_MAX:g} (epsilon per round at most {EPSILON_MAX:g}).",
+                )
+            params.raise_if_invalid()
+            answer.update(release="laplace", laplace_scale=scale, sensitivity=coordinates)
+            accounts, steps, build = _laplace_accounts(scale, coordinates, rounds_, delta_)
+    estimate = min(value for value in accounts.values() if value is not None) or 1.0  # 0: any grid serves
+    interval = max(_PLD_FRACTION * estimate / (steps * rounds_), estimate / _PLD_POINTS, 1e-12)
+    rounding: float | None = None
+    try:
+        one_round = build(interval)
+        rounding = steps * rounds_ * interval
+        # The composed grid spans about 20 standard deviations of the sum of the rounds' losses: when
+        # that is more than _PLD_POINTS steps, one round's PLD is rounded up again onto a coarser grid
+        # (still an upper bound, each round at most one coarse step above).
+        probs = one_round.probs / max(float(np.sum(one_round.probs)), 1e-300)
+        spread = 20.0 * math.sqrt(
+            rounds_ * float(np.dot(probs, (one_round.losses - np.dot(probs, one_round.losses)) ** 2))
+        )
+        if spread / interval > _PLD_POINTS:
+            coarse = spread / _PLD_POINTS
+            one_round = pld.from_losses(
+                one_round.losses, one_round.probs, infinity_mass=one_round.infinity_mass, interval=coarse
+            )
+            rounding += rounds_ * coarse
+            interval = coarse
+        accounts["pld"] = one_round.self_compose(rounds_).epsilon(delta_)
+    except ValueError:  # a grid the PLD refuses to build (more than pld.MAX_POINTS points): no PLD figure
+        accounts["pld"] = None
+        rounding = None
+    values = {name: accounts.get(name) for name in ACCOUNTANTS}
+    best = min((name for name in ACCOUNTANTS if values[name] is not None), key=lambda name: values[name])
+    return {
+        "epsilon": values[best],
+        "accountant": best,
+        "accountants": values,
+        "rounds": rounds_,
+        "delta": delta_,
+        **answer,
+        "pld_interval": None if rounding is None else interval,
+        # How far above the exact composition the PLD may be: every loss of every step rounded up.
+        "pld_rounding": rounding,
+    }
+
+
+Accounts = dict[str, float | None]
+
+
+def _recipe_accounts(
+    mechanism: str, epsilon0: float, n: int, method: Method, rounds: int, delta: float
+) -> tuple[Accounts, int, Any]:
+    basic = rounds * amplified_epsilon(epsilon0, n, delta / rounds, method=method)
+    per_round = amplified_epsilon(epsilon0, n, delta / (2 * rounds), method=method)
+    advanced = advanced_composition(ApproximateDP(per_round, delta / (2 * rounds)), rounds, delta / 2).epsilon
+    curve = pure_dp_rdp(epsilon0, DEFAULT_ORDERS).rhos
+    if mechanism == "symmetric_rappor":
+        # Its shuffled Renyi curve (seed 000 C.1.3, as devices charge it) is in the deletion model.
+        curve = tuple(
+            min(rho, symmetric_rappor_rdp(epsilon0 / 2, n, alpha))
+            for rho, alpha in zip(curve, DEFAULT_ORDERS, strict=True)
+        )
+    renyi = rdp_epsilon(RenyiDP(DEFAULT_ORDERS, tuple(rounds * rho for rho in curve)), delta)
+    accounts: Accounts = {"basic": _up(basic), "advanced": advanced, "renyi": renyi}
+    return accounts, 1, lambda interval: pld.shuffled(epsilon0, n, method, interval=interval)
+
+
+def _gaussian_accounts(sigma: float, coordinates: int, rounds: int, delta: float) -> tuple[Accounts, int, Any]:
+    def build(interval: float) -> pld.PrivacyLossDistribution:
+        return pld.discrete_gaussian(sigma, interval=interval).self_compose(coordinates)
+
+    curve = gaussian_rdp(sigma, math.sqrt(coordinates), DEFAULT_ORDERS)
+
+    # One round's own PLD on a fine grid (a thousandth of its epsilon per coordinate), for the per-round
+    # epsilons basic and advanced composition take; its Renyi conversion where that is smaller.
+    interval = max(pld.DEFAULT_INTERVAL / 10, 1e-3 * rdp_epsilon(curve, delta / (2 * rounds)) / coordinates)
+    try:
+        one_round: pld.PrivacyLossDistribution | None = build(interval)
+    except ValueError:
+        one_round = None
+
+    def per_round(round_delta: float) -> float:
+        renyi_round = rdp_epsilon(curve, round_delta)
+        return renyi_round if one_round is None else min(renyi_round, one_round.epsilon(round_delta))
+
+    basic = rounds * per_round(delta / rounds)
+    advanced = advanced_composition(
+        ApproximateDP(per_round(delta / (2 * rounds)), delta / (2 * rounds)), rounds, delta / 2
+    ).epsilon
+    renyi = rdp_epsilon(RenyiDP(DEFAULT_ORDERS, tuple(rounds * rho for rho in curve.rhos)), delta)
+    return {"basic": _up(basic), "advanced": advanced, "renyi": renyi}, coordinates, build
+
+
+def _laplace_accounts(scale: float, coordinates: int, rounds: int, delta: float) -> tuple[Accounts, int, Any]:
+    per_round = _up(coordinates / scale)  # pure: each coordinate's loss is at most 1 / b
+    advanced = advanced_composition(ApproximateDP(per_round), rounds, delta).epsilon
+    renyi = rdp_epsilon(RenyiDP(DEFAULT_ORDERS, tuple(rounds * rho for rho in pure_dp_rdp(per_round).rhos)), delta)
+
+    def build(interval: float) -> pld.PrivacyLossDistribution:
+        return pld.discrete_laplace(scale, interval=interval).self_compose(coordinates)
+
+    return {"basic": _up(rounds * per_round), "advanced": advanced, "renyi": renyi}, coordinates, build
+
+
+def _up(value: float) -> float:
+    return math.nextafter(value, math.inf) if value > 0 else value
 
 
 # The discrete calibration's neighbours: L2 sensitivity -> how many coordinates move by 1.

@@ -42,7 +42,7 @@ class Analysis(models.Model):
             ("basic", "Basic composition"),
             ("advanced", "Advanced composition (or basic, if smaller)"),
             ("renyi", "Rényi DP composition (or basic, if smaller)"),
-            ("tightest", "Tightest of basic, advanced and Rényi DP composition"),
+            ("tightest", "Tightest of basic, advanced, Rényi DP and PLD composition"),
         ],
         default="tightest",
         help_text="How devices compose the aggregate epsilons of this analysis's queries.",

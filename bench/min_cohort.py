@@ -159,8 +159,11 @@ def main() -> None:
         "",
         "Closed form: seed 000 Theorem 3.1 (`privacy.amplification.min_cohort_closed_form`, enforced by devices "
         "today). Enforced: `privacy.enforced_cohort.min_cohort_enforced`, the FMT 2022 numerical bound for the "
-        "mechanisms its errata covers and the FMT 2020 one for Hadamard response (the module docstring says why). "
-        "epsilon0 is the replacement-model epsilon0 the device charges (symmetric RAPPOR: twice its own). "
+        "mechanisms its errata covers, FMT 2022 per coordinate composed exactly for symmetric RAPPOR "
+        "(`privacy.rappor_shuffling`), and the FMT 2020 one for Hadamard response (on a domain of at most 3 values, "
+        "when the caller passes `domain_size`, Hadamard response gets the FMT 2022 row; the module docstring says "
+        "why). epsilon0 is the replacement-model epsilon0 the device charges (symmetric RAPPOR: twice its own, so "
+        "its row at epsilon0 4 is deletion epsilon0 2). "
         f"Cold: the memo cleared before each call, median and worst of {COLD_REPEATS}; warm: the mean of "
         f"{WARM_CALLS:,} memoized calls. The first call of the process took {first_call * 1e3:.1f} ms.",
         "",

@@ -94,6 +94,9 @@ _SUM_SLACK: Final = 1e-12
 # Clone counts summed one by one up to this many; larger windows are cut into _BLOCKS blocks.
 _MAX_EXACT_CLONES: Final = 256
 _BLOCKS: Final = 256
+# ... but fewer blocks (at least _MIN_BLOCKS) when the windows of k are wide: cells of the (c, k) array.
+_MIN_BLOCKS: Final = 16
+_MAX_CELLS: Final = 1_000_000
 # Largest grid a PLD may have: a composition that would need more is refused (ValueError), not slow.
 MAX_POINTS: Final = 1 << 24
 # Convolutions of arrays below this length are done directly (exact up to summation error).
@@ -372,6 +375,12 @@ def shuffled(
     trials = int(n) - 1
     rate = 2.0 * special.expit(-epsilon0) if method == "stronger-2022" else math.exp(-epsilon0)
     clones, weights, infinity = _clone_blocks(trials, rate)
+    if clones.size > 1:
+        # Fewer, wider blocks when each clone count's window of k is wide (large c), so that the 2-D
+        # array stays near _MAX_CELLS cells; a block's relative width stays below 1e-3 there.
+        width = 2.0 * math.sqrt(float(clones[-1]) * math.log(2.0 / _TAIL_MASS) / 2.0) + 5.0
+        blocks = int(min(_BLOCKS, max(_MIN_BLOCKS, _MAX_CELLS // width)))
+        clones, weights, infinity = _clone_blocks(trials, rate, blocks)
     p = float(special.expit(epsilon0))
     one_minus_p = float(special.expit(-epsilon0))
     tilt = math.tanh(epsilon0 / 2.0)
@@ -389,8 +398,15 @@ def shuffled(
     now, before = pmf[:, 1:], pmf[:, :-1]
     mass = np.where(valid, p * now + one_minus_p * before, 0.0) * weights[:, None]
     denominator = one_minus_p * (c - k + 1.0) + p * k
+    numerator = p * (c - k + 1.0) + one_minus_p * k
     with np.errstate(invalid="ignore", divide="ignore"):
-        losses = np.log1p(tilt * (c + 1.0 - 2.0 * k) / denominator)
+        # log1p of the ratio's excess over 1 where the ratio is near 1 (small eps0: no cancellation);
+        # log of the two (positive) sides where tanh(eps0 / 2) may round to 1 (large eps0).
+        losses = (
+            np.log1p(tilt * (c + 1.0 - 2.0 * k) / denominator)
+            if tilt < 0.5
+            else np.log(numerator) - np.log(denominator)
+        )
     losses = np.where(valid, losses, 0.0)
     # P_c's mass outside the window: k < first and k > last, exactly.
     below = p * stats.binom.cdf(firsts - 1.0, clones, 0.5) + one_minus_p * stats.binom.cdf(firsts - 2.0, clones, 0.5)
@@ -419,7 +435,9 @@ def composed_epsilon(steps: Sequence[tuple[PrivacyLossDistribution, int]], delta
     return composed.epsilon(delta)
 
 
-def _clone_blocks(trials: int, rate: float) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float]:
+def _clone_blocks(
+    trials: int, rate: float, blocks: int = _BLOCKS
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float]:
     """(clone counts charged, their probabilities, the mass of C outside the window) for C ~ Bin(trials, rate)."""
     if trials == 0 or rate == 0.0:
         return np.zeros(1), np.ones(1), 0.0
@@ -435,7 +453,7 @@ def _clone_blocks(trials: int, rate: float) -> tuple[npt.NDArray[np.float64], np
     if upper - lower + 1 <= _MAX_EXACT_CLONES:
         starts = np.arange(lower, upper + 1, dtype=np.float64)
         return starts, stats.binom.pmf(starts, trials, rate), outside
-    edges = np.unique(np.linspace(lower, upper + 1, _BLOCKS + 1).round()).astype(np.float64)
+    edges = np.unique(np.linspace(lower, upper + 1, blocks + 1).round()).astype(np.float64)
     starts = edges[:-1]
     ends = edges[1:] - 1.0
     at_most = stats.binom.cdf(edges - 1.0, trials, rate)  # P[C < edge]
@@ -445,8 +463,8 @@ def _clone_blocks(trials: int, rate: float) -> tuple[npt.NDArray[np.float64], np
 
 
 # Orders of the moment generating function tried for the tail bounds, both signs.
-_CHERNOFF_ORDERS: Final = np.geomspace(1e-2, 1e4, 37)
-_MGF_BLOCK: Final = 64
+_CHERNOFF_ORDERS: Final = np.geomspace(1e-2, 1e3, 31)
+_MGF_BLOCK: Final = 256
 
 
 def _chernoff_window(a: PrivacyLossDistribution, b: PrivacyLossDistribution) -> tuple[int, int]:
@@ -454,10 +472,14 @@ def _chernoff_window(a: PrivacyLossDistribution, b: PrivacyLossDistribution) -> 
     the two finite losses holds at most _TAIL_MASS: P[L >= t] <= M(lam) e^(-lam t) for lam > 0 and
     P[L <= t] <= M(-lam) e^(lam t), M = M_a M_b the moment generating function (Chernoff)."""
     log_tail = math.log(_TAIL_MASS)
+    # The orders that matter are about (distance from the mean) / variance: scale them by the sum's
+    # standard deviation (a grid step at least).
+    spread = math.sqrt(_variance(a) + _variance(b)) + a.interval
     bounds = []
     for sign in (1.0, -1.0):
-        orders = sign * _CHERNOFF_ORDERS
-        log_mgf = _log_mgf(a, orders) + _log_mgf(b, orders)
+        orders = sign * _CHERNOFF_ORDERS / spread
+        log_mgf_a = _log_mgf(a, orders)
+        log_mgf = 2.0 * log_mgf_a if b is a else log_mgf_a + _log_mgf(b, orders)
         # The loss t at which each order's bound reaches _TAIL_MASS; the tightest order wins.
         reach = (log_mgf - log_tail) / orders
         bounds.append(float(np.min(reach)) if sign > 0 else float(np.max(reach)))
@@ -467,6 +489,16 @@ def _chernoff_window(a: PrivacyLossDistribution, b: PrivacyLossDistribution) -> 
     high = size - 1 if not math.isfinite(high_loss) else min(size - 1, math.ceil(high_loss / a.interval) - start)
     low = 0 if not math.isfinite(low_loss) else max(0, math.floor(low_loss / a.interval) - start)
     return min(low, max(high, 0)), max(high, 0)
+
+
+def _variance(pld: PrivacyLossDistribution) -> float:
+    """Variance of the finite losses (as held: any positive number serves to scale the orders)."""
+    total = float(np.sum(pld.probs))
+    if total <= 0:
+        return 0.0
+    losses = pld.losses
+    mean = float(np.dot(pld.probs, losses)) / total
+    return max(0.0, float(np.dot(pld.probs, (losses - mean) ** 2)) / total)
 
 
 def _log_mgf(pld: PrivacyLossDistribution, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -42,3 +42,12 @@ class PrivacyGaussian(APIView):
 class PrivacyCurve(APIView):
     def get(self, request: Request) -> Response:
         return _answer(request, calculators.privacy_curve, ("epsilon0", "delta", "method", "points", "n_min", "n_max"))
+
+
+class PrivacyCompose(APIView):
+    def get(self, request: Request) -> Response:
+        return _answer(
+            request,
+            calculators.privacy_compose,
+            ("rounds", "delta", "mechanism", "epsilon0", "n", "gaussian_sigma", "laplace_scale", "sensitivity"),
+        )

@@ -21,6 +21,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 
 from analyses.api.serializers import RoundSerializer
+from privacy.mechanisms import MECHANISMS
 from privacy.shuffling import METHODS
 
 ErrorSerializer = inline_serializer(
@@ -155,6 +156,35 @@ CurveSerializer = inline_serializer(
     },
 )
 
+_ACCOUNT = serializers.FloatField(allow_null=True, help_text="null: this accountant gives no bound here.")
+ComposeSerializer = inline_serializer(
+    name="PrivacyCompose",
+    fields={
+        "epsilon": serializers.FloatField(help_text="The smallest epsilon of the accountants."),
+        "accountant": serializers.ChoiceField(choices=["pld", "renyi", "advanced", "basic"]),
+        "accountants": inline_serializer(
+            name="PrivacyComposeAccountants",
+            fields={"pld": _ACCOUNT, "renyi": _ACCOUNT, "advanced": _ACCOUNT, "basic": _ACCOUNT},
+        ),
+        "rounds": serializers.IntegerField(),
+        "delta": serializers.FloatField(),
+        "release": serializers.ChoiceField(choices=["recipe", "gaussian", "laplace"]),
+        "mechanism": serializers.CharField(required=False),
+        "epsilon0": serializers.FloatField(required=False),
+        "n": serializers.IntegerField(required=False),
+        "method": serializers.CharField(
+            required=False, help_text="The bound devices enforce for the mechanism: stronger-2022 or clones-2020."
+        ),
+        "gaussian_sigma": serializers.FloatField(required=False),
+        "laplace_scale": serializers.FloatField(required=False),
+        "sensitivity": serializers.IntegerField(required=False),
+        "pld_interval": serializers.FloatField(allow_null=True, help_text="The PLD's grid step."),
+        "pld_rounding": serializers.FloatField(
+            allow_null=True, help_text="How far above the exact composition the PLD may be (every loss rounded up)."
+        ),
+    },
+)
+
 _DESCRIBED: dict[str, dict[str, Any]] = {
     "analyses.api.views.TokenObtain": {
         "post": extend_schema(
@@ -195,6 +225,37 @@ _DESCRIBED: dict[str, dict[str, Any]] = {
                 ),
             ],
             responses={200: GaussianSerializer, **errors(400)},
+        )
+    },
+    "analyses.api.calculators.PrivacyCompose": {
+        "get": extend_schema(
+            summary="Epsilon of rounds composed, by every accountant",
+            description=(
+                "One release repeated `rounds` times (adaptively), at a total `delta`: a recipe's round "
+                "(`mechanism`, `epsilon0`, `n`) or aggregator noise (`gaussian_sigma` or `laplace_scale`, with "
+                "`sensitivity`). `epsilon` is the smallest of the privacy-loss-distribution (pld), Renyi, "
+                "advanced and basic accountants' bounds; each is an upper bound (docs/privacy.md)."
+            ),
+            parameters=[
+                _number("rounds", "Rounds composed, a whole number from 1 to 10,000."),
+                _number("delta", "Total delta, from 1e-12 to below 1."),
+                _text(
+                    "mechanism",
+                    "A recipe's mechanism: the clone pair of the bound devices enforce for it.",
+                    enum=sorted(MECHANISMS),
+                ),
+                _number("epsilon0", "The recipe's local epsilon, replacement model.", required=False),
+                _number("n", "Reports summed each round, at most 1e8.", required=False),
+                _number("gaussian_sigma", "Sigma of each aggregator's discrete Gaussian noise.", required=False),
+                _number("laplace_scale", "Scale b of each aggregator's discrete Laplace noise.", required=False),
+                _number(
+                    "sensitivity",
+                    "Aggregator noise only: histogram coordinates one report's change moves by 1 (default 2, a "
+                    "report moving between two buckets: L1 sensitivity 2, L2 sqrt(2)).",
+                    required=False,
+                ),
+            ],
+            responses={200: ComposeSerializer, **errors(400)},
         )
     },
     "analyses.api.calculators.PrivacyCurve": {

@@ -37,4 +37,5 @@ urlpatterns = [
     path("privacy/min-cohort/", calculators.PrivacyMinCohort.as_view(), name="api-privacy-min-cohort"),
     path("privacy/gaussian/", calculators.PrivacyGaussian.as_view(), name="api-privacy-gaussian"),
     path("privacy/curve/", calculators.PrivacyCurve.as_view(), name="api-privacy-curve"),
+    path("privacy/compose/", calculators.PrivacyCompose.as_view(), name="api-privacy-compose"),
 ]

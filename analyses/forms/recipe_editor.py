@@ -15,7 +15,7 @@ from devices.synthetic import TOKENS
 from pfs_base.errors import ValidationFailed
 from pfs_device.streams import field_kind
 from privacy.aggregator_noise import GAUSSIAN, LAPLACE
-from privacy.enforced_cohort import BOUND_LABELS, BOUNDS
+from privacy.enforced_cohort import BOUNDS, CURVE_LABELS, CURVE_METHODS
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 from privacy.ngrams import PrefixTreeType
 from privacy.parameters import PRIVACY_KEYS
@@ -357,7 +357,8 @@ class RecipeForm(forms.Form):
     @cached_property
     def curve_table(self) -> dict[str, Any] | None:
         """Aggregate epsilon at n = 10^2 ... 10^8 by the closed form and by the bound devices enforce
-        for the recipe's randomizer (privacy.enforced_cohort.BOUNDS); None without figures.
+        for the recipe's randomizer (privacy.enforced_cohort.BOUNDS; for symmetric RAPPOR, whose bound has
+        no curve, FMT 2022 at its replacement epsilon0, which lies above it: CURVE_METHODS); None without figures.
 
         The table alternative of the editor's curve, there without JavaScript too.
         """
@@ -367,11 +368,12 @@ class RecipeForm(forms.Form):
             if privacy.get("noise", Recipe.Noise.CLIENT) != Recipe.Noise.CLIENT:
                 return None
             enforced_method = BOUNDS[privacy["mechanism"]][0]
+            curve_method = CURVE_METHODS[enforced_method]
             # Charged in the replacement model, as check 3 does.
             epsilon0 = replacement_epsilon0(mechanism_get(privacy["mechanism"], float(privacy["epsilon0"])))
             curves = [
                 calculators.privacy_curve(epsilon0=epsilon0, delta=privacy["delta"], method=method, points=_CURVE_ROWS)
-                for method in (_CLOSED_FORM, enforced_method)
+                for method in (_CLOSED_FORM, curve_method)
             ]
         except (AttributeError, KeyError, TypeError, ValueError, ValidationFailed):
             return None
@@ -387,7 +389,7 @@ class RecipeForm(forms.Form):
         return {
             "epsilon0": curves[0]["epsilon0"],
             "delta": curves[0]["delta"],
-            "enforced_label": BOUND_LABELS[enforced_method],
+            "enforced_label": CURVE_LABELS[enforced_method],
             "rows": rows,
         }
 

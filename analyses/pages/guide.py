@@ -4,6 +4,7 @@ example whose figures are computed, not typed in."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -83,11 +84,65 @@ def _number(
     return value
 
 
+# The composition form ("Composing rounds"): its fields carry a compose_ prefix so that they never
+# mix with the calculator's. By default, the aggregators' noise of the demo recipe (sigma 18.37 is
+# the discrete Gaussian at epsilon 0.3, delta 1e-6 on a histogram) over 10 rounds.
+COMPOSE_EXAMPLE = {
+    "compose_release": "gaussian",
+    "compose_rounds": "10",
+    "compose_delta": "1e-6",
+    "compose_mechanism": "asymmetric_ohe",
+    "compose_epsilon0": "3",
+    "compose_n": "50000",
+    "compose_sigma": "18.37",
+    "compose_scale": "6.67",
+    "compose_sensitivity": "2",
+}
+COMPOSE_RELEASES = {"recipe": "A recipe's round (local randomizer)", "gaussian": "Discrete Gaussian aggregator noise",
+                    "laplace": "Discrete Laplace aggregator noise"}  # fmt: skip
+# Service parameter -> form field.
+_COMPOSE_FIELDS = {
+    "rounds": "compose_rounds",
+    "delta": "compose_delta",
+    "mechanism": "compose_mechanism",
+    "epsilon0": "compose_epsilon0",
+    "n": "compose_n",
+    "gaussian_sigma": "compose_sigma",
+    "laplace_scale": "compose_scale",
+    "sensitivity": "compose_sensitivity",
+}
+
+
+def compose_figures(values: dict[str, str]) -> dict[str, Any]:
+    """analyses.calculators.privacy_compose for the form's ``values``, or its errors by form field.
+    Only the fields of the chosen release are passed on."""
+    release = values.get("compose_release", "")
+    if release not in COMPOSE_RELEASES:
+        return {"errors": {"compose_release": [f"Must be one of {', '.join(COMPOSE_RELEASES)}."]}}
+    used = {"recipe": ("mechanism", "epsilon0", "n"), "gaussian": ("gaussian_sigma", "sensitivity"),
+            "laplace": ("laplace_scale", "sensitivity")}[release]  # fmt: skip
+    asked = tuple((name, values.get(_COMPOSE_FIELDS[name], "")) for name in ("rounds", "delta", *used))
+    return _compose_figures(asked)
+
+
+@functools.lru_cache(maxsize=256)
+def _compose_figures(asked: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """Memoized: a composition costs up to a couple of seconds, and the page shows the same example to all."""
+    try:
+        return {"errors": {}, "figures": calculators.privacy_compose(**dict(asked))}
+    except ValidationFailed as failed:
+        return {"errors": {_COMPOSE_FIELDS.get(name, name): messages for name, messages in failed.errors.items()}}
+
+
 @login_required
 @require_GET
 def privacy_guide(request: HttpRequest) -> HttpResponse:
     asked = {name: request.GET.get(name, EXAMPLE[name]).strip() for name in _FIELDS}
+    composing = {name: request.GET.get(name, default).strip() for name, default in COMPOSE_EXAMPLE.items()}
     context = {
+        "compose_values": composing,
+        "compose_answer": compose_figures(composing),
+        "compose_releases": COMPOSE_RELEASES,
         "values": asked,
         "answer": privacy_figures(asked),
         "example": EXAMPLE,

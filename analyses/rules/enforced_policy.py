@@ -16,7 +16,7 @@ ACCOUNTANT_LABELS = {
     "basic": "Basic composition",
     "advanced": "Advanced composition (or basic, if smaller)",
     "renyi": "Rényi DP composition (or basic, if smaller)",
-    "tightest": "Tightest of basic, advanced and Rényi DP composition",
+    "tightest": "Tightest of basic, advanced, Rényi DP and PLD composition",
 }
 # With aggregator noise the guarantee does not depend on the cohort; a minimum cohort still keeps
 # batches large enough that a few sybil devices cannot single one device out (seed 003, 4.8).

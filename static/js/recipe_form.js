@@ -387,14 +387,24 @@
       const closed = await calculator("min-cohort", { ...params, method: "closed-form" });
       // What devices enforce: the tightest bound proven for this randomizer (check 3).
       const enforced = await calculator("min-cohort", { ...params, mechanism: value("mechanism") });
-      const bound = enforced.method === "clones-2020" ? "the privacy-amplification bound of 2020" : "the tighter numerical bound";
+      // Symmetric RAPPOR's per-coordinate bound has no curve of its own (privacy.enforced_cohort.CURVE_METHODS):
+      // the curve drawn is FMT 2022 at 2ε₀, which lies above it.
+      const perCoordinate = enforced.method === "stronger-2022-per-coordinate";
+      const curveMethod = perCoordinate ? "stronger-2022" : enforced.method;
+      const enforcedBound =
+        enforced.method === "clones-2020"
+          ? "the privacy-amplification bound of 2020"
+          : perCoordinate
+            ? "the numerical bound per coordinate of symmetric RAPPOR"
+            : "the tighter numerical bound";
+      const bound = perCoordinate ? "FMT 2022 at 2ε₀ (above the per-coordinate bound devices enforce)" : enforcedBound;
       say(
-        `Minimum cohort: ${enforced.min_cohort.toLocaleString()} reports (what devices enforce: ${bound}); ` +
+        `Minimum cohort: ${enforced.min_cohort.toLocaleString()} reports (what devices enforce: ${enforcedBound}); ` +
           `the simpler closed-form bound would need ${closed.min_cohort.toLocaleString()}. ` +
           `Devices expected at this sampling rate: ${expected}.`
       );
       const minCohort = Math.max(enforced.min_cohort, Number(value("min_cohort")) || 0);
-      await drawCurve(epsilon0, Number(epsilon), Number(delta), minCohort, fleetSize * rate, enforced.method, bound);
+      await drawCurve(epsilon0, Number(epsilon), Number(delta), minCohort, fleetSize * rate, curveMethod, bound);
     } catch (error) {
       say(`Privacy figures unavailable: ${error.message}`);
       noCurve("No curve until ε₀, ε and δ are valid.");

@@ -253,6 +253,17 @@ def test_the_curve_table_shows_the_bound_devices_enforce_for_the_randomizer(anal
     )
 
 
+def test_the_curve_table_of_symmetric_rappor_is_fmt_2022_at_its_replacement_epsilon0(analysis, recipe) -> None:
+    """Its per-coordinate bound (privacy.rappor_shuffling) has no curve: the table shows the one above it."""
+    rappor = copy.deepcopy(recipe)
+    rappor["privacy"] = {**rappor["privacy"], "mechanism": "symmetric_rappor", "epsilon0": 1.0}
+    table = RecipeForm(analysis=analysis, initial={"recipe_json": json.dumps(rappor)}).curve_table
+    assert table["epsilon0"] == 2.0
+    assert "above the per-coordinate bound" in table["enforced_label"]
+    row = next(row for row in table["rows"] if row["n"] == 10**4)
+    assert row["enforced"] == amplified_epsilon(2.0, 10**4, 1e-6, method="stronger-2022")
+
+
 def test_the_form_runs_the_json_when_the_json_is_the_source(
     client, analysis, analyst, recipe, django_capture_on_commit_callbacks
 ) -> None:

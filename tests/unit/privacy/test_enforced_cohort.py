@@ -17,11 +17,12 @@ import pytest
 import scipy.linalg
 
 from privacy.amplification import UnreachableEpsilon, min_cohort_closed_form
-from privacy.enforced_cohort import BOUNDS, ONE_BIT_MEAN, EnforcedCohort, min_cohort_enforced
+from privacy.enforced_cohort import BOUNDS, ONE_BIT_MEAN, EnforcedCohort, bound_for, min_cohort_enforced
 from privacy.hadamard_response import HadamardResponse
 from privacy.mechanisms import MECHANISMS, AsymmetricOHE, replacement_epsilon0
 from privacy.one_bit_mean import OneBitMean
 from privacy.randomized_response import BinaryRandomizedResponse, KaryRandomizedResponse, SymmetricRappor
+from privacy.rappor_shuffling import symmetric_rappor_min_cohort
 from privacy.shuffling import amplified_epsilon, min_cohort
 
 Table = npt.NDArray[np.float64]
@@ -137,11 +138,62 @@ def test_hadamard_response_fails_the_stronger_condition_and_meets_the_2020_one(e
     assert ratio < threshold(epsilon0)
 
 
+@pytest.mark.parametrize("epsilon0", EPSILONS0)
+@pytest.mark.parametrize("domain", [2, 3])
+def test_hadamard_response_meets_the_stronger_condition_on_domains_of_at_most_3_values(
+    epsilon0: float, domain: int
+) -> None:
+    table = hadamard_table(epsilon0, domain)
+    assert table.shape == (domain, 4)  # K = 4
+    ratio = stronger_clone_ratio(table)
+    assert ratio >= threshold(epsilon0) - SLACK
+    assert ratio == pytest.approx(threshold(epsilon0), rel=1e-12)  # equality: an output in x0's set alone
+
+
+@pytest.mark.parametrize("epsilon0", EPSILONS0)
+def test_hadamard_response_fails_the_stronger_condition_from_4_values(epsilon0: float) -> None:
+    table = hadamard_table(epsilon0, 4)
+    assert table.shape == (4, 8)  # K = 8
+    assert stronger_clone_ratio(table) < threshold(epsilon0)
+    # The first failure: inputs 0, 1, 2 (rows 1, 2, 3) are the 3-value domain, which meets it.
+    assert stronger_clone_ratio(table[:3]) >= threshold(epsilon0) - SLACK
+
+
+@pytest.mark.parametrize(
+    ("domain_size", "method"),
+    [(None, "clones-2020"), (1, "stronger-2022"), (2, "stronger-2022"), (3, "stronger-2022"), (4, "clones-2020")]
+    + [(size, "clones-2020") for size in (7, 20, 1_024)],
+)
+def test_hadamard_response_uses_the_stronger_bound_exactly_when_the_domain_has_at_most_3_values(
+    domain_size: int | None, method: str
+) -> None:
+    result = min_cohort_enforced(
+        mechanism="hadamard_response", epsilon0=2.0, epsilon=0.3, delta=1e-6, domain_size=domain_size
+    )
+    assert result.method == method
+    assert result.min_cohort == {"stronger-2022": 1_670, "clones-2020": 2_944}[method]
+    assert bound_for("hadamard_response", domain_size)[0] == method
+
+
+@pytest.mark.parametrize("mechanism", sorted(set(BOUNDS) - {"hadamard_response"}))
+def test_the_domain_size_changes_no_other_mechanism_bound(mechanism: str) -> None:
+    for domain_size in (None, 1, 2, 3, 4, 1_024):
+        assert bound_for(mechanism, domain_size) == BOUNDS[mechanism]
+
+
+@pytest.mark.parametrize("domain_size", [0, -3, 2.5, True, "3", math.nan])
+def test_min_cohort_refuses_a_domain_size_that_is_not_a_positive_integer(domain_size: object) -> None:
+    with pytest.raises(ValueError, match=r"^domain_size must be an integer of at least 1 or None"):
+        min_cohort_enforced(
+            mechanism="hadamard_response", epsilon0=2.0, epsilon=0.3, delta=1e-6, domain_size=domain_size
+        )
+
+
 def test_every_recipe_mechanism_and_the_one_bit_mean_have_a_bound() -> None:
     assert set(BOUNDS) == set(MECHANISMS) | {ONE_BIT_MEAN}
     assert {name: method for name, (method, _) in BOUNDS.items()} == {
         "asymmetric_ohe": "stronger-2022",
-        "symmetric_rappor": "stronger-2022",
+        "symmetric_rappor": "stronger-2022-per-coordinate",
         "binary_rr": "stronger-2022",
         "kary_rr": "stronger-2022",
         "one_bit_mean": "stronger-2022",
@@ -175,12 +227,21 @@ def test_demo_cohort_is_far_below_the_closed_form_the_devices_use_today() -> Non
     assert min_cohort_enforced(mechanism="asymmetric_ohe", epsilon0=2.0, epsilon=0.3, delta=1e-6).min_cohort == 1_670
 
 
-def test_symmetric_rappor_takes_the_replacement_epsilon0_the_device_charges() -> None:
-    charged = replacement_epsilon0(SymmetricRappor(epsilon0=1.0))
-    rappor = min_cohort_enforced(mechanism="symmetric_rappor", epsilon0=charged, epsilon=0.3, delta=1e-6)
-    binary = min_cohort_enforced(mechanism="binary_rr", epsilon0=2.0, epsilon=0.3, delta=1e-6)
-    assert rappor.min_cohort == binary.min_cohort == 1_670
-    assert "replacement epsilon0" in rappor.reason
+@pytest.mark.parametrize(
+    ("deletion_epsilon0", "epsilon", "before", "after"),
+    [(1.0, 0.3, 1_670, 543), (2.0, 0.3, 17_745, 3_322), (2.0, 1.0, 2_203, 370)],  # (2, 0.3): the audit's case
+)
+def test_symmetric_rappor_takes_the_replacement_epsilon0_and_the_per_coordinate_bound(
+    deletion_epsilon0: float, epsilon: float, before: int, after: int
+) -> None:
+    charged = replacement_epsilon0(SymmetricRappor(epsilon0=deletion_epsilon0))
+    rappor = min_cohort_enforced(mechanism="symmetric_rappor", epsilon0=charged, epsilon=epsilon, delta=1e-6)
+    # Before: FMT 2022 at the replacement epsilon0 (binary RR at that epsilon0 has the same cohort).
+    binary = min_cohort_enforced(mechanism="binary_rr", epsilon0=charged, epsilon=epsilon, delta=1e-6)
+    assert binary.min_cohort == before
+    assert rappor == EnforcedCohort(after, "stronger-2022-per-coordinate", BOUNDS["symmetric_rappor"][1])
+    assert rappor.min_cohort == symmetric_rappor_min_cohort(deletion_epsilon0, epsilon, 1e-6)
+    assert "deletion epsilon0" in rappor.reason
 
 
 @pytest.mark.parametrize(
