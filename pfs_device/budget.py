@@ -40,7 +40,7 @@ from pfs_device.columns import Columns
 from privacy.aggregator_noise import HISTOGRAM_L2_SENSITIVITY, AggregatorLaplace
 from privacy.aggregator_noise import aggregator_noise as aggregator_noise_of
 from privacy.composition import gaussian_rdp, pure_dp_rdp, rdp_to_dp
-from privacy.enforced_cohort import BOUNDS, min_cohort_enforced
+from privacy.enforced_cohort import RAPPOR_PER_COORDINATE, bound_for, min_cohort_enforced
 from privacy.pld import PrivacyLossDistribution, composed_epsilon, discrete_gaussian, discrete_laplace, shuffled
 from privacy.rappor_rdp import symmetric_rappor_rdp
 
@@ -91,6 +91,9 @@ class BudgetRequest:
     # The randomizer and its nominal epsilon0, for the Renyi accountant's curve.
     mechanism: str = ""
     mechanism_epsilon0: float | None = None
+    # How many values the randomizer's input takes (the encoding's buckets), where the bound check 3
+    # may use depends on it (Hadamard response: FMT 2022 on at most 3 values). None: unknown.
+    domain_size: int | None = None
 
 
 def min_cohort_needed(request: BudgetRequest) -> int:
@@ -98,7 +101,11 @@ def min_cohort_needed(request: BudgetRequest) -> int:
     (privacy.enforced_cohort: FMT 2022 where its corrected theorem covers it, else FMT 2020),
     rounded up, from the replacement-model epsilon0 the device charges. ValueError when none holds."""
     return min_cohort_enforced(
-        mechanism=request.mechanism, epsilon0=request.epsilon0, epsilon=request.epsilon, delta=request.delta
+        mechanism=request.mechanism,
+        epsilon0=request.epsilon0,
+        epsilon=request.epsilon,
+        delta=request.delta,
+        domain_size=request.domain_size,
     ).min_cohort
 
 
@@ -290,7 +297,9 @@ def _query_rdp_or_raise(
 # - a local randomizer at epsilon0 (replacement model) summed over at least the minimum cohort m:
 #   Feldman, McMillan and Talwar's clone pair at n = m, with the bound privacy.enforced_cohort
 #   proves for the mechanism (FMT 2022's clone rate where its errata condition holds, else FMT
-#   2020's); a larger batch only adds independent reports (post-processing), so m is the worst case;
+#   2020's; symmetric RAPPOR: FMT 2022's pair at its deletion epsilon0 on each of the two changed
+#   coordinates, the product of two pairs); a larger batch only adds independent reports
+#   (post-processing), so m is the worst case;
 # - aggregator noise: one aggregator's discrete Gaussian (sigma) or discrete Laplace (scale b), on
 #   the two coordinates a report moving between buckets shifts by 1: the 1-D pair composed twice.
 # A PLD is a distribution, not a number, so the ledger cannot keep a running sum of it. It keeps
@@ -319,10 +328,19 @@ def query_pld_key(request: BudgetRequest) -> str | None:
         if isinstance(noise, AggregatorLaplace):
             return f"laplace:{float(noise.scale)!r}"
         return f"gaussian:{noise.sigma!r}"
-    method = BOUNDS.get(request.mechanism, (None, ""))[0]
-    if method is None or not (0 < request.epsilon0 < math.inf) or request.min_cohort < 1:
+    try:
+        bound = bound_for(request.mechanism, request.domain_size)[0]
+    except ValueError:
         return None
-    return f"shuffled:{method}:{request.epsilon0!r}:{min(request.min_cohort, PLD_COHORT_MAX)}"
+    if not (0 < request.epsilon0 < math.inf) or request.min_cohort < 1:
+        return None
+    cohort = min(request.min_cohort, PLD_COHORT_MAX)
+    if bound == RAPPOR_PER_COORDINATE:
+        # Symmetric RAPPOR: its two changed coordinates are each a post-processing of FMT 2022's clone
+        # pair at the deletion epsilon0, with independent coins (privacy/rappor_shuffling.py), so the
+        # product of the two pairs dominates: that pair's PLD composed twice.
+        return f"shuffled2:stronger-2022:{request.epsilon0 / 2!r}:{cohort}"
+    return f"shuffled:{bound}:{request.epsilon0!r}:{cohort}"
 
 
 @functools.lru_cache(maxsize=64)
@@ -334,7 +352,7 @@ def _pld_of(key: str) -> tuple[PrivacyLossDistribution, int]:
     if kind == "gaussian":
         return discrete_gaussian(float(rest), 1), 2
     method, epsilon0, cohort = rest.split(":")
-    return shuffled(float(epsilon0), int(cohort), method), 1
+    return shuffled(float(epsilon0), int(cohort), method), 2 if kind == "shuffled2" else 1
 
 
 @functools.lru_cache(maxsize=512)

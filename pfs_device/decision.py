@@ -118,10 +118,14 @@ def _json_copy(value: object) -> object:
 
 def budget_request(task: DeviceTask) -> BudgetRequest:
     """What answering ``task`` charges one device."""
-    return privacy_budget_request(task.privacy, task.fields)
+    # The domain the device parsed itself, never a size a task could claim.
+    parsed = task.parsed_content
+    return privacy_budget_request(task.privacy, task.fields, parsed[1].size if parsed is not None else None)
 
 
-def privacy_budget_request(privacy: PrivacyParameters, fields: tuple[str, ...]) -> BudgetRequest:
+def privacy_budget_request(
+    privacy: PrivacyParameters, fields: tuple[str, ...], domain_size: int | None = None
+) -> BudgetRequest:
     """What answering a task with these parameters over ``fields`` charges one device.
 
     The one budget mapping: devices charge it, and the server's pre-check runs it on its own view.
@@ -140,6 +144,7 @@ def privacy_budget_request(privacy: PrivacyParameters, fields: tuple[str, ...]) 
         aggregator_noise=privacy.aggregator_noise,
         mechanism=privacy.mechanism,
         mechanism_epsilon0=privacy.epsilon0,
+        domain_size=domain_size,
     )
 
 

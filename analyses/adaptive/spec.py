@@ -196,7 +196,7 @@ def _check_plan(analysis: Analysis, recipes: list[dict], field: str, label: str)
             parsed.append(recipe_validate(analysis=analysis, content=recipe))
         except ValidationFailed as failed:
             raise ValidationFailed({f"{label}round {i + 1}: {k}": v for k, v in failed.errors.items()}) from failed
-    requests = [budget_request_for(p.privacy, p.field) for p in parsed]
+    requests = [budget_request_for(p.privacy, p.field, p.encoding.size) for p in parsed]
     refusal = budget_plan_refusal(analysis, field, requests, reserved=_reserved_requests(analysis))
     if refusal:
         index, errors = refusal
@@ -246,7 +246,9 @@ def _planned_request(planned: dict, field: str):
         sampling_rate=planned.get("sampling_rate", 1.0),
         min_cohort=planned["min_cohort"],
     )
-    return budget_request_for(privacy, field)
+    # Reserved rounds are charged, never checked: an unknown domain only makes their PLD pair the
+    # more conservative one (Hadamard response's FMT 2020 clones), never the check-3 cohort.
+    return budget_request_for(privacy, field, None)
 
 
 def _round_privacy(spec: Spec, index: int) -> dict[str, Any]:

@@ -37,7 +37,7 @@ def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     the only judge of a recipe.
     """
     parsed = recipe_validate(analysis=analysis, content=content)
-    request = budget_request_for(parsed.privacy, parsed.field)
+    request = budget_request_for(parsed.privacy, parsed.field, parsed.encoding.size)
     devices_expected = analysis.fleet.size * parsed.privacy.sampling_rate
     budget = _budget(analysis, parsed, request)
     return {

@@ -315,7 +315,10 @@ class _Search:
         if privacy is None:
             return False
         return (
-            budget_plan_refusal(self.analysis, self.base.field, [budget_request_for(privacy, self.base.field)]) is None
+            budget_plan_refusal(
+                self.analysis, self.base.field, [budget_request_for(privacy, self.base.field, self.base.buckets)]
+            )
+            is None
         )
 
     def refuse_smallest(self) -> None:
@@ -323,7 +326,9 @@ class _Search:
         problems = Problems()
         # The smallest ε₀ of the grid, allowed or not: the devices' own checks then say what refuses.
         privacy = self._privacy(EPSILONS[0], EPSILON0S[0], 1.0, 1)
-        budget_precheck(problems, self.analysis, self.base.field, budget_request_for(privacy, self.base.field))
+        budget_precheck(
+            problems, self.analysis, self.base.field, budget_request_for(privacy, self.base.field, self.base.buckets)
+        )
         if not problems:
             problems.add("privacy.epsilon", f"Even ε = {EPSILONS[0]:g} is more than the analysis's budget allows.")
         raise ValidationFailed(problems.errors)
@@ -342,11 +347,14 @@ class _Search:
         key = (epsilon0, epsilon)
         if key not in self.cohorts:
             try:
+                # The recipe's domain, as check 3 has it (a suggestion of fewer buckets keeps this cohort:
+                # never smaller than the one devices would enforce).
                 needed = min_cohort_enforced(
                     mechanism=self.base.mechanism,
                     epsilon0=self._replacement(epsilon0),
                     epsilon=epsilon,
                     delta=self.base.delta,
+                    domain_size=self.base.buckets,
                 ).min_cohort
                 self.cohorts[key] = max(needed, self.floor)
             except ValueError:

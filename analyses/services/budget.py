@@ -169,15 +169,15 @@ def rounds_affordable(
     return low + 1
 
 
-def budget_request_for(privacy: PrivacyParameters, encoded_field: str) -> BudgetRequest:
+def budget_request_for(privacy: PrivacyParameters, encoded_field: str, domain_size: int | None) -> BudgetRequest:
     """What one device answering a recipe with ``privacy`` over ``encoded_field`` is charged: the
     device's own mapping (pfs_device.decision.privacy_budget_request), so the two cannot disagree."""
-    return privacy_budget_request(privacy, fields_of(encoded_field))
+    return privacy_budget_request(privacy, fields_of(encoded_field), domain_size)
 
 
 def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
     """What one device answering ``recipe`` is charged (the server's view, for its pre-checks)."""
-    return budget_request_for(recipe.privacy, recipe.encoded_field)
+    return budget_request_for(recipe.privacy, recipe.encoded_field, recipe.encoding.size)
 
 
 def _explain_analysis_refusal(problems: Problems, analysis: Analysis, ledger: dict, request: BudgetRequest) -> None:

@@ -141,7 +141,14 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     if None not in (local_epsilon, epsilon, delta) and noise in Recipe.Noise.values:
         if noise == Recipe.Noise.CLIENT:
             min_cohort = _client_min_cohort(
-                problems, mechanism, local_epsilon, epsilon, delta, stated_cohort, floor=enforced.min_cohort_floor or 0
+                problems,
+                mechanism,
+                local_epsilon,
+                epsilon,
+                delta,
+                stated_cohort,
+                floor=enforced.min_cohort_floor or 0,
+                domain_size=encoding.size if encoding else None,
             )
         checked = PrivacyParameters(
             noise=noise,
@@ -153,7 +160,9 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
             # Check 3 is the minimum cohort, computed just above: an unreachable one is already refused.
             min_cohort=min_cohort or MAX_COHORT,
         )
-        budget_precheck(problems, analysis, field, budget_request_for(checked, field or ""))
+        budget_precheck(
+            problems, analysis, field, budget_request_for(checked, field or "", encoding.size if encoding else None)
+        )
         if min_cohort and sampling_rate and min_cohort > analysis.fleet.size * sampling_rate:
             _fleet_too_small(problems, analysis, noise, min_cohort, stated_cohort, sampling_rate)
     if not problems and noise == Recipe.Noise.CLIENT:
@@ -234,11 +243,14 @@ def _client_min_cohort(
     stated: int | None,
     *,
     floor: int,
+    domain_size: int | None,
 ) -> int | None:
     """The cohort devices enforce (the tightest bound proven for the mechanism: privacy.enforced_cohort),
     or the analysis's floor, or the recipe's own, if larger; never smaller. ``epsilon0``: replacement model."""
     try:
-        needed = min_cohort_enforced(mechanism=mechanism, epsilon0=epsilon0, epsilon=epsilon, delta=delta).min_cohort
+        needed = min_cohort_enforced(
+            mechanism=mechanism, epsilon0=epsilon0, epsilon=epsilon, delta=delta, domain_size=domain_size
+        ).min_cohort
     except ValueError as unreachable:  # UnreachableEpsilon, or parameters outside the bound's range
         problems.add("privacy.epsilon", sentence(unreachable))
         return None

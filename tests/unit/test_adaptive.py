@@ -115,7 +115,14 @@ def test_discovery_keeps_frequent_words_then_extends_only_them(words, analyst, r
         ({"baseline": {"analysis": "t.discovery"}}, "baseline.analysis"),  # its own budget is another's
     ],
 )
-def test_bad_specs_are_refused_and_nothing_is_sent(words, analyst, run_to_end, changes, key) -> None:
+def test_bad_specs_are_refused_and_nothing_is_sent(
+    words, discovery, analyst, officer, run_to_end, changes, key
+) -> None:
+    # Basic composition, so that a plan of epsilons summing past the allowance is over it (the tightest
+    # accountant's PLD account composes 1 + 2.5 at delta' = 1e-5 within 3: test_budget_pld.py).
+    discovery.accountant = "basic"
+    discovery.save(update_fields=["accountant"])
+    analysis_approve(analysis=discovery, officer=officer)
     with pytest.raises(ValidationFailed) as refused:
         run_to_end(adaptive_start, spec=_spec(**changes), user=analyst)
     assert key in refused.value.errors, refused.value.errors

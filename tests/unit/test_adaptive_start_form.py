@@ -9,6 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from analyses.models import AdaptiveRun, Round
+from analyses.services.policy import analysis_approve
 from devices.synthetic import TOKENS
 
 pytestmark = pytest.mark.django_db
@@ -86,7 +87,12 @@ def test_a_vocabulary_file_replaces_the_list(alice, discovery, django_capture_on
     assert AdaptiveRun.objects.get().spec["vocabulary"] == list(TOKENS[:30])
 
 
-def test_a_plan_over_the_budget_is_refused_under_epsilon_per_round(alice, discovery) -> None:
+def test_a_plan_over_the_budget_is_refused_under_epsilon_per_round(alice, discovery, officer) -> None:
+    # Basic composition: 2 + 2 is over the allowance of 3 (the tightest accountant's PLD account
+    # composes two such rounds within it, at delta' = 1e-5).
+    discovery.accountant = "basic"
+    discovery.save(update_fields=["accountant"])
+    analysis_approve(analysis=discovery, officer=officer)
     response = alice.post(START, {**FIELDS, "rounds": "2", "epsilon_per_round": "2", "action": "check"})
     assert response.status_code == 400
     errors = response.context["form"].errors

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 import pytest
@@ -10,6 +11,7 @@ from rest_framework.test import APIClient
 from analyses.models import Recipe, Round
 from analyses.services import rounds
 from devices.models import ShardLedger, ShardRun
+from privacy.enforced_cohort import min_cohort_enforced
 from tests.conftest import FLEET_SIZE
 
 pytestmark = pytest.mark.django_db
@@ -123,7 +125,8 @@ def test_a_recipe_beyond_the_remaining_budget_is_refused(
 ) -> None:
     start_round(api, recipe, django_capture_on_commit_callbacks)
     recipe["recipeIdentifier"] = "ages-again"
-    recipe["privacy"]["epsilon"] = 1.5  # 1 + 1.5 > 2
+    # 1 + 1.9 > 2, and no account composes them within 2 (the PLD account would fit 1 + 1.5).
+    recipe["privacy"]["epsilon"] = 1.9
     response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
     assert response.status_code == 400
     assert "left" in " ".join(response.json()["fields"]["privacy.epsilon"])
@@ -286,3 +289,24 @@ def test_fleets_show_their_schema_and_only_the_users_analyses(api, analysis, oth
     charlie = APIClient()
     charlie.force_authenticate(other_analyst)
     assert charlie.get("/api/fleets/small/").json()["analyses"] == []
+
+
+def test_hadamard_response_on_three_values_gets_fmt_2022_s_cohort_and_devices_answer_it(
+    api, analysis, recipe, django_capture_on_commit_callbacks
+) -> None:
+    # Issue 30, requirement 4: on at most 3 values Hadamard response meets FMT 2022's condition, so the
+    # server and the devices (each from the encoding it parsed itself) both enforce its smaller cohort.
+    recipe["privacy"].update(mechanism="hadamard_response", epsilon0=2.0, epsilon=1.0)
+    three, eight = copy.deepcopy(recipe), recipe
+    three["dataTypeContent"]["age"]["boundaries"] = [30, 60]
+    three["recipeIdentifier"] = "ages-three"
+    small = min_cohort_enforced(mechanism="hadamard_response", epsilon0=2.0, epsilon=1.0, delta=1e-6, domain_size=3)
+    large = min_cohort_enforced(mechanism="hadamard_response", epsilon0=2.0, epsilon=1.0, delta=1e-6)
+    assert small.method == "stronger-2022" and large.method == "clones-2020" and small.min_cohort < large.min_cohort
+    checked = api.post("/api/analyses/test.ages/recipes/validate/", three, format="json").json()
+    assert checked["min_cohort"] == small.min_cohort
+    checked = api.post("/api/analyses/test.ages/recipes/validate/", eight, format="json").json()
+    assert checked["min_cohort"] == large.min_cohort  # eight buckets: the 2020 bound
+    round_id = start_round(api, three, django_capture_on_commit_callbacks)
+    release = api.get(f"/api/rounds/{round_id}/release/").json()
+    assert release["reports"] == FLEET_SIZE and release["refusals"].get("min_cohort", 0) == 0

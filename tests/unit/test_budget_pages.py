@@ -14,6 +14,8 @@ from analyses.models import AdaptiveRun, FieldPolicy, Round
 from analyses.presenters.releases import release_as_json
 from analyses.services.policy import analysis_approve, analysis_create, analysis_spent
 from analyses.services.rounds import round_cancel, round_create_and_start
+from analyses.templatetags.figures import figure
+from privacy.pld import composed_epsilon, shuffled
 from tests.conftest import FLEET_SIZE, RECIPE, SPEC
 
 pytestmark = pytest.mark.django_db
@@ -176,24 +178,29 @@ def test_budget_page_shows_the_burndown_table_and_what_remains_without_js(
 def test_what_was_spent_is_stated_as_one_guarantee_with_its_total_delta(
     api, client, analyst, budget_analysis, three_rounds
 ) -> None:
-    # Issue 30: three rounds of delta 1e-6 each spend a total delta of 3e-6, not "delta <= 1e-6".
-    # Their epsilons (1, 1.5, 1) are too large for advanced composition to beat the sum, and local
-    # randomizers open no Renyi account: the tightest accountant's statement is the basic one.
-    rounds_delta = RECIPE["privacy"]["delta"]
+    # Issue 30: three rounds of delta 1e-6 each. Their epsilons (1, 1.5, 1) sum to 3.5 (basic: total
+    # delta 3e-6); the tightest accountant's smallest account is the PLD composition of the three
+    # rounds' clone pairs (asymmetric OHE at eps0 3 over each round's minimum cohort), whose delta is
+    # delta' = the analysis delta alone. Recomputed here from privacy.pld.
+    rounds = [a for a in three_rounds]
+    pairs = [(shuffled(3.0, r.recipe.privacy.min_cohort, "stronger-2022"), 1) for r in rounds]
+    exact = composed_epsilon(pairs, 1e-6)
+    assert exact < 3.5
     body = api.get("/api/analyses/test.budget/budget/").json()
     for scope in body["scopes"]:
-        assert scope["guarantee"]["account"] == "basic"
-        assert scope["guarantee"]["epsilon"] == pytest.approx(3.5, rel=1e-9)
-        assert scope["guarantee"]["delta"] == pytest.approx(3 * rounds_delta, rel=1e-9)
+        assert scope["guarantee"]["account"] == "pld"
+        assert scope["guarantee"]["epsilon"] == pytest.approx(exact, rel=1e-9)
+        assert scope["guarantee"]["delta"] == pytest.approx(1e-6, rel=1e-9)
     assert "total delta" in body["counting"]
     client.force_login(analyst)
     page = client.get("/analyses/test.budget/budget/").content.decode()
     remaining = page.split('id="budget-remaining"')[1].split("</table>")[0]
-    assert remaining.count(f"ε = 3.5, δ = {3 * rounds_delta:f}".rstrip("0")) == 2  # the analysis and its field age
+    shown = f"ε = {figure(body['scopes'][0]['guarantee']['epsilon'])}, δ = 0.000001"
+    assert remaining.count(shown) == 2  # the analysis and its field age
     detail = client.get("/analyses/test.budget/").content.decode()
     assert "Analysis (δ of each round ≤ 0.000001)" in detail
     stated = detail.split('id="analysis-guarantee"')[1].split("</p>")[0]
-    assert "ε = 3.5" in stated and "δ is the total" in stated
+    assert shown in stated and "pld composition" in stated and "δ is the total" in stated
     # The officer sees the most the policy lets the total delta reach: 4 reports of 1e-6, plus delta'.
     policy = client.get("/analyses/test.budget/policy/").content.decode()
     assert 'id="policy-delta-total">0.000005<' in policy

@@ -338,22 +338,23 @@ def test_the_analysis_page_is_prefilled_with_the_refinement_and_says_what_it_cos
 def test_the_cost_equals_the_recipe_epsilon_and_the_figures_left_are_analysis_spent(
     analysis, recipe, analyst, django_capture_on_commit_callbacks
 ) -> None:
-    recipe["privacy"].update(epsilon0=2.0, epsilon=1.2)  # a minimum cohort of 974
+    recipe["privacy"].update(epsilon0=2.0, epsilon=1.9)
     round_ = released(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     content = drilldown.refined_recipe(round_=round_, cohort="", bucket=3)["recipe"]
     cost = drilldown.refinement_cost(round_=round_, recipe=content)
     spent = analysis_spent(analysis)
-    assert cost["epsilon"] == content["privacy"]["epsilon"] == 1.2
+    assert cost["epsilon"] == content["privacy"]["epsilon"] == 1.9
     assert cost["analysis"]["epsilon_left"] == analysis.epsilon_allowed - spent["epsilon"]
     assert cost["analysis"]["reports_left"] == analysis.reports_allowed - spent["reports"]
     (age,) = cost["fields"]
     assert age["epsilon_left"] == 2.0 - spent["fields"]["age"]["epsilon"]
     assert age["reports_left"] == 2 - spent["fields"]["age"]["reports"]
-    # 0.8 of epsilon is left and this round needs 1.2: refused, with the devices' reason.
+    # 0.1 of epsilon is left by the sum and this round needs 1.9, which no account composes within 2:
+    # refused, with the devices' reason.
     assert cost["refused"] is True
     assert cost["reasons"] == [
-        "privacy.epsilon: Exceeds the analysis budget: 0.8 of its epsilon 2 left "
-        "(tightest of basic, advanced and rényi dp composition)."
+        "privacy.epsilon: Exceeds the analysis budget: 0.1 of its epsilon 2 left "
+        "(tightest of basic, advanced, rényi dp and pld composition)."
     ]
 
 
