@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -122,8 +123,24 @@ def cmd_budget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_dry_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     recipe = _read_json(args.recipe)
-    print(json.dumps(_client(args).dry_run(args.analysis, recipe), indent=2), file=out)
+    result = _client(args).dry_run(args.analysis, recipe)
+    print(json.dumps(result, indent=2), file=out)
+    if result.get("too_noisy"):
+        print(f"pfs: too noisy: {result.get('too_noisy_reason')} (run needs --confirm-small-cohorts)", file=err)
     return 0
+
+
+def cmd_propose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    target = args.half_width if args.half_width is not None else args.relative_error
+    if not (math.isfinite(target) and target > 0):
+        raise BadInput(f"the target must be a positive finite number, not {target}")
+    recipe = _read_json(args.recipe)
+    answer = _client(args).propose(
+        args.analysis, recipe, half_width=args.half_width, relative_error=args.relative_error
+    )
+    print(json.dumps(answer, indent=2), file=out)
+    print(f"pfs: {answer['message']}", file=err)
+    return 0 if answer["met"] else 1
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -347,6 +364,19 @@ def _parser() -> argparse.ArgumentParser:
     dry.add_argument("recipe", metavar="RECIPE.json")
     dry.add_argument("--analysis", required=True, metavar="ID")
 
+    propose = command(
+        "propose",
+        cmd_propose,
+        "the cheapest parameters (least epsilon) within the policy that meet an accuracy target; exit 1 if none do",
+    )
+    propose.add_argument("recipe", metavar="RECIPE.json", help="its field, buckets, noise and mechanism are kept")
+    propose.add_argument("--analysis", required=True, metavar="ID")
+    target = propose.add_mutually_exclusive_group(required=True)
+    target.add_argument("--half-width", type=float, metavar="X", help="± X devices per bucket at 95%%")
+    target.add_argument(
+        "--relative-error", type=float, metavar="R", help="relative error R (e.g. 0.1) on the largest bucket at 95%%"
+    )
+
     run = command("run", cmd_run, "run a recipe, wait for its release, print and export it")
     run.add_argument("recipe", metavar="RECIPE.json", nargs="?", help="a new recipe to store and run")
     run.add_argument("--analysis", metavar="ID", help="the analysis to store RECIPE.json in")
@@ -362,7 +392,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--confirm-small-cohorts",
         action="store_true",
-        help="start even if some cohorts are expected below the minimum cohort (their devices spend for nothing)",
+        help="start even if some cohorts are expected below the minimum cohort, or the expected noise exceeds "
+        "what most buckets can hold (the dry run's too_noisy): their devices spend for nothing",
     )
     _release_options(run)
     _wait_options(run)

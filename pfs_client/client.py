@@ -122,6 +122,19 @@ class Client:
         """What every device would do with the recipe; nothing is stored, sent or spent."""
         return self._post(f"/api/analyses/{_segment(analysis)}/dry-run/", load_json(recipe), retry=Retry.SAFE)
 
+    def propose(
+        self, analysis: str, recipe: JsonInput, *, half_width: float | None = None, relative_error: float | None = None
+    ) -> dict[str, Any]:
+        """The cheapest parameters (least epsilon) within the analysis's policy that meet an accuracy target:
+        ``half_width`` (± devices per bucket at 95%) or ``relative_error`` (on the largest bucket), one of
+        them. ``met`` says whether any does; ``recipe`` is the recipe with them, ``message`` says it in words.
+        Nothing is stored or spent."""
+        if (half_width is None) == (relative_error is None):
+            raise ValueError("give exactly one of half_width or relative_error")
+        target = {"halfWidth": half_width} if half_width is not None else {"relativeError": relative_error}
+        body = {"recipe": load_json(recipe), "target": target}
+        return self._post(f"/api/analyses/{_segment(analysis)}/recipes/propose/", body, retry=Retry.SAFE)
+
     # ------------------------------------------------------------------ rounds
 
     def start_round(
@@ -129,8 +142,9 @@ class Client:
     ) -> Round:
         """Start a round of a stored recipe. The Idempotency-Key (a new UUID unless given) goes with
         every retry, so a retried start returns the round the first attempt started. A recipe whose
-        cohorts are expected below the minimum cohort is refused (400, ``confirmSmallCohorts``)
-        unless ``confirm_small_cohorts``: their devices would spend budget for a suppressed batch."""
+        cohorts are expected below the minimum cohort, or whose expected noise exceeds what most
+        buckets can hold (the dry run's ``too_noisy``), is refused (400, ``confirmSmallCohorts``)
+        unless ``confirm_small_cohorts``: their devices would spend budget for nothing."""
         key = idempotency_key or str(uuid.uuid4())
         body = {"confirmSmallCohorts": True} if confirm_small_cohorts else None
         data = self._post(

@@ -135,7 +135,9 @@ def _start_next(run: AdaptiveRun, analysis: Analysis, content: dict) -> Adaptive
     """Start the next round, or finish the run when the devices' budget can no longer afford it."""
     try:
         with transaction.atomic():
-            # The run was started with its cohorts: their forecast was confirmed (or clear) then.
+            # The run was started with its cohorts: their forecast was confirmed (or clear) then. So
+            # was its noise (analyses.services.accuracy): later levels of a discovery are sparse by
+            # design, most candidates near zero, which the too-noisy rule would flag every time.
             run.current_round = _round_create(analysis, content, run.created_by, confirmed=True)
             run.next_recipe = None
             run.save()

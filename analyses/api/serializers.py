@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from analyses.models import AdaptiveRun, Analysis, Recipe, Round
+from analyses.services.accuracy import recipe_expected_error
 from analyses.services.policy import analysis_spent
 from analyses.services.rounds import round_progress
 from devices.models import Fleet
@@ -98,6 +99,17 @@ class AnalysisSerializer(serializers.ModelSerializer):
         return known[analysis.pk] if analysis.pk in known else analysis_spent(analysis)
 
 
+class ExpectedErrorSerializer(serializers.Serializer):
+    reports = serializers.FloatField(help_text="The reports expected: the fleet's devices times the sampling rate.")
+    buckets = serializers.IntegerField()
+    per_bucket = serializers.FloatField(help_text="reports / buckets: a bucket's count if they spread evenly.")
+    standard_error = serializers.FloatField(help_text="Of one bucket's released count, in devices.")
+    half_width = serializers.FloatField(help_text="The count is within ± this of the truth with probability 0.95.")
+    level = serializers.FloatField()
+    relative_error = serializers.FloatField(allow_null=True, help_text="half_width / per_bucket.")
+    too_noisy = serializers.BooleanField(help_text="half_width >= per_bucket (docs/accuracy.md).")
+
+
 class RecipeSerializer(serializers.ModelSerializer):
     analysis = serializers.CharField(source="analysis.identifier")
     # The privacy parameters: one value on the model (Recipe.privacy), flat keys here as ever.
@@ -121,6 +133,11 @@ class RecipeSerializer(serializers.ModelSerializer):
         "Aggregator noise: the recipe's, a hardening the guarantee does not depend on.",
     )
 
+    expected_error = serializers.SerializerMethodField(
+        help_text="Next to its cost: one bucket's expected error for the fleet's devices times the sampling rate "
+        "(docs/accuracy.md)."
+    )
+
     class Meta:
         model = Recipe
         fields = [
@@ -130,8 +147,13 @@ class RecipeSerializer(serializers.ModelSerializer):
             "content",
             "encoded_field",
             *PRIVACY_KEYS,
+            "expected_error",
             "created_at",
         ]
+
+    @extend_schema_field(ExpectedErrorSerializer)
+    def get_expected_error(self, recipe: Recipe) -> dict:
+        return recipe_expected_error(recipe.analysis, recipe.privacy, recipe.encoding.size).as_json()
 
 
 class ProgressSerializer(serializers.Serializer):
@@ -254,6 +276,32 @@ class DryRunSerializer(serializers.Serializer):
     would_refuse = serializers.DictField(child=serializers.IntegerField(), help_text="Devices by reason.")
     min_cohort = serializers.IntegerField()
     meets_min_cohort = serializers.BooleanField()
+    epsilon = serializers.FloatField(help_text="The round's cost, next to its expected error.")
+    delta = serializers.FloatField()
+    expected_error = ExpectedErrorSerializer()
+    too_noisy = serializers.BooleanField(help_text="A start needs confirmSmallCohorts.")
+    too_noisy_reason = serializers.CharField(allow_null=True)
+
+
+class ProposalSerializer(serializers.Serializer):
+    privacy = serializers.DictField(help_text="The recipe's privacy object for the parameters proposed.")
+    min_cohort = serializers.IntegerField()
+    buckets = serializers.IntegerField()
+    expected_error = ExpectedErrorSerializer()
+
+
+class ProposeAnswerSerializer(serializers.Serializer):
+    met = serializers.BooleanField(help_text="Whether parameters within the policy meet the target.")
+    target = serializers.DictField()
+    assumption = serializers.CharField()
+    level = serializers.FloatField()
+    message = serializers.CharField()
+    proposal = ProposalSerializer(allow_null=True, help_text="The cheapest (least ε) parameters that meet it.")
+    recipe = serializers.DictField(required=False, help_text="The recipe with the proposal's privacy, when met.")
+    best = ProposalSerializer(required=False, allow_null=True, help_text="When not met: the best within the policy.")
+    fewer_buckets = ProposalSerializer(
+        required=False, allow_null=True, help_text="When not met: the most buckets (halving) at which it is."
+    )
 
 
 class ReleaseBucketSerializer(serializers.Serializer):

@@ -11,6 +11,7 @@ urlpatterns = [
     path("analyses/<str:identifier>/recipes/", views.RecipeCreate.as_view(), name="api-recipe-create"),
     path("analyses/<str:identifier>/dry-run/", views.RecipeDryRun.as_view(), name="api-recipe-dry-run"),
     path("analyses/<str:identifier>/recipes/validate/", views.RecipeValidate.as_view(), name="api-recipe-validate"),
+    path("analyses/<str:identifier>/recipes/propose/", views.RecipePropose.as_view(), name="api-recipe-propose"),
     path("analyses/<str:identifier>/budget/", budget.AnalysisBudget.as_view(), name="api-analysis-budget"),
     path("analyses/<str:identifier>/audit/", budget.AnalysisAudit.as_view(), name="api-analysis-audit"),
     path("analyses/<str:identifier>/policy/", budget.AnalysisPolicy.as_view(), name="api-analysis-policy"),

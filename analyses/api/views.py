@@ -31,6 +31,7 @@ from analyses.api.serializers import (
     AnalysisSerializer,
     DryRunSerializer,
     FleetSerializer,
+    ProposeAnswerSerializer,
     RecipeSerializer,
     ReleaseSerializer,
     RoundSerializer,
@@ -39,6 +40,7 @@ from analyses.models import Analysis, Recipe, Round
 from analyses.presenters.releases import PAGE_BUCKETS, release_page
 from analyses.reads import release_cache, selectors
 from analyses.reads.recipe_preview import recipe_preview
+from analyses.services.accuracy import recipe_propose
 from analyses.services.policy import analyses_spent
 from analyses.services.recipes import recipe_create
 from analyses.services.releases import ReleaseView
@@ -131,7 +133,7 @@ class RecipeCreate(ListAPIView):
 
     def get_queryset(self) -> QuerySet[Recipe]:
         analysis = selectors.analysis_get(user=self.request.user, identifier=self.kwargs["identifier"])
-        return analysis.recipes.select_related("analysis").order_by("-created_at", "-pk")
+        return analysis.recipes.select_related("analysis__fleet").order_by("-created_at", "-pk")
 
     @extend_schema(
         summary="Validate and store a recipe",
@@ -162,6 +164,37 @@ class RecipeDryRun(APIView):
     def post(self, request: Request, identifier: str) -> Response:
         analysis = selectors.analysis_get(user=request.user, identifier=identifier)
         return Response(round_dry_run(analysis=analysis, content=request.data))
+
+
+class ProposeRequest(StrictSerializer):
+    recipe = serializers.DictField(
+        help_text="A recipe (docs/formats.md): its field, buckets, noise and mechanism are kept."
+    )
+    target = serializers.DictField(
+        help_text='{"halfWidth": X} (± X devices per bucket at 95%) or {"relativeError": r} (on the largest bucket).'
+    )
+
+
+class RecipePropose(APIView):
+    """Accuracy first: the cheapest parameters within the policy that meet an accuracy target."""
+
+    @extend_schema(
+        summary="Propose the cheapest recipe parameters that meet an accuracy target",
+        description="Searches epsilon, epsilon0 and the sampling rate within the analysis's policy (docs/accuracy.md) "
+        "and answers the least-epsilon parameters that meet the target, or met = false with the best within the "
+        "policy. Nothing is stored or spent.",
+        request=ProposeRequest,
+        responses={200: ProposeAnswerSerializer, **body_errors(400, 404)},
+    )
+    def post(self, request: Request, identifier: str) -> Response:
+        analysis = selectors.analysis_get(user=request.user, identifier=identifier)
+        body = ProposeRequest(data=request.data)
+        body.is_valid(raise_exception=True)
+        return Response(
+            recipe_propose(
+                analysis=analysis, content=body.validated_data["recipe"], target=body.validated_data["target"]
+            )
+        )
 
 
 class RecipeValidate(APIView):

@@ -14,6 +14,7 @@ from analyses.models import Analysis, Recipe
 from devices.synthetic import TOKENS
 from pfs_base.errors import ValidationFailed
 from pfs_device.streams import field_kind
+from privacy.aggregator_noise import GAUSSIAN, LAPLACE
 from privacy.enforced_cohort import BOUNDS, CURVE_LABELS, CURVE_METHODS
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 from privacy.ngrams import PrefixTreeType
@@ -28,12 +29,16 @@ _FIELD_FOR_PATH = {
     "privacy.samplingRate": "sampling_rate",
     "privacy.mechanism": "mechanism",
     "privacy.noise": "noise",
-    "privacy.noiseDistribution": "noise",  # set in the JSON only: the form's aggregator noise is the Gaussian
+    "privacy.noiseDistribution": "noise_distribution",
     "privacy.minCohort": "min_cohort",
     "cohorts": "cohorts",
     "query": "field",
     "dataTypeContent": "boundaries",  # e.g. more buckets than the policy allows: the boundaries make them
     "confirmSmallCohorts": "confirm_small_cohorts",
+    # An accuracy target's problems (analyses.services.accuracy.target_parse), under the editor's target fields.
+    "target": "target_half_width",
+    "target.halfWidth": "target_half_width",
+    "target.relativeError": "target_relative_error",
 }
 # Which side of the editor is the recipe: the form's fields, or the JSON textarea.
 SOURCE_FORM = "form"
@@ -73,6 +78,16 @@ class RecipeForm(forms.Form):
         required=False,  # an API-style post without it means client noise, as in the recipe format
         help_text="Aggregator noise needs the field's policy to allow it; devices then use no local randomizer.",
     )
+    noise_distribution = forms.ChoiceField(
+        label="Aggregators' noise",
+        choices=[
+            (GAUSSIAN, "Discrete Gaussian: (ε, δ)-DP"),
+            (LAPLACE, "Discrete Laplace: pure ε-DP (δ = 0)"),
+        ],
+        initial=GAUSSIAN,
+        required=False,  # a post without it (the form as it was) means the Gaussian, as in the recipe format
+        help_text="Aggregator noise only. The discrete Laplace spends no δ (δ below is then not used).",
+    )
     mechanism = forms.ChoiceField(
         label="Local randomizer", choices=[(m, m) for m in sorted(MECHANISMS)], help_text="Client noise only."
     )
@@ -91,10 +106,26 @@ class RecipeForm(forms.Form):
     # the analyst picks the side; the editor's script keeps both in sync and picks it itself.
     # Not part of the recipe: the analyst's go-ahead for a split expected to leave cohorts below
     # the minimum cohort (analyses.services.cohorts), asked for only when a start was refused so.
+    # The same go-ahead covers a recipe whose expected noise exceeds what most buckets can hold
+    # (analyses.services.accuracy): its devices would spend for counts not told from zero.
     confirm_small_cohorts = forms.BooleanField(
-        label="Start anyway: the batches named are expected below the minimum cohort; they will be suppressed "
-        "and their devices will still spend budget",
+        label="Start anyway: I have read the warning above (batches expected below the minimum cohort, or noise "
+        "larger than most buckets' counts); the devices asked will still spend budget",
         required=False,
+    )
+    # Accuracy first: "Propose parameters" fills ε₀, ε and the sampling rate with the cheapest that
+    # meet one of these (analyses.services.accuracy.recipe_propose). Not part of the recipe.
+    target_half_width = forms.FloatField(
+        label="Target: ± devices per bucket at 95%",
+        required=False,
+        min_value=0,
+        help_text="The error you can accept on a typical bucket's count.",
+    )
+    target_relative_error = forms.FloatField(
+        label="or target: relative error on the largest bucket",
+        required=False,
+        min_value=0,
+        help_text="E.g. 0.1 for ±10% at 95%, the largest bucket holding at least the fleet's reports / buckets.",
     )
     source = forms.ChoiceField(
         label="Run from",
@@ -116,8 +147,11 @@ class RecipeForm(forms.Form):
         "field",
         "boundaries",
         "cohorts",
-        *PRIVACY_KEYS,
+        PRIVACY_KEYS[0],  # noise
+        "noise_distribution",
+        *PRIVACY_KEYS[1:],
     )
+    TARGET = ("target_half_width", "target_relative_error")
 
     # The privacy fields, each linked to its entry in the parameter guide (templates/analyses/guide.html).
     GUIDED = frozenset(PRIVACY_KEYS)
@@ -176,6 +210,20 @@ class RecipeForm(forms.Form):
     def clean_noise(self) -> str:
         return self.cleaned_data["noise"] or Recipe.Noise.CLIENT
 
+    def clean_noise_distribution(self) -> str:
+        return self.cleaned_data["noise_distribution"] or GAUSSIAN
+
+    def target_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.TARGET]
+
+    def target(self) -> dict[str, float]:
+        """The accuracy target the analyst gave, as the API takes it (recipe_propose judges it)."""
+        given = {
+            key: self.cleaned_data.get(name)
+            for key, name in (("halfWidth", "target_half_width"), ("relativeError", "target_relative_error"))
+        }
+        return {key: value for key, value in given.items() if value is not None}
+
     def clean_recipe_json(self) -> Any:
         text = self.cleaned_data["recipe_json"]
         if not self.json_is_source:
@@ -228,7 +276,11 @@ class RecipeForm(forms.Form):
         privacy: dict[str, Any] = {"noise": data["noise"]}
         if data["noise"] == Recipe.Noise.CLIENT:
             privacy.update(mechanism=data["mechanism"], epsilon0=data["epsilon0"])
-        privacy.update(epsilon=data["epsilon"], delta=data["delta"], samplingRate=data["sampling_rate"])
+        if data["noise"] == Recipe.Noise.AGGREGATOR and data.get("noise_distribution") == LAPLACE:
+            # Pure epsilon-DP: the recipe names the distribution and carries no delta (it is 0).
+            privacy.update(noiseDistribution=LAPLACE, epsilon=data["epsilon"], samplingRate=data["sampling_rate"])
+        else:
+            privacy.update(epsilon=data["epsilon"], delta=data["delta"], samplingRate=data["sampling_rate"])
         if data.get("min_cohort") is not None:
             privacy["minCohort"] = data["min_cohort"]
         return privacy
@@ -240,6 +292,8 @@ class RecipeForm(forms.Form):
                     self.add_error("confirm_small_cohorts", message)  # a go-ahead to give, not a key to fix
                 elif path.startswith("budget."):
                     self.add_error(None, message)  # the policy's, not the recipe's: no field or key to fix
+                elif path == "target" or path.startswith("target."):
+                    self.add_error(form_field_for(path), message)  # the editor's target, not the recipe
                 elif self.json_is_source and not self._field_shows(path):
                     # The fields do not show what the JSON says there: the message goes with the JSON, by key.
                     self.add_error("recipe_json", f"{path}: {message}")
@@ -257,6 +311,30 @@ class RecipeForm(forms.Form):
     def recipe_paths(self) -> dict[str, str]:
         """Form field -> recipe key, for the editor's script (the JSON side of the same mapping)."""
         return {name: path for path, name in _FIELD_FOR_PATH.items()}
+
+    def with_proposal(self, recipe: dict[str, Any]) -> RecipeForm:
+        """This form as posted, its privacy fields and JSON rewritten to ``recipe`` (a proposal's): what the
+        editor shows after "Propose parameters", to be run or changed (the fields are the source)."""
+        privacy = recipe["privacy"]
+        data = self.data.copy()  # a QueryDict: item assignment replaces a value (update would add one)
+        values = {
+            "noise": privacy["noise"],
+            "noise_distribution": privacy.get("noiseDistribution", GAUSSIAN),
+            "epsilon": privacy["epsilon"],
+            "sampling_rate": privacy["samplingRate"],
+            "min_cohort": "",  # the devices' own, for the parameters proposed
+            "source": SOURCE_FORM,
+        }
+        values.update(
+            (name, privacy[key])
+            for name, key in (("mechanism", "mechanism"), ("epsilon0", "epsilon0"), ("delta", "delta"))
+            if key in privacy
+        )
+        for name, value in values.items():
+            data[name] = str(value)
+        proposed = RecipeForm(data, analysis=self.analysis)
+        proposed.is_valid()
+        return proposed
 
     @cached_property
     def json_text(self) -> str:

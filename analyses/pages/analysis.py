@@ -22,6 +22,7 @@ from analyses.reads import drilldown, release_cache, selectors
 from analyses.reads.recipe_preview import recipe_preview
 from analyses.rules.roles import check_may_run, check_may_stop
 from analyses.services import rounds
+from analyses.services.accuracy import recipe_propose
 from analyses.services.budget import analysis_guarantees, recipe_budget_request, rounds_affordable
 from analyses.services.policy import analyses_spent, analysis_spent
 from analyses.services.releases import ReleaseView
@@ -50,11 +51,19 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         else None
     )
     form = RecipeForm(request.POST or None, analysis=analysis, initial=(refine or {}).get("initial"))
-    dry_run = spend_question = None
+    dry_run = spend_question = proposal = None
     if request.method == "POST" and form.is_valid():
         action = request.POST.get("action")
         try:
-            if action == "dry-run":
+            if action == "propose":
+                # Accuracy first: the cheapest parameters that meet the target fill the form, to run or change.
+                proposal = recipe_propose(analysis=analysis, content=form.recipe(), target=form.target())
+                if proposal["met"]:
+                    form = form.with_proposal(proposal["recipe"])
+                    messages.success(request, f"{proposal['message']} The form holds them now: nothing is run yet.")
+                else:
+                    messages.warning(request, proposal["message"])
+            elif action == "dry-run":
                 dry_run = round_dry_run(analysis=analysis, content=form.recipe())
                 messages.info(request, _dry_run_outcome(dry_run))
             elif action == "run" and request.POST.get("ask_before_spending"):
@@ -99,6 +108,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         "rounds": rounds,
         "dry_run": dry_run,
         "spend_question": spend_question,
+        "proposal": proposal,
         "deletion_model_mechanisms": [name for name, cls in MECHANISMS.items() if cls.privacy_model == "deletion"],
         "refine": refine,
     }
@@ -129,11 +139,19 @@ def _affordable(analysis, recipe) -> dict[str, Any]:
 def _dry_run_outcome(dry_run: dict[str, Any]) -> str:
     """The dry run in one sentence, for the top of the page (its tables stay by the buttons)."""
     answer = f"Dry run, nothing spent: {dry_run['would_answer']:,} of {dry_run['devices']:,} devices would answer"
+    noisy = (
+        " Its expected noise exceeds what most buckets can hold: running it will ask you to confirm."
+        if dry_run["too_noisy"]
+        else ""
+    )
     if dry_run["meets_min_cohort"]:
-        return f"{answer}, enough for the minimum cohort of {dry_run['min_cohort']:,}. The details are below the Run button."
+        return (
+            f"{answer}, enough for the minimum cohort of {dry_run['min_cohort']:,}.{noisy} The details are below the "
+            "Run button."
+        )
     return (
         f"{answer}: below the minimum cohort of {dry_run['min_cohort']:,} in at least one cohort, so that part "
-        "would not be released. The details are below the Run button."
+        f"would not be released.{noisy} The details are below the Run button."
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any, Final
 import numpy as np
 
 from analyses.models import Analysis, Recipe
+from analyses.services.accuracy import recipe_expected_error, too_noisy_refusal
 from analyses.services.budget import budget_plan_refusal, budget_request_for
 from analyses.services.cohorts import cohort_forecast
 from analyses.services.policy import analysis_spent
@@ -29,7 +30,8 @@ _MAX_ROUNDS_COUNTED: Final = 100
 
 
 def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
-    """The parsed recipe's key figures, its budget cost and what would remain, and its expected error.
+    """The parsed recipe's key figures, its budget cost and what would remain, and its expected error
+    (per bucket, at 95%, and whether it is too noisy: analyses.services.accuracy).
 
     Raises ValidationFailed (by recipe key) exactly when ``recipe_validate`` does: it is
     the only judge of a recipe.
@@ -54,6 +56,9 @@ def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
         "devices_expected": round(devices_expected),
         "budget": budget,
         "standard_error": _standard_error(parsed, round(devices_expected)),
+        # Accuracy first: a typical bucket's error at 95%, and whether a start will ask to confirm it.
+        "expected_error": (error := recipe_expected_error(analysis, parsed.privacy, parsed.encoding.size)).as_json(),
+        "too_noisy_reason": too_noisy_refusal(error),
         # Before any device spends: the batches expected below the minimum cohort (suppressed, yet
         # their devices would spend), from what the server may know (analyses.services.cohorts).
         "cohorts_forecast": (

@@ -22,7 +22,7 @@ def analysis_get(*, user: AbstractBaseUser, identifier: str) -> Analysis:
 
 
 def recipe_get(*, user: AbstractBaseUser, pk: int) -> Recipe:
-    recipes = Recipe.objects.select_related("analysis")
+    recipes = Recipe.objects.select_related("analysis__fleet")
     if not user.is_staff:
         recipes = recipes.filter(analysis__owner=user)
     return _visible_or_404(recipes, user, pk=pk)

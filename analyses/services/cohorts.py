@@ -17,7 +17,6 @@ from typing import Any
 
 from analyses.models import Analysis, Round
 from devices.services import fleet_batch_sizes
-from pfs_base.errors import ValidationFailed
 
 
 def cohort_forecast(
@@ -65,20 +64,17 @@ def _row(cohort: str, expected: int, min_cohort: int, source: str) -> dict[str, 
     return {"cohort": cohort, "expected": expected, "below": expected < min_cohort, "source": source}
 
 
-def small_cohorts_check(forecast: list[dict[str, Any]], *, confirmed: bool) -> None:
-    """Refuse (400 by field) a start whose forecast leaves batches below the minimum cohort, unless confirmed."""
+def small_cohorts_refusal(forecast: list[dict[str, Any]]) -> str | None:
+    """Why a start needs a go-ahead for its batches below the minimum cohort, in words; None if none is."""
     below = [row for row in forecast if row["below"]]
-    if below and not confirmed:
-        named = ", ".join(
-            f"{row['cohort']} (~{row['expected']:,})" if row["expected"] is not None else f"{row['cohort']} (small)"
-            for row in below
-        )
-        raise ValidationFailed(
-            {
-                "confirmSmallCohorts": [
-                    f"{len(below)} of {len(forecast)} batches are expected below the minimum cohort and would be "
-                    f"suppressed, though their devices spend budget: {named}. Confirm to start anyway, or choose "
-                    "fewer cohort fields."
-                ]
-            }
-        )
+    if not below:
+        return None
+    named = ", ".join(
+        f"{row['cohort']} (~{row['expected']:,})" if row["expected"] is not None else f"{row['cohort']} (small)"
+        for row in below
+    )
+    return (
+        f"{len(below)} of {len(forecast)} batches are expected below the minimum cohort and would be "
+        f"suppressed, though their devices spend budget: {named}. Confirm to start anyway, or choose "
+        "fewer cohort fields."
+    )

@@ -26,8 +26,9 @@ from analyses import device_rounds
 from analyses.audit_log import refusal_log
 from analyses.models import Analysis, Recipe, Release, Round
 from analyses.rules.roles import check_may_run, check_may_stop
+from analyses.services.accuracy import CONFIRM_KEY, recipe_expected_error, too_noisy_refusal
 from analyses.services.budget import budget_plan_refusal, recipe_budget_request
-from analyses.services.cohorts import cohort_forecast, small_cohorts_check
+from analyses.services.cohorts import cohort_forecast, small_cohorts_refusal
 from analyses.services.collector import collection_release
 from analyses.services.policy import analysis_lock
 from analyses.services.recipes import (
@@ -58,8 +59,10 @@ class ShardsPending(RuntimeError):
 def round_start(*, recipe: Recipe, user: AbstractBaseUser, confirm_small_cohorts: bool = False) -> Round:
     """Queue a round of ``recipe``; its tasks are sent when the transaction commits.
 
-    A recipe whose batches are expected below the minimum cohort (analyses.services.cohorts)
-    starts only with ``confirm_small_cohorts``: their devices would spend budget for nothing.
+    A recipe whose batches are expected below the minimum cohort (analyses.services.cohorts), or
+    whose expected noise exceeds what most buckets can hold (analyses.services.accuracy), starts
+    only with ``confirm_small_cohorts``: their devices would spend budget for nothing. A refusal
+    writes nothing and spends nothing.
     """
     try:
         check_may_run(user, recipe.analysis)
@@ -85,7 +88,13 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser, confirm_small_cohorts
             raise ValidationFailed({"privacy.budget": refusal[1]})
         cohorts = list(recipe.content.get("cohorts", []))
         forecast = cohort_forecast(recipe.analysis, cohorts, recipe.privacy.sampling_rate, recipe.privacy.min_cohort)
-        small_cohorts_check(forecast, confirmed=confirm_small_cohorts)
+        error = recipe_expected_error(recipe.analysis, recipe.privacy, recipe.encoding.size)
+        wasted = [r for r in (small_cohorts_refusal(forecast), too_noisy_refusal(error)) if r is not None]
+        if wasted and not confirm_small_cohorts:
+            refusal_log(
+                user=user, action="round.start", target=recipe.analysis.identifier, reasons={CONFIRM_KEY: wasted}
+            )
+            raise ValidationFailed({CONFIRM_KEY: wasted})
         round_ = Round.objects.create(recipe=recipe, seed=secrets.randbits(63), created_by=user)
         _collection_rules_open(round_)
         device_rounds.window_open(round_, device_task(round_))  # real devices fetch the task over HTTP
@@ -146,7 +155,9 @@ def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
 
     The recipe is validated as for a real round (a bad one raises ValidationFailed); then every
     shard runs the devices' own decision on a task that is never sent. Devices that are not
-    sampled count apart from refusals.
+    sampled count apart from refusals. Next to the recipe's cost (epsilon, delta), its expected
+    error per bucket and whether it is too noisy (analyses.services.accuracy), which a start
+    would ask to confirm.
     """
     parsed = recipe_validate(analysis=analysis, content=content)
     recipe = recipe_unsaved(analysis, content, parsed, None)
@@ -167,6 +178,7 @@ def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
         # The devices' own decisions, batch by batch: what this round would release.
         forecast = [{**row, "expected": by_batch.get(row["cohort"], 0)} for row in forecast]
         forecast = [{**row, "below": row["expected"] < min_cohort} for row in forecast]
+    error = recipe_expected_error(analysis, parsed.privacy, parsed.encoding.size)
     return {
         "devices": analysis.fleet.size,
         "would_answer": answering,
@@ -176,6 +188,12 @@ def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
         "meets_min_cohort": answering >= min_cohort and not any(row["below"] for row in forecast),
         "cohorts": forecast,
         "batches_below": [row["cohort"] for row in forecast if row["below"]],
+        # Next to its cost: the error of each bucket, and whether a start will ask to confirm it.
+        "epsilon": parsed.privacy.epsilon,
+        "delta": parsed.privacy.delta,
+        "expected_error": error.as_json(),
+        "too_noisy": error.too_noisy,
+        "too_noisy_reason": too_noisy_refusal(error),
     }
 
 

@@ -24,7 +24,16 @@
   const fleetSize = Number(out.dataset.fleetSize);
   const deletionModel = (out.dataset.deletionModel || "").split(",");
   const csrf = form.elements.csrfmiddlewaretoken.value;
-  const PRIVACY_FIELDS = ["noise", "mechanism", "epsilon0", "epsilon", "delta", "sampling_rate", "min_cohort"];
+  const PRIVACY_FIELDS = [
+    "noise",
+    "noise_distribution",
+    "mechanism",
+    "epsilon0",
+    "epsilon",
+    "delta",
+    "sampling_rate",
+    "min_cohort",
+  ];
   const value = (name) => (form.elements[name] ? form.elements[name].value.trim() : "");
   const key = (name) => paths[name].split(".").pop(); // privacy.epsilon0 -> epsilon0
   const isObject = (x) => x !== null && typeof x === "object" && !Array.isArray(x);
@@ -68,7 +77,12 @@
       privacy[key("mechanism")] = value("mechanism");
       privacy[key("epsilon0")] = asJson(value("epsilon0"));
     }
-    for (const name of ["epsilon", "delta", "sampling_rate"]) privacy[key(name)] = asJson(value(name));
+    // The discrete Laplace is pure ε-DP: the recipe names it and carries no δ.
+    const laplace = privacy.noise === "aggregator" && value("noise_distribution") === "laplace";
+    if (laplace) privacy[key("noise_distribution")] = "laplace";
+    for (const name of ["epsilon", "delta", "sampling_rate"]) {
+      if (!(laplace && name === "delta")) privacy[key(name)] = asJson(value(name));
+    }
     if (value("min_cohort") !== "") privacy[key("min_cohort")] = asJson(value("min_cohort"));
     // Keys the form has no field for stay as the analyst wrote them.
     const kept = isObject(previous) ? { ...previous } : {};
@@ -128,8 +142,9 @@
     }
     const privacy = isObject(recipe.privacy) ? recipe.privacy : {};
     // Defaults of the recipe format (docs/formats.md) where a key is left out.
-    const defaults = { noise: "client", sampling_rate: "1", min_cohort: "" };
+    const defaults = { noise: "client", noise_distribution: "gaussian", sampling_rate: "1", min_cohort: "" };
     for (const name of PRIVACY_FIELDS) {
+      if (name === "delta" && privacy[key("noise_distribution")] === "laplace") continue; // δ = 0: the field is unused
       const raw = privacy[key(name)];
       if (raw === undefined || raw === null) setControl(name, defaults[name] ?? "");
       else if (typeof raw === "number" || typeof raw === "string") setControl(name, String(raw));
@@ -281,7 +296,8 @@
     if (response.ok) {
       const below = body.batches_below || [];
       summaryBox.textContent =
-        `Valid: ${body.field} in ${count(body.buckets)} buckets, minimum cohort ${count(body.min_cohort)}. ` +
+        (body.too_noisy_reason ? "Valid, but too noisy (its expected error is below; running it will ask you to confirm): " : "Valid: ") +
+        `${body.field} in ${count(body.buckets)} buckets, minimum cohort ${count(body.min_cohort)}. ` +
         body.summary +
         (below.length
           ? ` Expected below the minimum cohort, so suppressed while their devices still spend: ${below.join(", ")}; ` +
@@ -303,13 +319,22 @@
   function showStandardError(summary) {
     const se = summary.standard_error;
     const digits = (x) => x.toLocaleString("en-US", { maximumFractionDigits: 1 });
+    // Accuracy first: a typical bucket's error at 95% next to the round's cost, and the flag a start asks about.
+    const expected = summary.expected_error;
+    const accuracy = expected
+      ? `For ε = ${summary.epsilon}, each bucket's count is expected within ±${digits(expected.half_width)} devices ` +
+        `at 95%, against about ${digits(expected.per_bucket)} devices a bucket if they spread evenly. ` +
+        (summary.too_noisy_reason ? `Too noisy: ${summary.too_noisy_reason} ` : "")
+      : "";
+    errorLine.classList.toggle("warning", Boolean(summary.too_noisy_reason));
     errorLine.textContent =
-      summary.noise === "aggregator"
+      accuracy +
+      (summary.noise === "aggregator"
         ? `Expected standard error per bucket: ±${digits(se.empty_bucket)} devices in every bucket ` +
           `(both aggregators' noise), for the ${count(se.devices)} devices expected.`
         : `Expected standard error per bucket for the ${count(se.devices)} devices expected ` +
           `(fleet × sampling rate, one release): ±${digits(se.empty_bucket)} devices for an empty bucket, ` +
-          `±${digits(se.full_bucket)} for a bucket holding all of them.`;
+          `±${digits(se.full_bucket)} for a bucket holding all of them.`);
   }
 
   // ------------------------------------------------------------ privacy figures and the curve
@@ -337,6 +362,14 @@
     const rate = Number(value("sampling_rate") || "1");
     const expected = Math.round(fleetSize * rate).toLocaleString();
     try {
+      if (value("noise") === "aggregator" && value("noise_distribution") === "laplace") {
+        say(
+          `Aggregator noise: each aggregator adds discrete Laplace noise of scale b = 2/ε = ${(2 / Number(epsilon)).toFixed(4)} ` +
+            `(pure ε-DP, δ = 0). Devices expected at this sampling rate: ${expected}.`
+        );
+        noCurve("No curve: with aggregator noise the guarantee does not depend on the cohort size.");
+        return;
+      }
       if (value("noise") === "aggregator") {
         const g = await calculator("gaussian", { epsilon, delta, sensitivity: Math.SQRT2, discrete: true });
         say(
@@ -524,7 +557,15 @@
     lead.textContent =
       `This round spends ε = ${figure(checked.epsilon)} (δ = ${checked.delta}) and one report on each of the ` +
       `about ${count(checked.devices_expected)} devices asked.`;
-    dialogBody.replaceChildren(lead, spendRows(checked));
+    const accuracy = document.createElement("p");
+    accuracy.id = "confirm-spend-accuracy";
+    const expected = checked.expected_error;
+    accuracy.textContent =
+      `For it, each bucket's count is expected within ±${count(Math.round(expected.half_width))} devices at 95%, ` +
+      `against about ${figure(Math.round(expected.per_bucket * 10) / 10)} devices a bucket if they spread evenly.` +
+      (checked.too_noisy_reason ? ` Too noisy: ${checked.too_noisy_reason}` : "");
+    accuracy.classList.toggle("warning", Boolean(checked.too_noisy_reason));
+    dialogBody.replaceChildren(lead, accuracy, spendRows(checked));
     document.getElementById("confirm-spend-yes").onclick = () => {
       confirmed = true;
       dialog.close();

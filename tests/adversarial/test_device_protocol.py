@@ -86,7 +86,9 @@ def test_a_device_of_another_fleet_cannot_upload_into_this_fleets_round(api, pho
     created = api.post(
         "/api/analyses/t.tablets/recipes/", {**CENTRAL, "AnalysisIdentifier": "t.tablets"}, format="json"
     )
-    own = Round.objects.get(pk=api.post(f"/api/recipes/{created.json()['id']}/rounds/").json()["id"])
+    # Five tablets are too noisy for eight buckets (docs/accuracy.md): the round is started with the go-ahead.
+    started = api.post(f"/api/recipes/{created.json()['id']}/rounds/", {"confirmSmallCohorts": True}, format="json")
+    own = Round.objects.get(pk=started.json()["id"])
     # Through its own window, a token naming the phones' round; then an upload into it.
     forged = _signed_through(outsider, own.task_key, _sealed(central_round.task_key, 1))
     assert upload(forged).status_code == 202

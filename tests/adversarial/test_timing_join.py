@@ -67,7 +67,9 @@ def crowd(api, analyst, officer) -> tuple[list[Device], list[str]]:
     for index in range(COLLECTIONS):
         recipe = {**CENTRAL, "AnalysisIdentifier": "t.crowd", "recipeIdentifier": f"join-{index}"}
         created = api.post("/api/analyses/t.crowd/recipes/", recipe, format="json")
-        round_id = api.post(f"/api/recipes/{created.json()['id']}/rounds/").json()["id"]
+        # A crowd this small is too noisy for its buckets (docs/accuracy.md): the timing is the point here.
+        go_ahead = {"confirmSmallCohorts": True}
+        round_id = api.post(f"/api/recipes/{created.json()['id']}/rounds/", go_ahead, format="json").json()["id"]
         keys.append(Round.objects.get(pk=round_id).task_key)
     return [Device.of(c) for c in issued], keys
 

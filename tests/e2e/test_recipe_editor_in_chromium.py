@@ -77,5 +77,15 @@ def test_the_recipe_editor_checks_as_you_type_and_keeps_form_and_json_in_sync(an
     expect(recipe_json).to_have_value(re.compile(r'"epsilon0": 3,\s+"epsilon": 1,'))
     expect(page.locator("#recipe-json-status")).to_contain_text("In sync with the form")
 
+    # Accuracy first: a recipe whose noise exceeds most buckets' counts is valid, but says it is too noisy.
+    page.get_by_label("Bucket boundaries").fill(", ".join(str(b) for b in range(1, 1000)))  # 1,000 buckets
+    expect(summary).to_contain_text("Valid, but too noisy")
+    expect(page.locator("#standard-error")).to_contain_text("Too noisy: The expected noise exceeds what most buckets")
+    # The aggregators' noise: the discrete Laplace writes pure ε-DP, with no delta.
+    page.get_by_label("Noise", exact=True).select_option("aggregator")
+    page.get_by_label("Aggregators' noise").select_option("laplace")
+    expect(recipe_json).to_have_value(re.compile(r'"noiseDistribution": "laplace"'))
+    assert '"delta"' not in recipe_json.input_value()
+
     # Nothing of this created or ran anything.
     assert not Recipe.objects.exists() and not Round.objects.exists()

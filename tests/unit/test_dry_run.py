@@ -25,6 +25,11 @@ def test_a_dry_run_counts_the_devices_that_would_answer_and_spends_nothing(analy
         "meets_min_cohort": True,
         "cohorts": [],  # no cohort split: one batch
         "batches_below": [],
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "expected_error": result["expected_error"],  # tests/unit/test_accuracy.py
+        "too_noisy": False,
+        "too_noisy_reason": None,
     }
     assert not ShardRun.objects.exists() and not ShardLedger.objects.exists()
     assert not analysis.recipes.exists()

@@ -534,3 +534,64 @@ def test_cli_usage_errors_exit_2(fake) -> None:
     with pytest.raises(SystemExit) as raised:
         main(["status"], stdout=io.StringIO(), stderr=io.StringIO())  # no ROUND
     assert raised.value.code == 2
+
+
+PROPOSED = {
+    "met": True,
+    "target": {"relativeError": 0.1},
+    "message": "The cheapest parameters that meet a relative error of 0.1 on the largest bucket at 95%: ...",
+    "proposal": {"privacy": {"epsilon": 0.75}},
+    "recipe": {"privacy": {"epsilon": 0.75}},
+}
+
+
+def test_propose_sends_the_recipe_and_the_target(fake) -> None:
+    fake.on("POST", "/api/analyses/test.ages/recipes/propose/", (200, PROPOSED))
+    client = Client(fake.url, token="t0k3n")
+    assert client.propose("test.ages", {"query": "q"}, relative_error=0.1) == PROPOSED
+    [seen] = fake.requests("POST", "/api/analyses/test.ages/recipes/propose/")
+    assert seen.body == {"recipe": {"query": "q"}, "target": {"relativeError": 0.1}}
+    with pytest.raises(ValueError):
+        client.propose("test.ages", {}, half_width=5, relative_error=0.1)
+
+
+def test_cli_propose_prints_the_answer_and_exits_1_when_no_parameters_meet_it(fake, tmp_path) -> None:
+    path = tmp_path / "recipe.json"
+    path.write_text("{}")
+    fake.on("POST", "/api/analyses/test.ages/recipes/propose/", (200, PROPOSED))
+    code, out, err = cli(fake, "propose", str(path), "--analysis", "test.ages", "--relative-error", "0.1")
+    assert code == 0 and json.loads(out) == PROPOSED and "The cheapest parameters" in err
+    unmet = {**PROPOSED, "met": False, "proposal": None, "message": "No parameters within the policy meet ±1"}
+    fake.on("POST", "/api/analyses/test.ages/recipes/propose/", (200, unmet))
+    code, _, err = cli(fake, "propose", str(path), "--analysis", "test.ages", "--half-width", "1")
+    assert code == 1 and "No parameters within the policy meet ±1" in err
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf"])
+def test_cli_propose_refuses_a_target_that_is_not_a_positive_number_with_exit_code_2(fake, tmp_path, value) -> None:
+    path = tmp_path / "recipe.json"
+    path.write_text("{}")
+    code, _, err = cli(fake, "propose", str(path), "--analysis", "test.ages", "--half-width", value)
+    assert code == 2 and "positive finite number" in err
+    assert fake.seen == []  # nothing reached the server
+
+
+def test_cli_propose_needs_exactly_one_target(fake, tmp_path) -> None:
+    path = tmp_path / "recipe.json"
+    path.write_text("{}")
+    with pytest.raises(SystemExit) as usage:
+        cli(fake, "propose", str(path), "--analysis", "test.ages")
+    assert usage.value.code == 2
+    with pytest.raises(SystemExit) as usage:
+        cli(fake, "propose", str(path), "--analysis", "a", "--half-width", "1", "--relative-error", "0.1")
+    assert usage.value.code == 2
+
+
+def test_cli_dry_run_says_when_a_recipe_is_too_noisy(fake, tmp_path) -> None:
+    path = tmp_path / "recipe.json"
+    path.write_text("{}")
+    reason = "The expected noise exceeds what most buckets can hold: ±527 devices per bucket at 95%"
+    fake.on("POST", "/api/analyses/test.ages/dry-run/", (200, {"too_noisy": True, "too_noisy_reason": reason}))
+    code, out, err = cli(fake, "dry-run", str(path), "--analysis", "test.ages")
+    assert code == 0 and json.loads(out)["too_noisy"] is True
+    assert f"pfs: too noisy: {reason} (run needs --confirm-small-cohorts)" in err

@@ -27,7 +27,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--confirm-small-cohorts",
             action="store_true",
-            help="start even if some cohorts are expected below the minimum cohort (their devices spend for nothing)",
+            help="start even if some cohorts are expected below the minimum cohort, or the expected noise exceeds what "
+            "most buckets can hold (docs/accuracy.md): their devices spend for nothing",
         )
 
     def handle(self, *args: object, **options: object) -> None:
