@@ -26,7 +26,7 @@ from privacy.composition import (
     rdp_epsilon,
 )
 from privacy.discrete_gaussian import discrete_gaussian_sigma
-from privacy.enforced_cohort import BOUNDS, min_cohort_enforced
+from privacy.enforced_cohort import BOUNDS, CURVE_METHODS, RAPPOR_PER_COORDINATE, Bound, min_cohort_enforced
 from privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
 from privacy.mechanisms import MECHANISMS
 from privacy.rappor_rdp import symmetric_rappor_rdp
@@ -271,9 +271,9 @@ def privacy_compose(
         if sensitivity not in (None, ""):
             params.add("sensitivity", "Only for aggregator noise: a recipe's round has its own neighbours.")
         params.raise_if_invalid()
-        method = BOUNDS[str(mechanism)][0]
-        answer.update(release="recipe", mechanism=mechanism, epsilon0=epsilon0_, n=n_, method=method)
-        accounts, steps, build = _recipe_accounts(str(mechanism), epsilon0_, n_, method, rounds_, delta_)
+        bound = BOUNDS[str(mechanism)][0]
+        answer.update(release="recipe", mechanism=mechanism, epsilon0=epsilon0_, n=n_, method=bound)
+        accounts, steps, build = _recipe_accounts(str(mechanism), epsilon0_, n_, bound, rounds_, delta_)
     else:
         coordinates = params.whole(
             "sensitivity", sensitivity, default=COMPOSE_SENSITIVITY_DEFAULT, low=1, high=COMPOSE_SENSITIVITY_MAX
@@ -336,8 +336,11 @@ Accounts = dict[str, float | None]
 
 
 def _recipe_accounts(
-    mechanism: str, epsilon0: float, n: int, method: Method, rounds: int, delta: float
+    mechanism: str, epsilon0: float, n: int, bound: Bound, rounds: int, delta: float
 ) -> tuple[Accounts, int, Any]:
+    # Per-round epsilons by privacy.shuffling's bound for it (symmetric RAPPOR: FMT 2022 at 2 eps0,
+    # above the per-coordinate bound devices enforce); the PLD from the pair devices compose.
+    method = CURVE_METHODS[bound]
     basic = rounds * amplified_epsilon(epsilon0, n, delta / rounds, method=method)
     per_round = amplified_epsilon(epsilon0, n, delta / (2 * rounds), method=method)
     advanced = advanced_composition(ApproximateDP(per_round, delta / (2 * rounds)), rounds, delta / 2).epsilon
@@ -350,6 +353,14 @@ def _recipe_accounts(
         )
     renyi = rdp_epsilon(RenyiDP(DEFAULT_ORDERS, tuple(rounds * rho for rho in curve)), delta)
     accounts: Accounts = {"basic": _up(basic), "advanced": advanced, "renyi": renyi}
+    if bound == RAPPOR_PER_COORDINATE:
+        # FMT 2022's pair at the deletion epsilon0 on each of the two changed coordinates, as devices
+        # compose it (pfs_device.budget.query_pld_key; privacy/rappor_shuffling.py for the proof).
+        return (
+            accounts,
+            2,
+            lambda interval: pld.shuffled(epsilon0 / 2, n, "stronger-2022", interval=interval).self_compose(2),
+        )
     return accounts, 1, lambda interval: pld.shuffled(epsilon0, n, method, interval=interval)
 
 

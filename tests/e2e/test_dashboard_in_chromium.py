@@ -24,9 +24,9 @@ def test_analyst_signs_in_runs_the_demo_recipe_and_sees_the_chart(demo, live_ser
     # The editor asks the calculators API what devices will enforce, before anything runs.
     preview = page.locator("#privacy-preview")
     expect(preview).to_contain_text("Minimum cohort: 1,670 reports (what devices enforce")
-    page.get_by_label("Noise").select_option("aggregator")
+    page.get_by_label("Noise", exact=True).select_option("aggregator")
     expect(preview).to_contain_text("each aggregator adds discrete Gaussian noise with σ =")
-    page.get_by_label("Noise").select_option("client")
+    page.get_by_label("Noise", exact=True).select_option("client")
     expect(preview).to_contain_text("Minimum cohort: 1,670")
     # A dry run asks every device, spends nothing, and keeps the form as it was.
     page.get_by_role("button", name="Dry run").click()

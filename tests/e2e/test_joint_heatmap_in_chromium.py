@@ -50,7 +50,7 @@ def test_a_joint_release_is_drawn_as_a_heatmap_per_locale(demo, live_server, pag
     expect(chart).to_have_attribute("aria-label", re.compile(r"^Heatmap of debiased counts of age × ngrams"))
     expect(chart).to_be_visible()
     # Locales that clear the minimum cohort of 1,670 have a heatmap each.
-    expect(chart.locator(".heatmaplayer").first).to_be_attached()
+    expect(chart.locator(".heatmaplayer").first).to_be_attached(timeout=15_000)  # plotly draws 613+ cells
     # Each cohort's panel is titled by its cohort, above it.
     expect(chart.locator(".annotation-text", has_text=re.compile(r"^Cohort .*en_US"))).to_have_count(1)
     expect(page.get_by_text("[30, 40) × hello world </s>").first).to_be_attached()

