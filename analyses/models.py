@@ -134,6 +134,8 @@ class Analysis(models.Model):
                     "epsilon": p.epsilon,
                     "reports": p.reports,
                     "aggregatorNoise": p.aggregator_noise,
+                    # Only when set, so that the snapshots of analyses without it keep their digests.
+                    **({"deltaTotal": p.delta_total} if p.delta_total is not None else {}),
                 }
                 for p in self.field_policies.all()
             },
@@ -169,6 +171,13 @@ class FieldPolicy(models.Model):
         default=False,
         help_text="Allow recipes with aggregator noise: devices then send this field with no local noise, "
         "protected by secret sharing and by the noise each aggregator adds (one honest aggregator suffices).",
+    )
+    delta_total = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Largest total δ a device's guarantee on this field may reach (its queries' δ, plus the "
+        "analysis δ where the accountant is not basic); devices refuse a query that would pass it. Empty: "
+        "the analysis's cap, if any.",
     )
 
     class Meta:

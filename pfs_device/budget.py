@@ -501,16 +501,17 @@ class Guarantee:
     account: str  # "basic", "advanced", "renyi" or "pld"
 
 
-def delta_used(ledger: Columns) -> npt.NDArray[np.int64]:
-    """Per device, the sum of the deltas of the queries it answered in the analysis, in atto-units.
+def delta_used(ledger: Columns, scope: str = "") -> npt.NDArray[np.int64]:
+    """Per device, the sum of the deltas of the queries it answered in ``scope`` ("" the analysis,
+    "field:<name>:" a field), in atto-units.
 
     A ledger written before the sum was kept has no column: a device that answered nothing there
     has spent 0; one that did has an unknown sum, taken as saturated (1), so that under a cap on
     the total delta it fails closed rather than guess."""
-    column = ledger.get("delta_used")
+    column = ledger.get(f"{scope}delta_used")
     if column is not None:
         return column
-    return np.where(ledger["reports_used"] > 0, ATTO, 0).astype(np.int64)
+    return np.where(_reports_used(ledger, scope) > 0, ATTO, 0).astype(np.int64)
 
 
 class Accountant:
@@ -557,6 +558,7 @@ class Accountant:
                     local_ok
                     & self.composition.fits(ledger, scope, request, field_policy["epsilon"], delta_allowed)
                     & (_column(ledger, f"{scope}reports_used", np.int32) + 1 <= field_policy["reports"])
+                    & self.delta_total_fits(ledger, request, budget, scope=scope, cap=field_policy.get("deltaTotal"))
                 )
             decision[(decision == Decision.ANSWERED) & ~field_ok] = Decision.FIELD_BUDGET
 
@@ -567,18 +569,22 @@ class Accountant:
             decision[decision == Decision.ANSWERED] = Decision.MIN_COHORT
         return decision
 
-    def delta_total_fits(self, ledger: Columns, request: BudgetRequest, budget: dict) -> npt.NDArray[np.bool_]:
-        """Check 1's total delta: the largest delta any account could state after this query
-        (Accountant.guarantee: the queries' deltas, plus delta' where the composition may use it) is
-        within the officer's cap ``budget.deltaTotal``, if there is one. Without it the total is
-        still stated, but only the per-query delta and the report count bound it."""
-        cap = budget.get("deltaTotal")
+    def delta_total_fits(
+        self, ledger: Columns, request: BudgetRequest, budget: dict, *, scope: str = "", cap: float | None = None
+    ) -> npt.NDArray[np.bool_]:
+        """The total delta of checks 1 and 2: the largest delta any account could state in ``scope``
+        after this query (Accountant.guarantee: the queries' deltas, plus delta' where the composition
+        may use it) is within the officer's cap: ``budget.deltaTotal`` for the analysis, a field's
+        ``deltaTotal`` for a field (``cap``), if there is one. Without one the total is still stated,
+        but only the per-query delta and the report count bound it."""
+        if scope == "":
+            cap = budget.get("deltaTotal")
         if cap is None:
             return np.ones(ledger["epsilon_used"].size, dtype=bool)
         added = to_delta_units(request.delta)
         if self.composition.adds_delta_prime:
             added += to_delta_units(budget["delta"])
-        return delta_used(ledger) + added <= to_delta_units(cap)
+        return delta_used(ledger, scope) + added <= to_delta_units(cap)
 
     def min_cohort_suffices(self, request: BudgetRequest, *, floor: int = 0) -> bool:
         if request.min_cohort < floor:
@@ -610,11 +616,11 @@ class Accountant:
 
     def charge(self, ledger: Columns, request: BudgetRequest, answered: npt.NDArray[np.bool_]) -> None:
         """Spend epsilon and one report, on the analysis and each field, for answering devices."""
-        self.composition.spend(ledger, "", request, answered)
-        spent = ledger["delta_used"] = delta_used(ledger)  # opened before reports_used counts this query
-        spent[answered] = np.minimum(spent[answered] + to_delta_units(request.delta), ATTO)
-        ledger["reports_used"][answered] += 1
-        for field in request.fields:
-            scope = f"field:{field}:"
+        for scope in ("", *(f"field:{field}:" for field in request.fields)):
             self.composition.spend(ledger, scope, request, answered)
-            _column(ledger, f"{scope}reports_used", np.int32)[answered] += 1
+            spent = ledger[f"{scope}delta_used"] = delta_used(ledger, scope)  # opened before the reports count it
+            spent[answered] = np.minimum(spent[answered] + to_delta_units(request.delta), ATTO)
+            if scope == "":
+                ledger["reports_used"][answered] += 1
+            else:
+                _column(ledger, f"{scope}reports_used", np.int32)[answered] += 1

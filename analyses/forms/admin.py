@@ -158,7 +158,7 @@ class AnalysisAdminForm(forms.ModelForm):
 class FieldPolicyAdminForm(forms.ModelForm):
     class Meta:
         model = FieldPolicy
-        fields = ["field", "local_epsilon", "epsilon", "reports", "aggregator_noise"]
+        fields = ["field", "local_epsilon", "epsilon", "reports", "aggregator_noise", "delta_total"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -178,6 +178,12 @@ class FieldPolicyAdminForm(forms.ModelForm):
         if reports is not None and reports < 1:
             raise forms.ValidationError("Must be at least 1: each device must be allowed at least one report.")
         return reports
+
+    def clean_delta_total(self) -> float | None:
+        total = self.cleaned_data.get("delta_total")
+        if total is not None and not 0 < total < 1:
+            raise forms.ValidationError("Must lie strictly between 0 and 1, or be left empty for no cap.")
+        return total
 
 
 class FieldPolicyFormSet(forms.BaseInlineFormSet):

@@ -47,6 +47,7 @@ class FieldBudget:
     epsilon: float
     reports: int
     aggregator_noise: bool
+    delta_total: float | None = None  # the officer's cap on the total delta on this field
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class EnforcedPolicy:
                     epsilon=spec["epsilon"],
                     reports=spec["reports"],
                     aggregator_noise=spec.get("aggregatorNoise", False),
+                    delta_total=spec.get("deltaTotal"),
                 )
                 for name, spec in sorted(content["fields"].items())
             ),

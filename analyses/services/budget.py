@@ -235,6 +235,16 @@ def _explain_one_field(
         )
     elif ledger.get(f"field:{field}:reports_used", np.zeros(1))[0] + 1 > policy.reports:
         problems.add(REPORTS_KEY, reports_used_up(f"Field {field}", policy.reports))
+    elif not (accountant := Accountant.for_policy(analysis.enforced_content)).delta_total_fits(
+        ledger, request, analysis.enforced_content["budget"], scope=f"field:{field}:", cap=policy.delta_total
+    )[0]:
+        spent = float(delta_used(ledger, f"field:{field}:")[0]) / ATTO
+        plus = " plus δ′" if accountant.composition.adds_delta_prime else ""
+        problems.add(
+            "privacy.delta",
+            f"Exceeds field {field}'s total δ of {policy.delta_total:g}: the rounds started have spent {spent:g} "
+            f"on it, and this round's δ of {request.delta:g}{plus} would pass it.",
+        )
     else:
         left = policy.epsilon - ledger.get(f"field:{field}:epsilon_used", np.zeros(1))[0] / NANO
         if left >= request.epsilon and not last:

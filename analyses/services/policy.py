@@ -87,14 +87,21 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
         if not isinstance(field_spec, dict):
             problems.add(path, "Must be an object.")
             continue
-        problems.only(field_spec, ("localEpsilon", "epsilon", "reports", "aggregatorNoise"), f"{path}.")
+        problems.only(field_spec, ("localEpsilon", "epsilon", "reports", "aggregatorNoise", "deltaTotal"), f"{path}.")
         local = problems.number(field_spec, "localEpsilon", f"{path}.localEpsilon", positive=True)
         field_epsilon = problems.number(field_spec, "epsilon", f"{path}.epsilon", positive=True)
         field_reports = problems.integer(field_spec, "reports", f"{path}.reports", minimum=1)
         aggregator_noise = field_spec.get("aggregatorNoise", False)
         if not isinstance(aggregator_noise, bool):
             problems.add(f"{path}.aggregatorNoise", "Must be true or false.")
-        policies.append((name, local, field_epsilon, field_reports, aggregator_noise is True))
+        field_delta_total = (
+            problems.number(field_spec, "deltaTotal", f"{path}.deltaTotal", open_unit=True)
+            if field_spec.get("deltaTotal") is not None
+            else None
+        )
+        if field_delta_total is not None and floor is not None and field_delta_total < floor:
+            problems.add(f"{path}.deltaTotal", delta_total_too_small(floor))
+        policies.append((name, local, field_epsilon, field_reports, aggregator_noise is True, field_delta_total))
     if problems:
         raise ValidationFailed(problems.errors)
 
@@ -114,8 +121,10 @@ def analysis_create(*, spec: Any, owner: AbstractBaseUser) -> Analysis:
             delta_total=delta_total,
         )
         FieldPolicy.objects.bulk_create(
-            FieldPolicy(analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r, aggregator_noise=a)
-            for n, le, e, r, a in policies
+            FieldPolicy(
+                analysis=analysis, field=n, local_epsilon=le, epsilon=e, reports=r, aggregator_noise=a, delta_total=d
+            )
+            for n, le, e, r, a, d in policies
         )
     return analysis
 

@@ -200,3 +200,57 @@ def test_each_release_states_the_analysis_spend_once_its_round_started_and_keeps
     client.force_login(analyst)
     page = client.get(f"/rounds/{released[1]}/").content.decode()
     assert 'id="release-analysis-spent">(ε, δ) = (2, 0.0000011) over 2 rounds, by the basic account' in page
+
+
+# ---------------------------------------------------------------- a field's own cap (check 2)
+
+
+def test_a_field_s_cap_refuses_in_check_2_while_the_analysis_has_room() -> None:
+    spec = policy(None)
+    spec["fields"]["age"]["deltaTotal"] = 3e-6
+    count, stopped_by = answered_in_a_row(Accountant(BasicComposition()), spec, request())
+    assert (count, stopped_by) == (3, Decision.FIELD_BUDGET)
+    # The field's sum is its own: a query reading another field does not count against age's cap.
+    other = BudgetRequest(**{**request().__dict__, "fields": ("locale",)})
+    spec["fields"]["locale"] = {"localEpsilon": 4.0, "epsilon": 100.0, "reports": 50}
+    accountant, ledger = Accountant(BasicComposition()), ledger_empty(1)
+    for _ in range(5):
+        accountant.charge(ledger, other, np.ones(1, dtype=bool))
+    assert accountant.check(ledger, spec, request())[0] == Decision.ANSWERED
+    assert ledger["field:locale:delta_used"][0] == 5 * 10**12 and "field:age:delta_used" not in ledger
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("cap", "message"), [(1e-7, "At least 2e-06"), (2.0, "Must lie strictly between 0 and 1."), ("x", "finite")]
+)
+def test_a_field_cap_no_query_could_fit_is_refused_by_its_path(fleet, analyst, cap, message) -> None:
+    spec = spec_with(None)
+    spec["fields"]["age"]["deltaTotal"] = cap
+    with pytest.raises(ValidationFailed) as refused:
+        analysis_create(spec=spec, owner=analyst)
+    assert any(message in m for m in refused.value.errors["fields.age.deltaTotal"])
+    assert not Analysis.objects.filter(identifier="test.delta").exists()
+
+
+@pytest.mark.django_db
+def test_a_round_that_would_pass_a_field_s_cap_is_refused_naming_the_field(
+    api, client, fleet, analyst, officer, django_capture_on_commit_callbacks
+) -> None:
+    spec = spec_with(None, "basic")
+    spec["fields"]["age"]["deltaTotal"] = 1e-6
+    analysis = analysis_approve(analysis=analysis_create(spec=spec, owner=analyst), officer=officer)
+    assert analysis.snapshot.content["fields"]["age"]["deltaTotal"] == 1e-6
+    recipe = copy.deepcopy(RECIPE)
+    recipe["AnalysisIdentifier"] = "test.delta"
+    created = api.post("/api/analyses/test.delta/recipes/", recipe, format="json")
+    started = api.post(f"/api/recipes/{created.json()['id']}/rounds/", {"confirmSmallCohorts": True}, format="json")
+    assert started.status_code == 202
+    recipe["recipeIdentifier"] = "ages-again"
+    refused = api.post("/api/analyses/test.delta/recipes/validate/", recipe, format="json")
+    assert refused.status_code == 400
+    messages = " ".join(refused.json().get("fields", refused.json())["privacy.delta"])
+    assert "Exceeds field age's total δ of 1e-06: the rounds started have spent 1e-06 on it" in messages
+    client.force_login(analyst)
+    page = client.get("/analyses/test.delta/policy/").content.decode()
+    assert '<td class="num">0.000001</td>' in page.split('id="policy-fields"')[1].split("</table>")[0]
