@@ -132,7 +132,7 @@ def _affordable(analysis, recipe) -> dict[str, Any]:
         "rounds": count,
         "basic": basic,
         "at_least": count == _AFFORDABLE_LIMIT,
-        "accountant": analysis.enforced.get_accountant_display().lower(),
+        "accountant": analysis.enforced.accountant_phrase(),
     }
 
 

@@ -95,6 +95,12 @@ class EnforcedPolicy:
     def get_accountant_display(self) -> str:
         return ACCOUNTANT_LABELS.get(self.accountant, self.accountant)
 
+    def accountant_phrase(self) -> str:
+        """The accountant's label inside a sentence: lower case but for its names (Rényi, DP, PLD),
+        never "rényi dp" (issue 31, item 8)."""
+        label = self.get_accountant_display()
+        return label if label.startswith("Rényi") else label[:1].lower() + label[1:]
+
     def aggregator_noise_min_cohort(self) -> int:
         """The minimum cohort of an aggregator-noise recipe that states none: the floor, or 1,000."""
         return self.min_cohort_floor or AGGREGATOR_NOISE_MIN_COHORT

@@ -200,7 +200,7 @@ def _explain_analysis_refusal(problems: Problems, analysis: Analysis, ledger: di
         problems.add(
             "privacy.epsilon",
             f"Exceeds the analysis budget: {left:g} of its epsilon {enforced.epsilon_allowed:g} left "
-            f"({enforced.get_accountant_display().lower()}).",
+            f"({enforced.accountant_phrase()}).",
         )
 
 

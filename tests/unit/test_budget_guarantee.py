@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from analyses.reads.analysis_reads import delta_total_max
+from analyses.rules.enforced_policy import EnforcedPolicy
 from pfs_device.budget import (
     RENYI_ORDERS,
     Accountant,
@@ -131,3 +132,14 @@ def test_no_statement_claims_less_than_the_basic_sums_allow(composition) -> None
 )
 def test_the_policy_s_largest_total_delta(accountant, expected) -> None:
     assert delta_total_max({"delta": 1e-6, "reports": 5, "accountant": accountant}) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("accountant", ["basic", "advanced", "renyi", "tightest"])
+def test_the_accountant_reads_in_a_sentence_with_its_names_kept(accountant) -> None:
+    # Issue 31, item 8: "rényi dp" on screen. Lower case but for Rényi, DP and PLD.
+    phrase = EnforcedPolicy.from_content(
+        {"queryClass": {}, "budget": {"epsilon": 1.0, "reports": 1, "delta": 1e-6, "accountant": accountant},
+         "fields": {}}
+    ).accountant_phrase()  # fmt: skip
+    assert "rényi" not in phrase and " dp" not in phrase and "pld" not in phrase
+    assert phrase[0].islower() or phrase.startswith("Rényi")

@@ -56,7 +56,7 @@ def test_the_page_shows_the_rounds_the_remaining_budget_affords_by_the_tightest_
     assert rounds_affordable(analysis, recipe_budget_request(Round.objects.get().recipe), composition="advanced") == (
         total - 1
     )
-    assert "<strong>at least 200</strong> by tightest of basic, advanced, rényi dp and pld composition" in shown
+    assert "<strong>at least 200</strong> by tightest of basic, advanced, Rényi DP and PLD composition" in shown
     assert "(basic composition alone: 79)" in shown
 
 
