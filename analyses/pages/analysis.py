@@ -17,9 +17,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from analyses import device_rounds
 from analyses.forms.recipe_editor import RecipeForm
-from analyses.models import Round
+from analyses.models import Analysis, Round
 from analyses.reads import drilldown, release_cache, selectors
-from analyses.reads.recipe_preview import recipe_preview
+from analyses.reads.recipe_preview import recipe_preview, spend_digest
 from analyses.rules.roles import check_may_run, check_may_stop
 from analyses.services import rounds
 from analyses.services.accuracy import recipe_propose
@@ -50,6 +50,8 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         if "refine" in request.GET
         else None
     )
+    if refine is not None:
+        refine["ask"] = request.GET.get("ask") == "1"  # "Run this refinement…" posted without a script
     form = RecipeForm(request.POST or None, analysis=analysis, initial=(refine or {}).get("initial"))
     dry_run = spend_question = proposal = None
     if request.method == "POST" and form.is_valid():
@@ -68,14 +70,20 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
                 messages.info(request, _dry_run_outcome(dry_run))
             elif action == "run" and request.POST.get("ask_before_spending"):
                 # The page's form asks before an irreversible spend (its script asks in a dialog
-                # and posts "run-confirmed"): what the round spends and what remains.
-                spend_question = recipe_preview(analysis=analysis, content=form.recipe())
+                # and posts "run-confirmed"): what the round spends, what remains, what is suppressed.
+                spend_question = _spend_question(analysis, form.recipe())
+            elif action == "run-confirmed" and _asked_about_another(request, form.recipe()):
+                # "Run and spend" under a question about a recipe changed since: asked again, nothing spent.
+                spend_question = {**_spend_question(analysis, form.recipe()), "changed": True}
             else:
                 round_ = round_create_and_start(
                     analysis=analysis,
                     content=form.recipe(),
                     user=request.user,
-                    confirm_small_cohorts=form.cleaned_data.get("confirm_small_cohorts", False),
+                    # One question before a spend: its answer covers the batches it said would be
+                    # suppressed and the noise it said was too high, so no second question follows.
+                    confirm_small_cohorts=form.cleaned_data.get("confirm_small_cohorts", False)
+                    or _answered_question(request, action, form.recipe()),
                 )
                 messages.success(
                     request,
@@ -114,6 +122,21 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     }
     invalid = form.errors or (refine and refine["error"])
     return render(request, "analyses/detail.html", context, status=400 if invalid else 200)
+
+
+def _spend_question(analysis: Analysis, content: Any) -> dict[str, Any]:
+    """What Run asks before it spends (recipe_preview's figures), and the digest of what it asked about."""
+    return {**recipe_preview(analysis=analysis, content=content), "digest": spend_digest(content)}
+
+
+def _asked_about_another(request: HttpRequest, content: Any) -> bool:
+    asked = request.POST.get("spend_digest")
+    return bool(asked) and asked != spend_digest(content)
+
+
+def _answered_question(request: HttpRequest, action: str | None, content: Any) -> bool:
+    """A "Run and spend" pressed under the server's question about exactly this recipe."""
+    return action == "run-confirmed" and request.POST.get("spend_digest") == spend_digest(content)
 
 
 # The analysis page counts the rounds the remaining budget affords up to here: each is one check
@@ -244,7 +267,13 @@ def round_refine(request: HttpRequest, pk: int) -> HttpResponse:
         refinement = drilldown.refined_recipe(round_=round_, cohort=query["cohort"], bucket=int(query["bucket"]))
         if refinement["recipe"] is None:
             raise NotAllowed(refinement["explanation"])
-        new_round = round_create_and_start(analysis=analysis, content=refinement["recipe"], user=request.user)
+        if request.POST.get("spend_digest") != spend_digest(refinement["recipe"]):
+            # Not asked yet (or asked about another recipe): the drill-down asks first, nothing is spent.
+            return redirect(f"{back}&{urlencode({'ask': 1})}#refine-question")
+        # The answer to the question covers the suppressed batches and the noise it named.
+        new_round = round_create_and_start(
+            analysis=analysis, content=refinement["recipe"], user=request.user, confirm_small_cohorts=True
+        )
     except ValueError:
         messages.error(request, "bucket must be a whole number.")
     except ValidationFailed as invalid:

@@ -32,7 +32,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from analyses.models import Analysis, Recipe, Round
 from analyses.reads import selectors
-from analyses.reads.recipe_preview import recipe_preview
+from analyses.reads.recipe_preview import recipe_preview, spend_digest
 from analyses.services.policy import analysis_spent
 from pfs_base.errors import ValidationFailed
 from pfs_device.decision import fields_of
@@ -145,9 +145,10 @@ def refinement_cost(*, round_: Round, recipe: dict) -> dict[str, Any]:
     """
     analysis = round_.recipe.analysis
     reasons: list[str] = []
-    rounds_that_fit = None
+    question = None
     try:
-        rounds_that_fit = recipe_preview(analysis=analysis, content=recipe)["budget"]["rounds_that_fit"]
+        # Run's spend question, asked before the refinement spends (templates/analyses/includes/refine.html).
+        question = {**recipe_preview(analysis=analysis, content=recipe), "digest": spend_digest(recipe)}
     except ValidationFailed as invalid:
         reasons = [f"{path}: {m}" for path, ms in invalid.errors.items() for m in ms]
     spent = analysis_spent(analysis)
@@ -175,7 +176,8 @@ def refinement_cost(*, round_: Round, recipe: dict) -> dict[str, Any]:
             "reports_allowed": enforced.reports_allowed,
         },
         "fields": fields,
-        "rounds_that_fit": rounds_that_fit,
+        "rounds_that_fit": question["budget"]["rounds_that_fit"] if question else None,
+        "question": question,
         "refused": bool(reasons),
         "reasons": reasons,
     }
@@ -213,21 +215,26 @@ def refinement_for_page(*, user: AbstractBaseUser, analysis: Analysis, query: An
 
 
 def cost_line(*, round_: Round, label: str, cost: dict[str, Any]) -> str:
-    """'Refining bucket [30, 40) of round #12: this round will spend ε = 1 (analysis: ε 2 of 3 left, …)'."""
-    left = cost["analysis"]
-    parts = [
-        f"analysis: ε {_figure(left['epsilon_left'])} of {_figure(left['epsilon_allowed'])} left, "
-        f"{left['reports_left']} of {left['reports_allowed']} reports"
-    ]
-    parts += [
-        f"field {f['field']}: ε {_figure(f['epsilon_left'])} of {_figure(f['epsilon_allowed'])} left, "
-        f"{f['reports_left']} of {f['reports_allowed']} reports"
-        for f in cost["fields"]
-    ]
+    """'Refining bucket [30, 40) of round #12: this round will spend ε = 1 on every device that answers
+    (analysis: ε 3 of 3 left now, 2 after; 2 of 2 reports left now, 1 after; …)': before and after, said."""
+
+    def scope(name: str, left: dict[str, Any]) -> str:
+        eps_left, reports_left = left["epsilon_left"], left["reports_left"]
+        return (
+            f"{name}: ε {_figure(eps_left)} of {_figure(left['epsilon_allowed'])} left now, "
+            f"{_figure(max(eps_left - cost['epsilon'], 0.0))} after; {reports_left} of {left['reports_allowed']} "
+            f"{_plural(left['reports_allowed'], 'report')} left now, {max(reports_left - 1, 0)} after"
+        )
+
+    parts = [scope("analysis", cost["analysis"])] + [scope(f"field {f['field']}", f) for f in cost["fields"]]
     return (
         f"Refining bucket {label} of round #{round_.pk}: this round will spend ε = {_figure(cost['epsilon'])} "
         f"on every device that answers ({'; '.join(parts)})."
     )
+
+
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else f"{word}s"
 
 
 def form_initial(recipe: dict) -> dict[str, Any]:

@@ -6,6 +6,8 @@ anything runs. It reads only: no recipe, round or ledger is created or charged.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any, Final
 
@@ -14,7 +16,7 @@ import numpy as np
 from analyses.models import Analysis, Recipe
 from analyses.services.accuracy import recipe_expected_error, too_noisy_refusal
 from analyses.services.budget import budget_plan_refusal, budget_request_for
-from analyses.services.cohorts import cohort_forecast
+from analyses.services.cohorts import cohort_forecast, cohorts_suppressed
 from analyses.services.policy import analysis_spent
 from analyses.services.recipes import ParsedRecipe, recipe_validate
 from pfs_device.budget import BudgetRequest
@@ -67,8 +69,17 @@ def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
             )
         ),
         "batches_below": [row["cohort"] for row in forecast if row["below"]],
+        "cohorts_suppressed": cohorts_suppressed(forecast),
         "summary": _summary(analysis, budget),
     }
+
+
+def spend_digest(content: Any) -> str:
+    """A digest of the recipe as the page posted it (keys sorted): the recipe a spend question asked
+    about. A "Run and spend" posted with another digest ran a recipe changed since it was asked, and
+    is asked again (analyses.pages)."""
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _budget(analysis: Analysis, parsed: ParsedRecipe, request: BudgetRequest) -> dict[str, Any]:

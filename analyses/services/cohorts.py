@@ -64,8 +64,9 @@ def _row(cohort: str, expected: int, min_cohort: int, source: str) -> dict[str, 
     return {"cohort": cohort, "expected": expected, "below": expected < min_cohort, "source": source}
 
 
-def small_cohorts_refusal(forecast: list[dict[str, Any]]) -> str | None:
-    """Why a start needs a go-ahead for its batches below the minimum cohort, in words; None if none is."""
+def cohorts_suppressed(forecast: list[dict[str, Any]]) -> str | None:
+    """The batches expected below the minimum cohort, in words ("4 of 5 batches ... en_GB (~900), ...");
+    None if none is. What a spend question says before the analyst confirms."""
     below = [row for row in forecast if row["below"]]
     if not below:
         return None
@@ -75,6 +76,13 @@ def small_cohorts_refusal(forecast: list[dict[str, Any]]) -> str | None:
     )
     return (
         f"{len(below)} of {len(forecast)} batches are expected below the minimum cohort and would be "
-        f"suppressed, though their devices spend budget: {named}. Confirm to start anyway, or choose "
-        "fewer cohort fields."
+        f"suppressed, though their devices spend budget: {named}."
     )
+
+
+def small_cohorts_refusal(forecast: list[dict[str, Any]]) -> str | None:
+    """Why a start needs a go-ahead for its batches below the minimum cohort, in words; None if none is."""
+    suppressed = cohorts_suppressed(forecast)
+    if suppressed is None:
+        return None
+    return f"{suppressed} Confirm to start anyway, or choose fewer cohort fields."

@@ -565,10 +565,26 @@
       `against about ${figure(Math.round(expected.per_bucket * 10) / 10)} devices a bucket if they spread evenly.` +
       (checked.too_noisy_reason ? ` Too noisy: ${checked.too_noisy_reason}` : "");
     accuracy.classList.toggle("warning", Boolean(checked.too_noisy_reason));
-    dialogBody.replaceChildren(lead, accuracy, spendRows(checked));
+    const parts = [lead];
+    if (checked.cohorts_suppressed) {
+      // Before the spend, not after it: which batches will be suppressed though their devices spend.
+      const suppressed = Object.assign(document.createElement("p"), { id: "confirm-spend-suppressed", className: "warning" });
+      suppressed.append(Object.assign(document.createElement("strong"), { textContent: "Suppressed: " }), checked.cohorts_suppressed);
+      parts.push(suppressed);
+    }
+    const goAhead = Boolean(checked.cohorts_suppressed || checked.too_noisy_reason);
+    const covers = Object.assign(document.createElement("p"), {
+      id: "confirm-spend-covers",
+      textContent: goAhead ? "Running it confirms what is said above: you will not be asked again." : "",
+    });
+    dialogBody.replaceChildren(...parts, accuracy, spendRows(checked), covers);
     document.getElementById("confirm-spend-yes").onclick = () => {
       confirmed = true;
       dialog.close();
+      // One question: its answer is the go-ahead for the suppressed batches and the noise it named.
+      if (goAhead) form.append(Object.assign(document.createElement("input"), { type: "hidden", name: "confirm_small_cohorts", value: "on" }));
+      // A question the server asked earlier was about the recipe then: this dialog asked about this one.
+      form.querySelectorAll('input[name="spend_digest"]').forEach((input) => input.remove());
       form.requestSubmit(document.getElementById("run-confirmed")); // asked here: the server need not ask again
     };
     document.getElementById("confirm-spend-no").onclick = () => dialog.close();

@@ -83,7 +83,7 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
     expect(page.get_by_label("Bucket boundaries")).to_have_value("25, 30, 35, 40, 45, 50")
     cost = page.locator("#refine-cost")
     expect(cost).to_contain_text(f"Refining bucket [25, 50) of round #{first_round.pk}: this round will spend ε = 1")
-    expect(cost).to_contain_text("analysis: ε 3 of 4 left, 3 of 4 reports; field perplexity: ε 3 of 4 left")
+    expect(cost).to_contain_text("analysis: ε 3 of 4 left now, 2 after; 3 of 4 reports left now, 2 after")
     expect(page.locator("#refine-explanation")).to_contain_text("Splits perplexity bucket [25, 50) into 5 buckets")
     shot(page, "drilldown")
 

@@ -329,8 +329,9 @@ def test_the_analysis_page_is_prefilled_with_the_refinement_and_says_what_it_cos
     assert (analysis_left, age_left, reports_left) == (1.0, 1.0, 1)
     assert (
         f"Refining bucket [30, 40) of round #{round_.pk}: this round will spend ε = {recipe['privacy']['epsilon']:g} "
-        f"on every device that answers (analysis: ε {analysis_left:g} of 2 left, {reports_left} of 2 reports; "
-        f"field age: ε {age_left:g} of 2 left, 1 of 2 reports)."
+        f"on every device that answers (analysis: ε {analysis_left:g} of 2 left now, 0 after; {reports_left} of 2 "
+        f"reports left now, 0 after; field age: ε {age_left:g} of 2 left now, 0 after; 1 of 2 reports left now, "
+        "0 after)."
     ) in page
     assert "will be refused" not in page
 
@@ -368,9 +369,40 @@ def test_a_refinement_the_budget_refuses_is_still_prefilled_and_says_why(
     client.force_login(analyst)
     page = client.get(f"/analyses/test.ages/?refine={round_.pk}&cohort=&bucket=2").content.decode()
     assert 'value="30, 32, 34, 36, 38, 40"' in page
-    assert "this round will spend ε = 1 on every device that answers (analysis: ε 0 of 2 left, 0 of 2 reports" in page
+    assert (
+        "this round will spend ε = 1 on every device that answers (analysis: ε 0 of 2 left now, 0 after; 0 of 2" in page
+    )
     assert "This refinement will be refused" in page
     assert "The analysis has used all 2 of its reports:" in page
+
+
+def _question_digest(page: str) -> str:
+    """The spend_digest of the drill-down's spend question on an analysis page."""
+    question = page.split('id="refine-question"')[1]
+    return question.split('name="spend_digest" value="')[1].split('"')[0]
+
+
+def test_run_this_refinement_asks_first_and_spends_nothing_until_answered(
+    client, analysis, recipe, analyst, django_capture_on_commit_callbacks
+) -> None:
+    round_ = released(analysis, recipe, analyst, django_capture_on_commit_callbacks)
+    client.force_login(analyst)
+    # The button posts without an answer (a page without its script, or a hurried click): it asks.
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/rounds/{round_.pk}/refine/", {"cohort": "", "bucket": "2"})
+    assert response.status_code == 302
+    assert response["Location"] == f"/analyses/test.ages/?refine={round_.pk}&cohort=&bucket=2&ask=1#refine-question"
+    assert Round.objects.count() == 1 and Recipe.objects.count() == 1
+    page = client.get(response["Location"]).content.decode()
+    question = page.split('id="refine-question"')[1].split("</dialog>")[0]
+    assert " open>" in question.split("\n")[0]  # the question is open where the page comes back
+    assert "This round spends ε = 1 (δ = 0.000001) and one report on each of the about 5,000 devices asked." in question
+    # What remains after, for the analysis and the field, before anything is spent.
+    assert '<th scope="col">ε after</th>' in question and "Field age" in question
+    # An answer about another recipe (forged, or a recipe changed since) asks again, spending nothing.
+    with django_capture_on_commit_callbacks(execute=True):
+        again = client.post(f"/rounds/{round_.pk}/refine/", {"cohort": "", "bucket": "2", "spend_digest": "0" * 64})
+    assert again["Location"].endswith("&ask=1#refine-question") and Round.objects.count() == 1
 
 
 def test_running_the_refinement_starts_a_round_of_the_refined_recipe(
@@ -378,8 +410,9 @@ def test_running_the_refinement_starts_a_round_of_the_refined_recipe(
 ) -> None:
     round_ = released(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     client.force_login(analyst)
+    digest = _question_digest(client.get(f"/analyses/test.ages/?refine={round_.pk}&cohort=&bucket=2").content.decode())
     with django_capture_on_commit_callbacks(execute=True):
-        response = client.post(f"/rounds/{round_.pk}/refine/", {"cohort": "", "bucket": "2"})
+        response = client.post(f"/rounds/{round_.pk}/refine/", {"cohort": "", "bucket": "2", "spend_digest": digest})
     refined = Round.objects.exclude(pk=round_.pk).get()
     assert response.status_code == 302 and response["Location"] == f"/rounds/{refined.pk}/"
     assert refined.recipe.identifier == "ages-refine-2"

@@ -65,3 +65,60 @@ def test_a_text_only_analysis_asks_too(client, discovery, analyst) -> None:
 )
 def test_figures_print_as_the_editors_script_prints_them(value, shown) -> None:
     assert figure(value) == shown
+
+
+# Split by locale, epsilon0 2 and q = 0.3: a minimum cohort of 206; of the fleet of 5,000, en_US
+# (~745 expected) and en_GB (~224) are released, de_DE, es_ES and fr_FR (~160-190) are expected below.
+SPLIT = {**FORM, "epsilon0": "2", "sampling_rate": "0.3", "cohorts": "locale"}
+
+
+def _asked(client, post: dict) -> str:
+    page = client.post("/analyses/test.ages/", {**post, "action": "run", "ask_before_spending": "1"}).content.decode()
+    return page[page.index('id="spend-question"') : page.index("</div>\n</div>", page.index('id="spend-question"'))]
+
+
+def test_the_question_says_which_cohorts_will_be_suppressed_before_the_spend(client, analysis, analyst) -> None:
+    client.force_login(analyst)
+    question = _asked(client, SPLIT)
+    suppressed = question[question.index('id="spend-question-suppressed"') :]
+    assert "3 of 5 batches are expected below the minimum cohort and would be suppressed" in suppressed
+    assert "en_US" not in suppressed.split("</p>")[0] and "fr_FR" in suppressed.split("</p>")[0]
+    assert "Running it confirms what is said above: you will not be asked again." in question
+    assert not Round.objects.exists()
+
+
+def test_run_and_spend_under_the_question_starts_without_a_second_confirmation(
+    client, analysis, analyst, django_capture_on_commit_callbacks
+) -> None:
+    client.force_login(analyst)
+    digest = _asked(client, SPLIT).split('name="spend_digest" value="')[1].split('"')[0]
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(
+            "/analyses/test.ages/",
+            {**SPLIT, "action": "run-confirmed", "ask_before_spending": "1", "spend_digest": digest},
+        )
+    assert response.status_code == 302 and Round.objects.count() == 1
+
+
+def test_a_recipe_changed_after_the_question_is_asked_about_again_and_nothing_is_spent(
+    client, analysis, analyst
+) -> None:
+    client.force_login(analyst)
+    digest = _asked(client, FORM).split('name="spend_digest" value="')[1].split('"')[0]
+    # The analyst splits by locale after being asked about the unsplit recipe, then presses the
+    # question's "Run and spend": that answer was about another recipe.
+    response = client.post(
+        "/analyses/test.ages/", {**SPLIT, "action": "run-confirmed", "ask_before_spending": "1", "spend_digest": digest}
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "The recipe changed since you were asked" in page and 'id="spend-question-suppressed"' in page
+    assert not Recipe.objects.exists() and not Round.objects.exists()
+
+
+def test_without_the_question_a_split_leaving_small_cohorts_still_needs_its_go_ahead(client, analysis, analyst) -> None:
+    # The API's and a script's path: run-confirmed without the server's question and no go-ahead.
+    client.force_login(analyst)
+    response = client.post("/analyses/test.ages/", {**SPLIT, "action": "run-confirmed", "ask_before_spending": "1"})
+    assert response.status_code == 400 and 'name="confirm_small_cohorts"' in response.content.decode()
+    assert not Round.objects.exists()
