@@ -93,9 +93,10 @@ def test_seed_demo_creates_table_1_policies_and_is_safe_to_rerun(capsys) -> None
     demo = Analysis.objects.get(identifier="demo.keyboard")
     assert demo.is_approved and demo.fleet.name == "demo" and demo.fleet.shards.count() == 3
     assert demo.query_class == {"stream": "KeyboardNGrams", "fields": ["age", "ngrams"], "cohortFields": ["locale"]}
-    assert (demo.epsilon_allowed, demo.reports_allowed) == (0.5, 1)
+    # Table 1's per-round age budget (ε0 2, ε 0.3), three rounds of it: run, drill down, compare.
+    assert (demo.epsilon_allowed, demo.reports_allowed) == (1.0, 3)
     policies = {p.field: (p.local_epsilon, p.epsilon, p.reports) for p in demo.field_policies.all()}
-    assert policies == {"ngrams": (5.0, 1.0, 1), "age": (2.0, 0.3, 1)}
+    assert policies == {"ngrams": (5.0, 1.0, 1), "age": (2.0, 0.9, 3)}
     out = capsys.readouterr().out
     assert "analyst-demo-password" in out and "(unchanged)" in out
 
