@@ -29,14 +29,25 @@ from privacy.parameters import PrivacyParameters
 REPORTS_KEY = "budget.reports"
 
 
-def reports_used_up(scope: str, reports: int) -> str:
-    """In words: ``scope`` (the analysis, or a field) has no report left for another round."""
+def reports_used_up(scope: str, reports: int, planned: int = 0) -> str:
+    """In words: ``scope`` (the analysis, or a field) has no report left for another round; ``planned``:
+    rounds of the same plan counted before this one (not used yet: the words must not say they were)."""
+    if planned:
+        counted = "1 round" if planned == 1 else f"{planned} rounds"
+        return (
+            f"{scope} allows each device {_reports(reports)}: the rounds started and the {counted} of this "
+            "plan before this one take them all, so none is left for this round."
+        )
     if reports == 1:
         return f"{scope} has used its only report: each device answers it once, and a round has already asked."
     return (
         f"{scope} has used all {reports} of its reports: each device answers it at most {reports} times, "
         "and every round started counts one."
     )
+
+
+def _reports(n: int) -> str:
+    return "1 report" if n == 1 else f"{n:,} reports"
 
 
 def budget_precheck(problems: Problems, analysis: Analysis, field: str | None, request: BudgetRequest) -> None:
@@ -107,13 +118,21 @@ def analysis_guarantees(analysis: Analysis, *, up_to_round: int | None = None) -
 
 
 def _explain_decision(
-    problems: Problems, analysis: Analysis, ledger: dict, field: str | None, request: BudgetRequest, decision: int
+    problems: Problems,
+    analysis: Analysis,
+    ledger: dict,
+    field: str | None,
+    request: BudgetRequest,
+    decision: int,
+    *,
+    planned: int = 0,
 ) -> None:
+    """``planned``: rounds charged on ``ledger`` that a plan has not started yet (said apart in words)."""
     decision = Decision(int(decision))
     if decision == Decision.ANALYSIS_BUDGET:
-        _explain_analysis_refusal(problems, analysis, ledger, request)
+        _explain_analysis_refusal(problems, analysis, ledger, request, planned)
     elif decision == Decision.FIELD_BUDGET:
-        _explain_field_refusal(problems, analysis, ledger, field, request)
+        _explain_field_refusal(problems, analysis, ledger, field, request, planned)
 
 
 def budget_plan_refusal(
@@ -131,7 +150,7 @@ def budget_plan_refusal(
         decision = accountant.check(ledger, policy, request)[0]
         if decision != Decision.ANSWERED:
             problems = Problems()
-            _explain_decision(problems, analysis, ledger, field, request, decision)
+            _explain_decision(problems, analysis, ledger, field, request, decision, planned=len(reserved) + index)
             return index, [m for messages in problems.errors.values() for m in messages] or [Decision(decision).label]
         accountant.charge(ledger, request, everyone)
     return None
@@ -180,13 +199,15 @@ def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
     return budget_request_for(recipe.privacy, recipe.encoded_field, recipe.encoding.size)
 
 
-def _explain_analysis_refusal(problems: Problems, analysis: Analysis, ledger: dict, request: BudgetRequest) -> None:
+def _explain_analysis_refusal(
+    problems: Problems, analysis: Analysis, ledger: dict, request: BudgetRequest, planned: int
+) -> None:
     enforced = analysis.enforced
     accountant = Accountant.for_policy(analysis.enforced_content)
     if request.delta > enforced.delta:
         problems.add("privacy.delta", f"Above the analysis's delta of {enforced.delta:g}.")
     elif ledger["reports_used"][0] + 1 > enforced.reports_allowed:
-        problems.add(REPORTS_KEY, reports_used_up("The analysis", enforced.reports_allowed))
+        problems.add(REPORTS_KEY, reports_used_up("The analysis", enforced.reports_allowed, planned))
     elif not accountant.delta_total_fits(ledger, request, analysis.enforced_content["budget"])[0]:
         spent = float(delta_used(ledger)[0]) / ATTO
         plus = " plus δ′" if accountant.composition.adds_delta_prime else ""
@@ -205,17 +226,24 @@ def _explain_analysis_refusal(problems: Problems, analysis: Analysis, ledger: di
 
 
 def _explain_field_refusal(
-    problems: Problems, analysis: Analysis, ledger: dict, field: str | None, request: BudgetRequest
+    problems: Problems, analysis: Analysis, ledger: dict, field: str | None, request: BudgetRequest, planned: int
 ) -> None:
     """Say which encoded field refuses and why (the first one, in the recipe's order)."""
     names = fields_of(field or "")
     for name in names:
-        if _explain_one_field(problems, analysis, ledger, name, request, last=name == names[-1]):
+        if _explain_one_field(problems, analysis, ledger, name, request, planned, last=name == names[-1]):
             return
 
 
 def _explain_one_field(
-    problems: Problems, analysis: Analysis, ledger: dict, field: str, request: BudgetRequest, *, last: bool
+    problems: Problems,
+    analysis: Analysis,
+    ledger: dict,
+    field: str,
+    request: BudgetRequest,
+    planned: int,
+    *,
+    last: bool,
 ) -> bool:
     policy = analysis.enforced.field(field)
     epsilon0 = request.epsilon0
@@ -234,7 +262,7 @@ def _explain_one_field(
             f"(replacement-model epsilon0 of this mechanism: {epsilon0:g}).",
         )
     elif ledger.get(f"field:{field}:reports_used", np.zeros(1))[0] + 1 > policy.reports:
-        problems.add(REPORTS_KEY, reports_used_up(f"Field {field}", policy.reports))
+        problems.add(REPORTS_KEY, reports_used_up(f"Field {field}", policy.reports, planned))
     elif not (accountant := Accountant.for_policy(analysis.enforced_content)).delta_total_fits(
         ledger, request, analysis.enforced_content["budget"], scope=f"field:{field}:", cap=policy.delta_total
     )[0]:
