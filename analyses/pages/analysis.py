@@ -85,11 +85,7 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
                     confirm_small_cohorts=form.cleaned_data.get("confirm_small_cohorts", False)
                     or _answered_question(request, action, form.recipe()),
                 )
-                messages.success(
-                    request,
-                    f"Round {round_.pk} started: devices answer as they are asked. Its progress is below, "
-                    "and its release once enough devices have answered.",
-                )
+                _round_started(request, round_)
                 return redirect("round-detail", pk=round_.pk)
         except ValidationFailed as invalid:
             form.add_recipe_errors(invalid.errors)
@@ -122,6 +118,29 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
     }
     invalid = form.errors or (refine and refine["error"])
     return render(request, "analyses/detail.html", context, status=400 if invalid else 200)
+
+
+# A message about a round still running: stale once it has finished (round_detail drops it; on a
+# page following the round, static/js/live.js does).
+WHILE_RUNNING = "while-running"
+
+
+def _round_started(request: HttpRequest, round_: Round) -> None:
+    messages.success(
+        request,
+        f"Round {round_.pk} started: devices answer as they are asked. Its progress is below, "
+        "and its release once enough devices have answered.",
+        extra_tags=WHILE_RUNNING,
+    )
+
+
+def _messages_shown(request: HttpRequest, round_: Round) -> list[Any]:
+    """The messages to show on ``round_``'s page (the context's ``messages``, over the context
+    processor's): all of them, but those about the round running once it has finished."""
+    shown = list(messages.get_messages(request))  # read: shown once, as the processor's would be
+    if round_.is_finished:
+        shown = [m for m in shown if WHILE_RUNNING not in m.extra_tags.split()]
+    return shown
 
 
 def _spend_question(analysis: Analysis, content: Any) -> dict[str, Any]:
@@ -210,6 +229,7 @@ def round_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_close": not round_.is_finished and _may(check_may_run, request.user, round_),
         "release": release,
         "release_section": release_cache.release_section(round_, release, _release_view(request)) if release else "",
+        "messages": _messages_shown(request, round_),
     }
     return render(request, "analyses/round.html", context)
 
@@ -274,6 +294,7 @@ def round_refine(request: HttpRequest, pk: int) -> HttpResponse:
         new_round = round_create_and_start(
             analysis=analysis, content=refinement["recipe"], user=request.user, confirm_small_cohorts=True
         )
+        _round_started(request, new_round)
     except ValueError:
         messages.error(request, "bucket must be a whole number.")
     except ValidationFailed as invalid:

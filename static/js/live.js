@@ -57,9 +57,13 @@
     const focused = document.activeElement && document.activeElement.id;
     const open = Array.from(main.querySelectorAll("details[id]"), (d) => [d.id, d.open]);
     lastServerHtml = comparable(freshMain.innerHTML);
-    // The outcome of the last action (#messages) was shown once by the server: it stays.
+    // The outcome of the last action (#messages) was shown once by the server: it stays, except a
+    // message about something running ("Round 12 started", .while-running) once it has finished.
     const messages = document.getElementById("messages");
-    if (messages && !freshMain.querySelector("#messages")) freshMain.prepend(messages);
+    if (messages && !freshMain.querySelector("#messages")) {
+      if (freshMain.querySelector('[data-finished="true"]')) messages.querySelectorAll(".while-running").forEach((m) => m.remove());
+      if (messages.querySelector(".message")) freshMain.prepend(messages);
+    }
     main.replaceChildren(...Array.from(freshMain.childNodes, (node) => document.importNode(node, true)));
     open.forEach(([id, isOpen]) => {
       const details = document.getElementById(id);

@@ -1,6 +1,7 @@
 """In a real Chromium: every action that spends asks first, in one dialog that says what it spends,
 what remains after it and which cohorts will be suppressed (issue 31, items 1 and 3): Run on a
-split recipe and the drill-down's "Run this refinement…", at 1,280 and 390 px."""
+split recipe and the drill-down's "Run this refinement…", at 1,280 and 390 px. And the outcome of
+a start ("Round 12 started") goes once the round page it is on shows the round finished (item 12)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from playwright.sync_api import expect
 
 from analyses.models import Round
-from analyses.services.rounds import round_create_and_start
+from analyses.services.recipes import recipe_create
+from analyses.services.rounds import round_aggregate, round_create_and_start, round_dispatch, round_shard_run
 
 pytestmark = pytest.mark.e2e
 
@@ -88,3 +90,34 @@ def test_run_this_refinement_asks_in_a_dialog_first(
     expect(page).to_have_url(re.compile(r"/rounds/\d+/$"))
     assert Round.objects.count() == 2
     assert Round.objects.exclude(pk=first.pk).get().recipe.identifier == "ages-refine-2"
+
+
+def test_a_round_started_message_goes_when_the_followed_round_is_released(
+    transactional_db, analysis, analyst, recipe, live_server, page
+) -> None:
+    # A round half run (dispatched by hand, one shard answered), followed by its page.
+    round_ = Round.objects.create(
+        recipe=recipe_create(analysis=analysis, content=recipe, user=analyst), seed=7, created_by=analyst
+    )
+    shards = round_dispatch(round_id=round_.pk)
+    round_shard_run(round_id=round_.pk, shard_id=shards[0])
+    sign_in(page, f"{live_server.url}/rounds/{round_.pk}/")
+    expect(page.locator("#round-status")).to_have_text("Running on devices")
+    # What the server shows after Run (static/js/live.js keeps #messages across patches): the
+    # outcome of the start, and another message that is not about the round running.
+    page.evaluate(
+        """() => {
+            const box = document.createElement("div");
+            box.id = "messages";
+            box.innerHTML = '<p class="message while-running success">Round started: its progress is below.</p>' +
+                            '<p class="message info">Another outcome.</p>';
+            document.querySelector("main").prepend(box);
+        }"""
+    )
+    for shard_id in shards[1:]:
+        round_shard_run(round_id=round_.pk, shard_id=shard_id)
+    round_aggregate(round_id=round_.pk)
+
+    expect(page.locator("#release-reports")).to_be_visible(timeout=30_000)
+    expect(page.locator("#messages")).not_to_contain_text("Round started")
+    expect(page.locator("#messages")).to_contain_text("Another outcome.")

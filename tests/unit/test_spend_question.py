@@ -122,3 +122,21 @@ def test_without_the_question_a_split_leaving_small_cohorts_still_needs_its_go_a
     response = client.post("/analyses/test.ages/", {**SPLIT, "action": "run-confirmed", "ask_before_spending": "1"})
     assert response.status_code == 400 and 'name="confirm_small_cohorts"' in response.content.decode()
     assert not Round.objects.exists()
+
+
+def test_round_started_is_said_while_it_runs_and_not_on_its_finished_page(
+    client, analysis, analyst, django_capture_on_commit_callbacks
+) -> None:
+    client.force_login(analyst)
+    with django_capture_on_commit_callbacks(execute=False):  # not run yet: the round is queued
+        started = client.post("/analyses/test.ages/", {**FORM, "action": "run-confirmed", "ask_before_spending": "1"})
+    assert "Round 1 started" in client.get(started["Location"]).content.decode()
+
+    with django_capture_on_commit_callbacks(execute=True):  # run at once: released before the page is read
+        started = client.post(
+            "/analyses/test.ages/",
+            {**FORM, "epsilon": "0.5", "action": "run-confirmed", "ask_before_spending": "1"},
+        )
+    assert Round.objects.get(pk=2).status == Round.Status.RELEASED
+    page = client.get(started["Location"]).content.decode()
+    assert "Round 2 started" not in page and 'id="release-reports"' in page
