@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from analyses.adaptive.combined import refinement_combined
 from analyses.adaptive.spec import (
     adaptive_rounds_started,
 )
@@ -22,6 +23,8 @@ def adaptive_output(run: AdaptiveRun) -> dict[str, Any]:
         "epsilon_spent": sum(p["epsilon"] for p in run.plan[: adaptive_rounds_started(run)[0]]),
         "levels": [_level_output(run, level) for level in run.levels],
     }
+    if run.kind == AdaptiveRun.Kind.BUCKET_REFINEMENT:
+        output["combined"] = run_combined(run)
     if run.next_recipe is not None:
         output["next_recipe"] = run.next_recipe
     if run.comparison is not None:
@@ -38,3 +41,8 @@ def _level_output(run: AdaptiveRun, level: dict) -> dict[str, Any]:
     if "kept" in entry:
         entry["kept"] = [{k: v for k, v in kept.items() if k != "tokens"} for kept in entry["kept"]]
     return entry
+
+
+def run_combined(run: AdaptiveRun) -> dict[str, Any]:
+    """A refinement's rounds pooled into one histogram over its last round's buckets (analyses.adaptive.combined)."""
+    return refinement_combined(run.levels, [planned.get("sampling_rate", 1.0) for planned in run.plan])

@@ -383,6 +383,9 @@ class AdaptiveRunSerializer(serializers.Serializer):
     levels = serializers.ListField(child=serializers.DictField(), help_text="What each finished round found.")
     next_recipe = serializers.DictField(required=False, help_text="While paused: the waiting round's recipe.")
     comparison = serializers.DictField(required=False, help_text="With a baseline: interactive against static.")
+    combined = serializers.DictField(
+        required=False, help_text="Bucket refinement: every round pooled over the last round's buckets."
+    )
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     current_round = RoundSerializer(allow_null=True)

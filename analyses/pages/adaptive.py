@@ -267,6 +267,37 @@ def _refinement_charts(output: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _combined_chart(combined: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The pooled histogram as one more bar chart, after the rounds' (its index: the number of levels)."""
+    if not combined or not combined["available"] or combined["rounds"] < 2:
+        return []
+    buckets = combined["buckets"]
+    return [
+        {
+            "labels": [b["bucket"] for b in buckets],
+            "estimates": [b["estimate"] for b in buckets],
+            "errors": [Z95 * b["standard_error"] for b in buckets],
+            "split": [False] * len(buckets),
+            "title": "bucket (every round pooled)",
+        }
+    ]
+
+
+def _combined_view(combined: dict[str, Any] | None, *, chart_index: int) -> dict[str, Any] | None:
+    """The pooled histogram's section: shown once two rounds are released (one round is its own)."""
+    if not combined or combined["rounds"] < 2:
+        return None
+    rows = [
+        {
+            **b,
+            "low": b["estimate"] - Z95 * b["standard_error"],
+            "high": b["estimate"] + Z95 * b["standard_error"],
+        }
+        for b in combined["buckets"]
+    ]
+    return {**combined, "rows": rows, "chart_index": chart_index}
+
+
 def _comparison_rows(comparison: dict[str, Any] | None) -> list[dict[str, Any]]:
     if not comparison or not comparison.get("available"):
         return []
@@ -329,7 +360,7 @@ def _adaptive_context(run: AdaptiveRun, *, next_form: AdaptiveJsonForm | None, r
         "tree": [_sunburst([n for n in nodes if n["level"] <= i]) for i in range(1, len(run.levels) + 1)]
         if discovery
         else [],
-        "levels": [] if discovery else _refinement_charts(output),
+        "levels": [] if discovery else _refinement_charts(output) + _combined_chart(output.get("combined")),
     }
     return {
         "run": run,
@@ -345,6 +376,7 @@ def _adaptive_context(run: AdaptiveRun, *, next_form: AdaptiveJsonForm | None, r
             "spent_rounds": len(spent),
         },
         "levels": _level_views(run, output),
+        "combined": _combined_view(output.get("combined"), chart_index=len(run.levels)),
         "stop_text": _stop_text(run),
         "tree_rows": _tree_rows(nodes),
         "current": _current_round(run),

@@ -55,7 +55,7 @@
         ],
         {
           margin: { t: 20 },
-          xaxis: { title: { text: "bucket (dark: split for the next round)" }, type: "category" },
+          xaxis: { title: { text: level.title || "bucket (dark: split for the next round)" }, type: "category" },
           yaxis: { title: { text: "estimated devices (95% CI)" } },
         },
         config

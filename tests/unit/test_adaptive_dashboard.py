@@ -268,7 +268,9 @@ def test_bucket_refinement_shows_a_histogram_per_round(
     assert 'id="level-1-chart"' in page and 'id="level-2-table"' in page and 'id="tree-chart"' not in page
     first = response.context["levels"][0]["rows"]
     assert any(r["bucket"] == "[25, 50)" and r["split"] for r in first)
-    assert len(response.context["chart"]["levels"]) == 2
+    # A chart per round, and one of every round pooled (the last, after the rounds').
+    assert len(response.context["chart"]["levels"]) == 3
+    assert response.context["chart"]["levels"][2]["title"] == "bucket (every round pooled)"
 
 
 def test_with_a_static_twin_the_spec_has_a_baseline_and_the_page_compares(
