@@ -19,12 +19,13 @@ from analyses.models import Analysis, FieldPolicy, Recipe, Release, Round
 from analyses.services.approvals import (
     analysis_reject,
     approval_lines,
+    approval_lines_digest,
     pending_editors,
     policy_edit_record,
     policy_history,
 )
 from analyses.services.budget import analysis_guarantees
-from analyses.services.policy import analysis_approve
+from analyses.services.policy import analysis_approve, analysis_lock
 from analyses.templatetags.figures import figure
 from pfs_base.errors import Conflict, NotAllowed, ValidationFailed
 
@@ -130,9 +131,11 @@ class AnalysisAdmin(admin.ModelAdmin):
         return super().history_view(request, object_id, extra)
 
     # An edit is saved in two steps (the analysis, then its field policies): the policy as it was
-    # is read before the first, the edit recorded after the second.
+    # is read before the first, the edit recorded after the second. The admin saves in one
+    # transaction; the analysis's row stays locked to its end, so an approval (which takes the same
+    # lock) sees the edit with its editor, or neither.
     def save_model(self, request: HttpRequest, obj: Analysis, form: Any, change: bool) -> None:
-        form.policy_before = Analysis.objects.get(pk=obj.pk).edited_policy() if change else None
+        form.policy_before = analysis_lock(obj).edited_policy() if change else None
         super().save_model(request, obj, form, change)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
@@ -187,11 +190,13 @@ class AnalysisAdmin(admin.ModelAdmin):
         status: int = 200,
     ) -> HttpResponse:
         edits = pending_editors(analysis)
+        lines = approval_lines(analysis)
         context = {
             **self.admin_site.each_context(request),
             "title": f"Approve {analysis.identifier}",
             "analysis": analysis,
-            "lines": approval_lines(analysis),
+            "lines": lines,
+            "reviewed": approval_lines_digest(lines),
             "first_approval": analysis.snapshot_id is None,
             "pending_edits": edits,
             "own_change": any(edit.edited_by_id == request.user.pk for edit in edits),
@@ -217,9 +222,14 @@ class AnalysisAdmin(admin.ModelAdmin):
         analysis = self._officer_analysis(request, pk)
         if request.method == "GET":
             return self._approval_page(request, analysis)
-        if not approval_lines(analysis):
+        lines = approval_lines(analysis)
+        if not lines:
             self.message_user(request, "Nothing to approve: devices already enforce this policy.", messages.INFO)
             return redirect("admin:analyses_analysis_change", analysis.pk)
+        reviewed = request.POST.get("reviewed")  # the page's; a script posting none approves what is saved
+        if reviewed is not None and reviewed != approval_lines_digest(lines):
+            refusal = "The policy was edited since you opened this page: nothing was approved. Review the diff below."
+            return self._approval_page(request, analysis, refusal=refusal, status=409)
         try:
             analysis_approve(analysis=analysis, officer=request.user)
         except NotAllowed as refusal:

@@ -9,6 +9,8 @@ rejected: the columns go back to the snapshot, which never changed.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -29,6 +31,12 @@ def approval_lines(analysis: Analysis) -> list[str]:
     they enforce, or, never approved, the whole policy (from nothing)."""
     edited = analysis.edited_policy()
     return pending_changes(_enforced_or_blank(analysis, edited), edited)
+
+
+def approval_lines_digest(lines: list[str]) -> str:
+    """Names the diff an officer reviewed: an approval posted from a page showing another diff
+    (an edit saved since it was opened) is refused rather than approving what nobody saw."""
+    return hashlib.sha256(json.dumps(lines, ensure_ascii=False).encode()).hexdigest()
 
 
 def _enforced_or_blank(analysis: Analysis, edited: dict[str, Any]) -> dict[str, Any]:

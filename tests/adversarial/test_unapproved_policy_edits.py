@@ -199,3 +199,20 @@ def test_the_history_shows_every_edit_old_to_new_and_who_approved_when(
     # Django's own log below says the values too, not only "Changed epsilon allowed".
     log = history[history.index('id="change-history"') :]
     assert "budget.epsilon: 2.0 → 9.0" in log and "Approved: devices enforce snapshot" in log
+
+
+def test_an_approval_from_a_page_showing_an_older_diff_approves_nothing(
+    officer_browser, other_officer, analysis
+) -> None:
+    _edit_budget_without_approving(officer_browser, analysis)
+    browser = Client()
+    browser.force_login(other_officer)
+    reviewed = browser.get(APPROVE.format(pk=analysis.pk)).context["reviewed"]
+    admin_edit(officer_browser, Analysis.objects.get(pk=analysis.pk), epsilon_allowed=20.0)  # saved meanwhile
+    held = _devices_hold(analysis)
+    response = browser.post(APPROVE.format(pk=analysis.pk), {"reviewed": reviewed})
+    assert response.status_code == 409 and "edited since you opened this page" in response.content.decode()
+    assert _devices_hold(analysis) == held
+    assert browser.post(APPROVE.format(pk=analysis.pk), {"reviewed": response.context["reviewed"]}).status_code == 302
+    analysis.refresh_from_db()
+    assert analysis.enforced.epsilon_allowed == 20.0
