@@ -103,12 +103,14 @@ def test_the_officer_edits_a_budget_and_approves_it_from_the_analysis_page(
     expect(history.locator("tr.policy-rejected")).to_contain_text("budget.epsilon: 3.0 → 8.0")
     expect(history.locator("tr.policy-approved").first).to_contain_text("oscar")
     expect(history.locator("tr.policy-approved").first).to_contain_text("budget.epsilon: 2.0 → 3.0")
+    shot(oscar, "admin_history")
     assert page_width(oscar) <= 1280
 
     # The list: every column inside the window beside its filters, spent included.
     oscar.goto(f"{live_server.url}/admin/analyses/analysis/")
     expect(oscar.get_by_role("columnheader", name="Spent (ε, δ)")).to_be_visible()
     assert columns_fit(oscar) and page_width(oscar) <= 1280
+    shot(oscar, "admin_analyses_list")
 
     for path in (
         "/admin/analyses/analysis/",
