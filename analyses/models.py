@@ -376,3 +376,45 @@ class PolicyApproval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.analysis} approved at {self.approved_at:%Y-%m-%d %H:%M}"
+
+
+class PolicyEdit(models.Model):
+    """One save of an analysis's policy in the admin: who changed what (old → new), and what
+    became of it. Devices enforce none of it until another privacy officer approves it: whoever
+    edited a pending change may not approve it (analyses.services.policy.analysis_approve)."""
+
+    class Outcome(models.TextChoices):
+        PENDING = "pending", "Waiting for approval"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        UNDONE = "undone", "Undone by a later edit"
+
+    analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="policy_edits")
+    edited_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    edited_at = models.DateTimeField()
+    # One line per value, "budget.epsilon: 2.0 → 3.0" (analyses.rules.enforced_policy.pending_changes).
+    changes = models.JSONField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.PENDING)
+
+    class Meta:
+        ordering = ["edited_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.analysis} edited at {self.edited_at:%Y-%m-%d %H:%M}"
+
+
+class PolicyRejection(models.Model):
+    """A privacy officer's refusal of the pending edits: they were discarded (the analysis went
+    back to the policy devices enforce, which never changed), for the reason recorded here."""
+
+    analysis = models.ForeignKey(Analysis, on_delete=models.CASCADE, related_name="rejections")
+    rejected_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    rejected_at = models.DateTimeField()
+    reason = models.TextField()
+    changes = models.JSONField()  # what was discarded, one line per value
+
+    class Meta:
+        ordering = ["rejected_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.analysis} edit rejected at {self.rejected_at:%Y-%m-%d %H:%M}"

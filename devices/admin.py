@@ -7,8 +7,27 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from devices.audit import DeviceNotFound, device_audit
+from devices.audit import AuditEntry, DeviceNotFound, device_audit
 from devices.models import CollectionWindow, DeviceCredential, Fleet, PolicySnapshot, ShardRun
+
+
+def _first_device_id(fleet: Fleet) -> str:
+    """The fleet's first device id, to show the format: d0 for a generated fleet, its own scheme
+    for a fleet loaded from records (docs/fleets.md)."""
+    shard = fleet.shards.order_by("index").first()
+    ids = shard.load_columns().get("device_id") if shard is not None else None
+    return str(ids[0]) if ids is not None and len(ids) else "d0"
+
+
+def fleet_device_audit(*, fleet: Fleet, typed: str) -> tuple[str, list[AuditEntry]]:
+    """The log of the device ``typed`` names, and its id: an officer who types a number (42) means
+    the generated fleet's device d42 when no device is named 42 itself."""
+    try:
+        return typed, device_audit(fleet=fleet, device_id=typed)
+    except DeviceNotFound:
+        if not typed.isdigit():
+            raise
+    return f"d{typed}", device_audit(fleet=fleet, device_id=f"d{typed}")
 
 
 class ReadOnly(admin.ModelAdmin):
@@ -40,18 +59,21 @@ class FleetAdmin(ReadOnly):
         if not self.has_view_permission(request):
             return HttpResponse(status=403)
         fleet = get_object_or_404(Fleet, pk=pk)
-        device_id = request.GET.get("device", "").strip()
-        entries, error = [], ""
-        if device_id:
+        typed = request.GET.get("device", "").strip()
+        example = _first_device_id(fleet)
+        device_id, entries, error = "", [], ""
+        if typed:
             try:
-                entries = device_audit(fleet=fleet, device_id=device_id)
-            except DeviceNotFound as missing:
-                error = str(missing)
+                device_id, entries = fleet_device_audit(fleet=fleet, typed=typed)
+            except DeviceNotFound:
+                error = f"No device {typed!r} in fleet {fleet.name}. Its ids look like {example} (the first of them)."
         context = {
             **self.admin_site.each_context(request),
             "title": f"Device audit log · fleet {fleet.name}",
             "fleet": fleet,
+            "typed": typed,
             "device_id": device_id,
+            "example": example,
             "entries": entries,
             "error": error,
             "opts": self.model._meta,

@@ -97,6 +97,14 @@ def officer(django_user_model):
 
 
 @pytest.fixture
+def other_officer(django_user_model):
+    """A second privacy officer: whoever edited a policy change cannot approve it, another one can."""
+    user = django_user_model.objects.create_user("oscar", password="oscar-password")
+    make_privacy_officer(user)
+    return user
+
+
+@pytest.fixture
 def fleet(db):
     return fleet_create(name="small", size=FLEET_SIZE, seed=11, shard_size=SHARD_SIZE)
 

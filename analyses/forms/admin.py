@@ -10,6 +10,7 @@ from django import forms
 
 from analyses.models import Analysis, FieldPolicy
 from analyses.rules.enforced_policy import delta_total_floor, delta_total_too_small
+from analyses.services.approvals import REASON_REQUIRED
 from pfs_device.streams import STREAMS
 from privacy.limits import MAX_BUCKETS
 
@@ -207,3 +208,16 @@ class FieldPolicyFormSet(forms.BaseInlineFormSet):
                 "field",
                 f"Not a field queries may read ({', '.join(readable)}): tick it above, or delete this policy.",
             )
+
+
+class PolicyRejectForm(forms.Form):
+    """Why the officer rejects the pending edits: required, recorded and shown in the history."""
+
+    reason = forms.CharField(
+        label="Reason for rejecting",
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=2000,
+        error_messages={"required": REASON_REQUIRED},
+        help_text="Recorded in the analysis's history. Rejecting discards the pending edits; devices keep "
+        "the policy they enforce.",
+    )

@@ -12,7 +12,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from analyses.models import Analysis, FieldPolicy, PolicyApproval, Round
+from analyses.models import Analysis, FieldPolicy, PolicyApproval, PolicyEdit, Round
 from analyses.rules.enforced_policy import delta_total_floor, delta_total_too_small
 from analyses.rules.validation import Problems
 from devices.models import Fleet
@@ -140,11 +140,25 @@ def analysis_lock(analysis: Analysis) -> Analysis:
     return Analysis.objects.select_for_update().get(pk=analysis.pk)
 
 
+OWN_CHANGE_REFUSAL = (
+    "You edited this change, so you cannot approve it: another privacy officer must. "
+    "You can reject it, which discards it."
+)
+
+
 def analysis_approve(*, analysis: Analysis, officer: AbstractBaseUser) -> Analysis:
-    """The privacy officer approves: devices of the fleet receive the policy snapshot taken now."""
+    """The privacy officer approves: devices of the fleet receive the policy snapshot taken now.
+
+    Four eyes: an officer who edited any of the pending changes (PolicyEdit) cannot approve them.
+    """
     if not officer.is_staff:
         raise NotAllowed("Only a privacy officer can approve an analysis.")
     with transaction.atomic():
+        analysis_lock(analysis)  # an edit saved meanwhile waits: what is approved is what was checked
+        pending = PolicyEdit.objects.filter(analysis=analysis, outcome=PolicyEdit.Outcome.PENDING)
+        if pending.filter(edited_by=officer).exists():
+            raise NotAllowed(OWN_CHANGE_REFUSAL)
+        pending.update(outcome=PolicyEdit.Outcome.APPROVED)
         analysis.snapshot = policy_snapshot_create(content=analysis.edited_policy())
         fleet_enroll(fleet=analysis.fleet, snapshot=analysis.snapshot)
         analysis.status = Analysis.Status.APPROVED

@@ -4,6 +4,7 @@ pages and the CLI. Each file is one theme; docs/threats.md lists every attack wi
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from analyses.models import Analysis
 
@@ -63,3 +64,11 @@ def officer_browser(client, officer):
 # The real-device fixtures (a registered fleet, its approved analysis, an open round), shared with
 # the attacks on the device protocol.
 from tests.unit.test_device_http import central_round, phones, phones_analysis  # noqa: E402, F401
+
+
+def admin_approve(officer, analysis: Analysis) -> object:
+    """Approve ``analysis`` by the admin list's action, as ``officer`` in a browser of their own
+    (whoever edited a change cannot approve it: another officer does)."""
+    browser = Client()
+    browser.force_login(officer)
+    return browser.post("/admin/analyses/analysis/", {"action": "approve", "_selected_action": [analysis.pk]})

@@ -69,11 +69,13 @@ def test_a_joint_histogram_past_the_bucket_limit_is_refused(api, analysis, recip
     _refused(api, recipe, "dataTypeContent.joint", f"at most {limits.MAX_BUCKETS:,}")
 
 
-def test_an_officer_can_tighten_the_bucket_limit_of_one_analysis(officer_browser, api, analysis, recipe) -> None:
-    from tests.adversarial.conftest import admin_edit
+def test_an_officer_can_tighten_the_bucket_limit_of_one_analysis(
+    officer_browser, other_officer, api, analysis, recipe
+) -> None:
+    from tests.adversarial.conftest import admin_approve, admin_edit
 
     admin_edit(officer_browser, analysis, max_buckets=5)
-    officer_browser.post("/admin/analyses/analysis/", {"action": "approve", "_selected_action": [analysis.pk]})
+    admin_approve(other_officer, analysis)
     response = api.post("/api/analyses/test.ages/recipes/validate/", recipe, format="json")  # 8 buckets
     assert response.status_code == 400
     assert "at most 5" in response.json()["fields"]["dataTypeContent"][0]

@@ -14,7 +14,7 @@ from analyses.models import FieldPolicy, Recipe
 from analyses.services.policy import analysis_approve
 from pfs_device.budget import Decision, ledger_empty
 from pfs_device.decision import decide
-from tests.adversarial.conftest import admin_edit
+from tests.adversarial.conftest import admin_approve, admin_edit
 
 pytestmark = pytest.mark.django_db
 
@@ -39,9 +39,11 @@ def test_an_aggregator_noise_recipe_cannot_lower_the_default_floor_of_1000(
     assert not Recipe.objects.exists()
 
 
-def test_the_officers_floor_binds_client_noise_recipes_too(officer_browser, api, analysis, recipe) -> None:
+def test_the_officers_floor_binds_client_noise_recipes_too(
+    officer_browser, other_officer, api, analysis, recipe
+) -> None:
     admin_edit(officer_browser, analysis, min_cohort_floor=4000)
-    officer_browser.post("/admin/analyses/analysis/", {"action": "approve", "_selected_action": [analysis.pk]})
+    admin_approve(other_officer, analysis)
     recipe["privacy"]["minCohort"] = 3000  # above the 736 devices compute, below the officer's floor
     response = api.post("/api/analyses/test.ages/recipes/validate/", recipe, format="json")
     assert "floor of 4,000" in response.json()["fields"]["privacy.minCohort"][0]

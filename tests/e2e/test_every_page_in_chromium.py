@@ -176,6 +176,7 @@ def admin_pages(site, analysis) -> list[str]:
         f"/admin/analyses/analysis/{analysis.pk}/change/",
         "/admin/analyses/analysis/add/",
         f"/admin/analyses/analysis/{analysis.pk}/approve/",
+        f"/admin/analyses/analysis/{analysis.pk}/history/",
         "/admin/devices/fleet/",
         f"/admin/devices/fleet/{fleet}/change/",
         f"/admin/devices/fleet/{fleet}/audit/",

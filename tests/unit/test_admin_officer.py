@@ -104,13 +104,16 @@ def test_a_field_outside_the_stream_is_refused_by_name(client, analysis, officer
     assert analysis.query_class["fields"] == ["age", "ngrams"]
 
 
-def test_the_approve_page_shows_the_snapshot_diff_and_approving_sends_it(client, analysis, officer) -> None:
+def test_the_approve_page_shows_the_snapshot_diff_and_another_officer_approving_sends_it(
+    client, analysis, officer, other_officer
+) -> None:
     client.force_login(officer)
     response = client.post(CHANGE.format(pk=analysis.pk), change_post(analysis, epsilon_allowed="3"))
     assert response.status_code == 302
     change_page = client.get(CHANGE.format(pk=analysis.pk)).content.decode()
     assert f'href="{APPROVE.format(pk=analysis.pk)}"' in change_page
     assert "budget.epsilon: 2.0 → 3.0" in change_page
+    client.force_login(other_officer)  # whoever edited a change cannot approve it
     page = client.get(APPROVE.format(pk=analysis.pk)).content.decode()
     assert "budget.epsilon: 2.0 → 3.0" in page and "Approve: send devices this policy" in page
     analysis.refresh_from_db()
@@ -174,6 +177,10 @@ def test_an_officer_adds_an_analysis_with_the_structured_query_class(client, fle
     assert response.status_code == 302, response.content.decode()[:3000]
     created = Analysis.objects.get(identifier="test.new")
     assert created.query_class == {"stream": "ModelMetrics", "fields": ["perplexity"], "cohortFields": ["locale"]}
+    assert not created.is_approved
+    # Adding is an edit too: its officer cannot approve it (four eyes), another can.
+    assert client.post(APPROVE.format(pk=created.pk)).status_code == 403
+    created.refresh_from_db()
     assert not created.is_approved
 
 
