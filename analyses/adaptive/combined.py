@@ -25,8 +25,8 @@ from privacy.encoding import BucketedType
 
 
 def refinement_combined(levels: list[dict[str, Any]], sampling_rates: list[float]) -> dict[str, Any]:
-    """The pooled histogram over the last round's buckets: {available, reason, buckets: [{bucket,
-    estimate, standard_error}], rounds}. Unavailable, with the reason, when the rounds did not count
+    """The pooled histogram over the last round's buckets: {available, reason, rounds, boundaries,
+    buckets: [{bucket, estimate, standard_error}]}. Unavailable, with the reason, when the rounds did not count
     the same devices (a sampling rate below 1, or different numbers of reports)."""
     if not levels:
         return {"available": False, "reason": "No round is released yet.", "buckets": [], "rounds": 0}
@@ -49,6 +49,7 @@ def refinement_combined(levels: list[dict[str, Any]], sampling_rates: list[float
         "available": True,
         "reason": "",
         "rounds": len(levels),
+        "boundaries": finest,
         "buckets": [
             {"bucket": label, "estimate": float(e), "standard_error": float(s)}
             for label, e, s in zip(labels, estimates, errors, strict=True)

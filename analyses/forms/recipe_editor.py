@@ -428,3 +428,13 @@ def _dumps(recipe: dict[str, Any]) -> str:
     """Indented JSON with short arrays on one line (static/js/recipe_form.js writes it the same way)."""
     text = json.dumps(recipe, indent=2, ensure_ascii=False)
     return _SPREAD_ARRAY.sub(lambda match: "[" + re.sub(r",\n\s*", ", ", match.group(1)) + "]", text)
+
+
+def recipe_problem_said(path: str, message: str) -> str:
+    """A recipe problem in words for a page, its key named as the editor labels it ("Aggregate epsilon
+    (ε): Exceeds …"), never as a raw key ("privacy.epsilon: …"). A report count's message names its
+    scope itself ("The analysis has used …"): it stands alone."""
+    name = form_field_for(path)
+    if name is not None:
+        return f"{RecipeForm.base_fields[name].label}: {message}"
+    return message if path in ("budget.reports", "__all__") else f"{path}: {message}"

@@ -20,6 +20,7 @@ from analyses.adaptive.spec import adaptive_rounds_started, adaptive_validate
 from analyses.forms.adaptive import AdaptiveJsonForm, AdaptiveSpecForm
 from analyses.models import AdaptiveRun, Analysis
 from analyses.reads import selectors
+from analyses.reads.drilldown import bucketed_plain_labels
 from analyses.services.policy import analysis_spent
 from analyses.services.rounds import round_progress
 from devices.synthetic import TOKENS
@@ -247,8 +248,8 @@ def _level_views(run: AdaptiveRun, output: dict[str, Any]) -> list[dict[str, Any
         else:
             split = set(level["split"])
             rows = [
-                {"bucket": b["bucket"], "split": b["bucket"] in split, **_interval(b["estimate"], b["standard_error"])}
-                for b in level["histogram"]
+                {"bucket": plain, "split": b["bucket"] in split, **_interval(b["estimate"], b["standard_error"])}
+                for plain, b in zip(bucketed_plain_labels(level["boundaries"]), level["histogram"], strict=True)
             ]
         views.append({"number": number, "level": level, "rows": rows})
     return views
@@ -258,7 +259,7 @@ def _refinement_charts(output: dict[str, Any]) -> list[dict[str, Any]]:
     split = [set(level["split"]) for level in output["levels"]]
     return [
         {
-            "labels": [b["bucket"] for b in level["histogram"]],
+            "labels": bucketed_plain_labels(level["boundaries"]),
             "estimates": [b["estimate"] for b in level["histogram"]],
             "errors": [Z95 * b["standard_error"] for b in level["histogram"]],
             "split": [b["bucket"] in split[i] for b in level["histogram"]],
@@ -274,7 +275,7 @@ def _combined_chart(combined: dict[str, Any] | None) -> list[dict[str, Any]]:
     buckets = combined["buckets"]
     return [
         {
-            "labels": [b["bucket"] for b in buckets],
+            "labels": bucketed_plain_labels(combined["boundaries"]),
             "estimates": [b["estimate"] for b in buckets],
             "errors": [Z95 * b["standard_error"] for b in buckets],
             "split": [False] * len(buckets),
@@ -290,10 +291,11 @@ def _combined_view(combined: dict[str, Any] | None, *, chart_index: int) -> dict
     rows = [
         {
             **b,
+            "bucket": plain,
             "low": b["estimate"] - Z95 * b["standard_error"],
             "high": b["estimate"] + Z95 * b["standard_error"],
         }
-        for b in combined["buckets"]
+        for plain, b in zip(bucketed_plain_labels(combined["boundaries"]), combined["buckets"], strict=True)
     ]
     return {**combined, "rows": rows, "chart_index": chart_index}
 

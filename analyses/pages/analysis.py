@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from analyses import device_rounds
-from analyses.forms.recipe_editor import RecipeForm
+from analyses.forms.recipe_editor import RecipeForm, recipe_problem_said
 from analyses.models import Analysis, Round
 from analyses.reads import drilldown, release_cache, selectors
 from analyses.reads.recipe_preview import recipe_preview, spend_digest
@@ -300,7 +300,7 @@ def round_refine(request: HttpRequest, pk: int) -> HttpResponse:
     except ValidationFailed as invalid:
         for path, problems in invalid.errors.items():
             for problem in problems:
-                messages.error(request, f"{path}: {problem}")
+                messages.error(request, recipe_problem_said(path, problem))
     except (NotAllowed, Unavailable) as refusal:
         messages.error(request, str(refusal))
     else:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser
 
+from analyses.forms.recipe_editor import recipe_problem_said
 from analyses.models import Analysis, Recipe, Round
 from analyses.reads import selectors
 from analyses.reads.recipe_preview import recipe_preview, spend_digest
@@ -119,6 +120,11 @@ def plain_labels(round_: Round) -> list[str]:
     return _plain(encoding)
 
 
+def bucketed_plain_labels(boundaries: list[float]) -> list[str]:
+    """The labels of a histogram over ``boundaries`` as the pages show them (OOV said in words)."""
+    return _plain(BucketedType(tuple(boundaries)))
+
+
 def _plain(encoding: Encoding) -> list[str]:
     if isinstance(encoding, CombinationType):
         return [" × ".join(combo) for combo in itertools.product(*(_plain(part) for _, part in encoding.parts))]
@@ -150,7 +156,7 @@ def refinement_cost(*, round_: Round, recipe: dict) -> dict[str, Any]:
         # Run's spend question, asked before the refinement spends (templates/analyses/includes/refine.html).
         question = {**recipe_preview(analysis=analysis, content=recipe), "digest": spend_digest(recipe)}
     except ValidationFailed as invalid:
-        reasons = [f"{path}: {m}" for path, ms in invalid.errors.items() for m in ms]
+        reasons = [recipe_problem_said(path, m) for path, ms in invalid.errors.items() for m in ms]
     spent = analysis_spent(analysis)
     fields = []
     enforced = analysis.enforced

@@ -31,3 +31,5 @@ def test_a_finished_refinement_shows_every_round_pooled(words, analyst, run_to_e
     assert "All 2 rounds pooled: one histogram" in section
     assert section.count("<tr><td>") >= len(last) and "[37.5, 50)" in section
     assert 'id="level-combined-chart"' in section
+    # The first bucket said as what it holds, on the rounds' tables too (issue 31, item 8: no raw "OOV").
+    assert "<tr><td>below 0 or missing</td>" in section and "<td>OOV</td>" not in page

@@ -354,7 +354,7 @@ def test_the_cost_equals_the_recipe_epsilon_and_the_figures_left_are_analysis_sp
     # refused, with the devices' reason.
     assert cost["refused"] is True
     assert cost["reasons"] == [
-        "privacy.epsilon: Exceeds the analysis budget: 0.1 of its epsilon 2 left "
+        "Aggregate epsilon (ε): Exceeds the analysis budget: 0.1 of its epsilon 2 left "
         "(tightest of basic, advanced, Rényi DP and PLD composition)."
     ]
 
