@@ -42,3 +42,11 @@ def count(value: object) -> str:
         return f"{round(float(value)):,}"
     except (TypeError, ValueError):
         return str(value)
+
+
+@register.filter
+def counted(value: object, noun: str) -> str:
+    """A count and its noun, in the plural unless it is one: ``{{ n|counted:"report" }}`` gives
+    "1 report", "2 reports", "100,000 reports" (never "1 reports")."""
+    figure = count(value)
+    return f"{figure} {noun}" if figure == "1" else f"{figure} {noun}s"

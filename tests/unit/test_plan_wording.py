@@ -48,3 +48,12 @@ def test_the_words_count_reports_and_rounds_in_the_singular_too() -> None:
         "Field age allows each device 1 report: the rounds started and the 1 round of this plan before "
         "this one take them all, so none is left for this round."
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "said"), [(1, "1 report"), (0, "0 reports"), (2, "2 reports"), (100_000, "100,000 reports")]
+)
+def test_a_count_of_reports_is_never_1_reports(value, said) -> None:
+    from analyses.templatetags.numbers import counted
+
+    assert counted(value, "report") == said
