@@ -36,6 +36,9 @@
     if (element.textContent !== String(value)) element.textContent = value;
   };
 
+  // The reasons in words, as the server writes them (analyses/templatetags/reasons.py).
+  const words = JSON.parse((document.getElementById("reason-words") || { textContent: "{}" }).textContent);
+
   function showRefusals(reasons) {
     const body = document.querySelector("#refusals tbody");
     const entries = Object.entries(reasons);
@@ -44,7 +47,7 @@
       ...rows.map(([reason, count]) => {
         const row = document.createElement("tr");
         const name = document.createElement("td");
-        name.textContent = reason;
+        name.textContent = words[reason] || reason;
         row.append(name);
         if (count === undefined) {
           name.colSpan = 2;

@@ -71,7 +71,8 @@ def test_the_round_page_and_its_status_show_the_progress_and_the_time_left(clien
     assert '<span id="eta">about 2 min' in page  # 1.5 x elapsed
     # Devices answered: counting those not sampled would give the answering ones (fleet size minus them).
     assert round_progress(round_)["devices_not_answering"]["not_sampled"] is None
-    assert '<tr><td>not_sampled</td><td class="num">not counted</td></tr>' in page
+    assert '<tr><td>not sampled (left out by the sampling rate)</td><td class="num">not counted</td></tr>' in page
+    assert "<td>not_sampled</td>" not in page  # the key is the API's; the page says what it means (issue 31, item 8)
     assert "Cancel round" in page
 
     status = client.get(f"/rounds/{round_.pk}/status.json").json()
