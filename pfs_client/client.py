@@ -19,7 +19,6 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-from pfs_client import __version__
 from pfs_client.errors import AdaptiveRunFailed, ApiError, RoundFailed, WaitTimeout
 from pfs_client.models import AdaptiveRun, Analysis, Budget, DryRun, Recipe, Release, Round
 from pfs_client.progress import Progress, ProgressBar
@@ -60,7 +59,6 @@ class Client:
             retries=retries,
             backoff=backoff,
             max_retry_after=max_retry_after,
-            user_agent=f"pfs-client/{__version__}",
         )
         self.token: str | None = None
         if token:

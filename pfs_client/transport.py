@@ -24,6 +24,7 @@ import httpx
 from pfs_client.errors import ApiError, TransportError
 
 TRANSIENT_STATUSES = frozenset({502, 503, 504})
+USER_AGENT = f"pfs-client python-httpx/{httpx.__version__}"
 
 
 class Retry(Enum):
@@ -40,7 +41,6 @@ class Transport:
         retries: int,
         backoff: float,
         max_retry_after: float,
-        user_agent: str,
     ) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -51,7 +51,7 @@ class Transport:
         self.max_retry_after = max_retry_after
         self.session = httpx.Client(
             timeout=httpx.Timeout(timeout),
-            headers={"Accept": "application/json", "User-Agent": user_agent},
+            headers={"Accept": "application/json", "User-Agent": USER_AGENT},
             follow_redirects=False,
         )
 

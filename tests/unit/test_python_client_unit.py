@@ -530,6 +530,27 @@ def test_cli_run_writes_the_release_csv(fake, tmp_path) -> None:
     assert "round 7 released: 5,000 reports" in out
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_cli_run_draws_a_progress_bar_on_a_terminal_and_lines_elsewhere(fake, tmp_path) -> None:
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text("{}")
+    args = ["--url", fake.url, "--token", "t0k3n", "run", str(recipe), "--analysis", "test.ages", "--poll", "0"]
+    script_a_round(fake, "running", "released")
+    terminal = Terminal()
+    assert main(args, stdout=io.StringIO(), stderr=terminal) == 0
+    drawn = terminal.getvalue()
+    assert "\rround 7:" in drawn and "0/5 [" in drawn and "pfs: round 7 running" not in drawn
+    script_a_round(fake, "running", "released")
+    log = io.StringIO()
+    assert main(args, stdout=io.StringIO(), stderr=log) == 0
+    assert log.getvalue().splitlines()[:2] == ["pfs: round 7 running, 0/5 shards", "pfs: round 7 released, 0/5 shards"]
+    assert "%" not in log.getvalue() and "\r" not in log.getvalue()
+
+
 @pytest.mark.parametrize(("content", "message"), [(None, "cannot read"), ("{not json", "is not a JSON object")])
 def test_cli_refuses_an_unreadable_or_invalid_recipe_file_with_exit_code_2(fake, tmp_path, content, message) -> None:
     path = tmp_path / "recipe.json"
