@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-from tqdm.auto import tqdm
+from tqdm import tqdm as text_bar
+from tqdm.auto import tqdm as auto_bar
 
 from pfs_client.models import AdaptiveRun, Round
 
-# progress=True draws on stderr (tqdm's default), an open text file draws there, False draws nothing.
+# progress=True draws tqdm.auto's bar (a notebook's widget, else text on stderr); an open text file
+# draws a text bar there (a terminal, a log, a test's buffer); False draws nothing.
 Progress = bool | IO[str]
 
 
@@ -38,7 +40,8 @@ class ProgressBar:
             label = f"round {item.id}"
             note = item.status if answered is None or unit == "device" else f"{item.status}, {answered:,} answered"
         if self.bar is None:
-            self.bar = tqdm(total=total, desc=label, unit=unit, file=self.file, dynamic_ncols=True, leave=True)
+            kind = auto_bar if self.file is None else text_bar
+            self.bar = kind(total=total, desc=label, unit=unit, file=self.file, dynamic_ncols=True, leave=True)
         if total is not None and self.bar.total != total:
             self.bar.total = total
         self.bar.n = done
