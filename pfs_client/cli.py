@@ -1,7 +1,8 @@
 """python -m pfs_client: run recipes and adaptive analyses, follow rounds, export releases.
 
-Exit codes: 0 done; 2 bad input (an unreadable or invalid JSON file, a usage error, or a 400 from
-the server, whose field messages are printed); 1 anything else (a failed or cancelled round, a
+Exit codes: 0 done; 2 bad input (an unreadable or invalid JSON file, a usage error, a missing,
+wrong or unknown password or token (a 401), or a 400 from the server, whose field messages are
+printed); 1 anything else (a failed or cancelled round, a
 server or connection error). Messages go to stderr; results to stdout.
 """
 
@@ -43,9 +44,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
     except BadInput as problem:
         print(f"pfs: {problem}", file=err)
         return 2
-    except AuthenticationError as error:
+    except AuthenticationError as error:  # a wrong password or token: what was typed, as a missing token
         print(f"pfs: not signed in: {error.summary}", file=err)
-        return 1
+        return 2
     except ApiError as error:
         # The one field's message in full on the first line ("recipeIdentifier: A recipe 'ages'
         # already exists in this analysis."), or the server's detail and a line per field.

@@ -143,7 +143,7 @@ def test_a_wrong_password_is_a_401_and_the_clients_authentication_error(live_ser
     assert missing.status_code == 400 and list(missing.json()["fields"]) == ["password"]
 
     login = run_cli(live_server, "login", "--username", "alice", "--password-stdin", stdin="wrong\n")
-    assert login.returncode == 1 and login.stdout == ""
+    assert login.returncode == 2 and login.stdout == ""  # bad input, as a missing token
     assert "pfs: not signed in: Wrong username or password" in login.stderr
 
 

@@ -607,6 +607,13 @@ def test_cli_without_a_token_says_how_to_get_one(fake, monkeypatch) -> None:
     assert "no token" in err.getvalue() and fake.seen == []
 
 
+def test_cli_with_a_token_the_server_does_not_know_exits_2(fake) -> None:
+    unknown = (401, {"detail": "Invalid token.", "code": "authentication_failed", "fields": {}})
+    fake.on("GET", "/api/rounds/7/", unknown)
+    code, out, err = cli(fake, "status", "7")
+    assert (code, out, err) == (2, "", "pfs: not signed in: Invalid token.\n")
+
+
 def test_cli_login_prints_the_token(fake, monkeypatch) -> None:
     fake.on("POST", "/api/token/", (200, {"token": "abc123"}))
     monkeypatch.setenv("PFS_PASSWORD", "secret")
