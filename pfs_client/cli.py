@@ -1,9 +1,9 @@
 """python -m pfs_client: run recipes and adaptive analyses, follow rounds, export releases.
 
-Exit codes: 0 done; 2 bad input (an unreadable or invalid JSON file, a usage error, a missing,
-wrong or unknown password or token (a 401), or a 400 from the server, whose field messages are
-printed); 1 anything else (a failed or cancelled round, a
-server or connection error). Messages go to stderr; results to stdout.
+Exit codes: 0 done; 2 bad input (an unreadable or invalid JSON file, a usage error, a missing
+token, a wrong password or unknown token (a 401), or a 400 from the server, whose field messages
+are printed); 1 anything else (a failed or cancelled round, a server or connection error).
+Messages go to stderr; results to stdout.
 """
 
 from __future__ import annotations
