@@ -1,8 +1,9 @@
 """python -m pfs_client: run recipes and adaptive analyses, follow rounds, export releases.
 
-Exit codes: 0 done; 2 bad input (an unreadable or invalid JSON file, a usage error, or a 400 from
-the server, whose field messages are printed); 1 anything else (a failed or cancelled round, a
-server or connection error). Messages go to stderr; results to stdout.
+Exit codes: 0 done; 2 bad input (an unreadable or invalid JSON file, a usage error, a missing
+token, a wrong password or unknown token (a 401), or a 400 from the server, whose field messages
+are printed); 1 anything else (a failed or cancelled round, a server or connection error).
+Messages go to stderr; results to stdout.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TextIO
 
 from pfs_client import __version__
 from pfs_client.client import DEFAULT_URL, Client, load_json
-from pfs_client.errors import ApiError, PfsError
+from pfs_client.errors import ApiError, AuthenticationError, PfsError
 from pfs_client.models import AdaptiveRun, Release, Round, write_text
 
 PROG = "python -m pfs_client"
@@ -43,12 +44,17 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
     except BadInput as problem:
         print(f"pfs: {problem}", file=err)
         return 2
+    except AuthenticationError as error:  # a wrong password or token: what was typed, as a missing token
+        print(f"pfs: not signed in: {error.summary}", file=err)
+        return 2
     except ApiError as error:
+        # The one field's message in full on the first line ("recipeIdentifier: A recipe 'ages'
+        # already exists in this analysis."), or the server's detail and a line per field.
         if error.status == 400:
-            print(f"pfs: the server refused the input, nothing was changed: {error.detail}", file=err)
+            print(f"pfs: the server refused the input, nothing was changed: {error.summary}", file=err)
         else:
-            print(f"pfs: HTTP {error.status} {error.code}: {error.detail}", file=err)
-        for message in error.messages():
+            print(f"pfs: HTTP {error.status} {error.code}: {error.summary}", file=err)
+        for message in error.details():
             print(f"  {message}", file=err)
         return 2 if error.status == 400 else 1
     except PfsError as error:
@@ -71,51 +77,53 @@ def cmd_login(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = os.environ.get("PFS_PASSWORD") or getpass.getpass("password: ")
-    client = Client(_url(args), token=None, username=username, password=password)
-    print(client.token, file=out)
+    with Client(_url(args), token=None, username=username, password=password) as client:
+        print(client.token, file=out)
     print(f"pfs: signed in as {username}; export PFS_TOKEN=<the token above> to use it", file=err)
     return 0
 
 
 def cmd_analyses(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    analyses = _client(args).analyses()
+    with _client(args) as client:
+        analyses = client.analyses()
     if args.json:
-        print(json.dumps(analyses, indent=2), file=out)
+        print(json.dumps([analysis.data for analysis in analyses], indent=2), file=out)
         return 0
     for analysis in analyses:
-        spent = analysis.get("spent") or {}
-        epsilon = spent.get("epsilon", "?") if isinstance(spent, dict) else "?"
+        epsilon = analysis.spent.get("epsilon", "?")
+        allowed = analysis.epsilon_allowed if analysis.epsilon_allowed is not None else "?"
         print(
-            f"{analysis['identifier']}\t{analysis.get('status', '')}\tfleet {analysis.get('fleet', '')}\t"
-            f"epsilon spent {epsilon} of {analysis.get('epsilon_allowed', '?')}\t{analysis.get('title', '')}",
+            f"{analysis.identifier}\t{analysis.status}\tfleet {analysis.fleet}\t"
+            f"epsilon spent {epsilon} of {allowed}\t{analysis.title}",
             file=out,
         )
     return 0
 
 
 def cmd_fleets(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    print(json.dumps(_client(args).fleets(), indent=2), file=out)
+    with _client(args) as client:
+        print(json.dumps(client.fleets(), indent=2), file=out)
     return 0
 
 
 def cmd_budget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    budget = _client(args).budget(args.analysis)
+    with _client(args) as client:
+        budget = client.budget(args.analysis)
     if args.json:
-        print(json.dumps(budget, indent=2), file=out)
+        print(json.dumps(budget.data, indent=2), file=out)
         return 0
-    cap = budget.get("delta_total")
+    cap = budget.delta_total
     print(
-        f"{budget['analysis']}: accountant {budget['accountant']}, delta {budget['delta']:g} per query, "
+        f"{budget.analysis}: accountant {budget.accountant}, delta {budget.delta:g} per query, "
         f"total delta {'capped at ' + format(cap, 'g') if cap is not None else 'not capped'}",
         file=out,
     )
-    for scope in budget["scopes"]:
-        spent = scope["guarantee"]
-        allowed = scope.get("epsilon_allowed")
+    for scope in budget.scopes:
+        allowed = scope.epsilon_allowed
         print(
-            f"  {scope['scope']}: spent (epsilon, delta) = ({spent['epsilon']:.6g}, {spent['delta']:.3g}) "
-            f"by the {spent['account']} account, of epsilon {allowed if allowed is not None else '-'}; "
-            f"{scope['reports_used']} report(s) requested",
+            f"  {scope.scope}: spent (epsilon, delta) = ({scope.epsilon_spent:.6g}, {scope.delta_spent:.3g}) "
+            f"by the {scope.account} account, of epsilon {allowed if allowed is not None else '-'}; "
+            f"{scope.reports_used} report(s) requested",
             file=out,
         )
     return 0
@@ -123,10 +131,11 @@ def cmd_budget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_dry_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     recipe = _read_json(args.recipe)
-    result = _client(args).dry_run(args.analysis, recipe)
-    print(json.dumps(result, indent=2), file=out)
-    if result.get("too_noisy"):
-        print(f"pfs: too noisy: {result.get('too_noisy_reason')} (run needs --confirm-small-cohorts)", file=err)
+    with _client(args) as client:
+        result = client.dry_run(args.analysis, recipe)
+    print(json.dumps(result.data, indent=2), file=out)
+    if result.too_noisy:
+        print(f"pfs: too noisy: {result.too_noisy_reason} (run needs --confirm-small-cohorts)", file=err)
     return 0
 
 
@@ -135,9 +144,8 @@ def cmd_propose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not (math.isfinite(target) and target > 0):
         raise BadInput(f"the target must be a positive finite number, not {target}")
     recipe = _read_json(args.recipe)
-    answer = _client(args).propose(
-        args.analysis, recipe, half_width=args.half_width, relative_error=args.relative_error
-    )
+    with _client(args) as client:
+        answer = client.propose(args.analysis, recipe, half_width=args.half_width, relative_error=args.relative_error)
     print(json.dumps(answer, indent=2), file=out)
     print(f"pfs: {answer['message']}", file=err)
     return 0 if answer["met"] else 1
@@ -152,7 +160,11 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.no_wait and (args.csv or args.json):
         raise BadInput("--no-wait returns before the release: export it later with `export ROUND`")
     _check_writable(args.csv, args.json)
-    client = _client(args)
+    with _client(args) as client:
+        return _run(client, args, recipe, out, err)
+
+
+def _run(client: Client, args: argparse.Namespace, recipe: Any, out: TextIO, err: TextIO) -> int:
     if args.no_wait:
         round_ = client.run_recipe(
             args.analysis,
@@ -173,7 +185,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         confirm_small_cohorts=args.confirm_small_cohorts,
         intervals=args.intervals,
         view=args.view,
-        on_progress=_progress_printer(err),
+        **_progress(err),
     )
     _write_release(release, args.csv, args.json, out, err)
     return 0
@@ -182,15 +194,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_adaptive(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     spec = _read_json(args.spec)
     _check_writable(None, args.json)
-    client = _client(args)
-    run = client.run_adaptive(
-        args.analysis,
-        spec,
-        wait=not args.no_wait,
-        poll=args.poll,
-        timeout=args.timeout,
-        on_progress=_progress_printer(err),
-    )
+    with _client(args) as client:
+        run = client.run_adaptive(
+            args.analysis, spec, wait=not args.no_wait, poll=args.poll, timeout=args.timeout, **_progress(err)
+        )
     if args.json:
         write_text(json.dumps(run.data, indent=2) + "\n", out if args.json == "-" else args.json)
     _print_run(run, out)
@@ -198,13 +205,15 @@ def cmd_adaptive(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    round_ = _client(args).round(args.round)
+    with _client(args) as client:
+        round_ = client.round(args.round)
     print(json.dumps(round_.data, indent=2) if args.json else round_.describe(), file=out)
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    print(_client(args).cancel(args.round).describe(), file=out)
+    with _client(args) as client:
+        print(client.cancel(args.round).describe(), file=out)
     return 0
 
 
@@ -212,7 +221,12 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not (args.csv or args.json):
         raise BadInput("export needs --csv PATH or --json PATH (- for stdout)")
     _check_writable(args.csv, args.json)
-    client = _client(args)
+    with _client(args) as client:
+        _export(client, args, out, err)
+    return 0
+
+
+def _export(client: Client, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
     if args.csv:
         text = client.release_csv(args.round, intervals=args.intervals, view=args.view)
         write_text(text, out if args.csv == "-" else args.csv)
@@ -224,7 +238,6 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         if args.json != "-":
             print(f"pfs: wrote {args.json}", file=err)
-    return 0
 
 
 # ---------------------------------------------------------------------- helpers
@@ -264,6 +277,13 @@ def _check_writable(*paths: str | None) -> None:
     for path in paths:
         if path and path != "-" and not Path(path).resolve().parent.is_dir():
             raise BadInput(f"cannot write {path}: no folder {Path(path).parent}")
+
+
+def _progress(err: TextIO) -> dict[str, Any]:
+    """How a wait shows its progress: a bar on a terminal; elsewhere (a log, a pipe) one line per change."""
+    if err.isatty():
+        return {"progress": err}
+    return {"progress": False, "on_progress": _progress_printer(err)}
 
 
 def _progress_printer(err: TextIO) -> Callable[[Round | AdaptiveRun], None]:

@@ -1,9 +1,9 @@
 """The PFS Studio REST API (docs/api.md) from Python: run a recipe and wait for its release, run an
-adaptive analysis, export results. Standard library only; see docs/client.md.
+adaptive analysis, export results. One HTTP session (httpx) for every request; see docs/client.md.
 
     from pfs_client import Client
-    pfs = Client("http://127.0.0.1:8000", username="analyst", password="analyst-demo-password")
-    release = pfs.run_recipe("demo.ages", "docs/examples/recipe.json")
+    with Client("http://127.0.0.1:8000", username="analyst", password="analyst-demo-password") as pfs:
+        release = pfs.run_recipe("demo.ages", "docs/examples/recipe.json")
     release.to_csv("ages.csv")
 """
 
@@ -15,11 +15,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
 from pfs_client.errors import AdaptiveRunFailed, ApiError, RoundFailed, WaitTimeout
-from pfs_client.models import AdaptiveRun, Release, Round
+from pfs_client.models import AdaptiveRun, Analysis, Budget, DryRun, Recipe, Release, Round
+from pfs_client.progress import Progress, ProgressBar
 from pfs_client.transport import Retry, Transport
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -34,6 +36,9 @@ class Client:
     ``url`` defaults to ``$PFS_URL`` (else http://127.0.0.1:8000). Authenticate with ``token``, or with
     ``username`` and ``password`` (the client then asks the server for a token), or ``$PFS_TOKEN``.
     ``timeout`` is per HTTP request; ``retries`` bounds the retries of one request.
+
+    Every request goes through one HTTP session, whose connections are reused: ``close()`` it when
+    done, or use the client as a context manager (``with Client(...) as pfs:``).
     """
 
     def __init__(
@@ -59,7 +64,11 @@ class Client:
         if token:
             self.use_token(token)
         elif username is not None:
-            self.login(username, password or "")
+            try:
+                self.login(username, password or "")
+            except BaseException:
+                self.close()  # the caller never gets the client to close
+                raise
         elif os.environ.get("PFS_TOKEN"):
             self.use_token(os.environ["PFS_TOKEN"])
 
@@ -70,10 +79,27 @@ class Client:
     def url(self) -> str:
         return self.transport.base_url
 
+    def close(self) -> None:
+        """Close the HTTP session and its connections. Requests after it raise TransportError."""
+        self.transport.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.transport.closed
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ authentication
 
     def login(self, username: str, password: str) -> str:
-        """Exchange a username and password for the user's API token, and use it from now on."""
+        """Exchange a username and password for the user's API token, and use it from now on.
+        Wrong ones raise AuthenticationError (HTTP 401)."""
         # A stale token would be refused before the credentials are even read.
         self.transport.headers.pop("Authorization", None)
         self.token = None
@@ -87,40 +113,46 @@ class Client:
 
     # ------------------------------------------------------------------ analyses, recipes, fleets
 
-    def analyses(self) -> list[dict[str, Any]]:
+    def analyses(self) -> list[Analysis]:
         """The analyses you may see, with their policy and the budget spent (every page)."""
-        return self._list("/api/analyses/")
+        return [Analysis.from_json(item) for item in self._list("/api/analyses/")]
 
-    def analysis(self, identifier: str) -> dict[str, Any]:
-        return self._get(f"/api/analyses/{_segment(identifier)}/")
+    def analysis(self, identifier: str) -> Analysis:
+        return Analysis.from_json(self._get(f"/api/analyses/{_segment(identifier)}/"))
 
     def fleets(self) -> list[dict[str, Any]]:
+        """The fleets, as the API's JSON."""
         return self._list("/api/fleets/")
 
-    def budget(self, identifier: str) -> dict[str, Any]:
+    def budget(self, identifier: str) -> Budget:
         """What the analysis has spent, per scope, with the guarantee as one (epsilon, delta) statement."""
-        return self._get(f"/api/analyses/{_segment(identifier)}/budget/")
+        return Budget.from_json(self._get(f"/api/analyses/{_segment(identifier)}/budget/"))
 
-    def create_recipe(self, analysis: str, recipe: JsonInput, *, idempotency_key: str | None = None) -> dict[str, Any]:
-        """Validate and store a recipe (a dict, or the path of a JSON file) → the stored recipe, with ``id``.
-        A recipe's ``recipeIdentifier`` is unique in its analysis: run a stored recipe again by its id."""
-        return self._post(
+    def create_recipe(self, analysis: str, recipe: JsonInput, *, idempotency_key: str | None = None) -> Recipe:
+        """Validate and store a recipe (a dict, or the path of a JSON file) → the stored Recipe, with ``id``.
+        A recipe's ``recipeIdentifier`` is unique in its analysis: another recipe under a stored one's
+        identifier is refused (400). The same call again with the same ``idempotency_key`` (a new UUID
+        unless given) answers the recipe it stored."""
+        stored = self._post(
             f"/api/analyses/{_segment(analysis)}/recipes/",
             load_json(recipe),
             headers={"Idempotency-Key": idempotency_key or str(uuid.uuid4())},
             retry=Retry.SAFE,
         )
+        return Recipe.from_json(stored)
 
-    def recipes(self, analysis: str) -> list[dict[str, Any]]:
+    def recipes(self, analysis: str) -> list[Recipe]:
         """The analysis's stored recipes, newest first."""
-        return self._list(f"/api/analyses/{_segment(analysis)}/recipes/")
+        return [Recipe.from_json(item) for item in self._list(f"/api/analyses/{_segment(analysis)}/recipes/")]
 
-    def recipe(self, recipe_id: int) -> dict[str, Any]:
-        return self._get(f"/api/recipes/{int(recipe_id)}/")
+    def recipe(self, recipe_id: int) -> Recipe:
+        return Recipe.from_json(self._get(f"/api/recipes/{int(recipe_id)}/"))
 
-    def dry_run(self, analysis: str, recipe: JsonInput) -> dict[str, Any]:
-        """What every device would do with the recipe; nothing is stored, sent or spent."""
-        return self._post(f"/api/analyses/{_segment(analysis)}/dry-run/", load_json(recipe), retry=Retry.SAFE)
+    def dry_run(self, analysis: str, recipe: JsonInput) -> DryRun:
+        """What every device would do with the recipe; nothing is stored, sent or spent. The recipe is
+        validated as for storing it: one whose ``recipeIdentifier`` is already stored is refused (400)."""
+        answer = self._post(f"/api/analyses/{_segment(analysis)}/dry-run/", load_json(recipe), retry=Retry.SAFE)
+        return DryRun.from_json(answer)
 
     def propose(
         self, analysis: str, recipe: JsonInput, *, half_width: float | None = None, relative_error: float | None = None
@@ -169,21 +201,29 @@ class Client:
         poll: float = 1.0,
         timeout: float | None = None,
         on_progress: OnProgress | None = None,
+        progress: Progress = True,
     ) -> Round:
         """Poll until the round is released. A failed or cancelled round raises RoundFailed; past
-        ``timeout`` seconds (default: no limit) WaitTimeout, and the round goes on."""
+        ``timeout`` seconds (default: no limit) WaitTimeout, and the round goes on. A progress bar
+        (tqdm.auto: a terminal's or a notebook's) shows the shards done and devices answered, on
+        stderr, or on the open text file ``progress`` names; ``progress=False`` draws none."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            round_ = self.round(round_id)
-            if on_progress is not None:
-                on_progress(round_)
-            if round_.status == "released":
-                return round_
-            if round_.finished:
-                raise RoundFailed(round_)
-            if deadline is not None and time.monotonic() + poll > deadline:
-                raise WaitTimeout(f"round {round_id} still {round_.status} after {timeout} s")
-            time.sleep(poll)
+        bar = ProgressBar(progress)
+        try:
+            while True:
+                round_ = self.round(round_id)
+                bar.update(round_)
+                if on_progress is not None:
+                    on_progress(round_)
+                if round_.status == "released":
+                    return round_
+                if round_.finished:
+                    raise RoundFailed(round_)
+                if deadline is not None and time.monotonic() + poll > deadline:
+                    raise WaitTimeout(f"round {round_id} still {round_.status} after {timeout} s")
+                time.sleep(poll)
+        finally:
+            bar.close()
 
     def release(self, round_id: int, *, intervals: str | None = None, view: str | None = None) -> Release:
         """The release of a released round. ``intervals``: per-bucket (default) or simultaneous;
@@ -217,8 +257,8 @@ class Client:
             if error.status not in (404, 405, 406):
                 raise
         else:
-            if response.content_type == "text/csv":
-                return response.text()
+            if response.headers.get("Content-Type", "").split(";")[0].strip() == "text/csv":
+                return response.text
         return self.release(round_id, intervals=intervals, view=view).to_csv()
 
     def run_recipe(
@@ -233,6 +273,7 @@ class Client:
         intervals: str | None = None,
         view: str | None = None,
         on_progress: OnProgress | None = None,
+        progress: Progress = True,
         confirm_small_cohorts: bool = False,
     ) -> Release | Round:
         """Store the recipe, start its round and, with ``wait``, return its Release (else the Round).
@@ -241,7 +282,8 @@ class Client:
         it; ``analysis`` is then not needed). The round's start carries ``idempotency_key`` (a new
         UUID unless given) on every retry, so a lost answer never starts a second round; with a
         stored recipe's id, calling again with the same key returns the same round. A refused
-        recipe raises ApiError (400, by field); a failed or cancelled round RoundFailed."""
+        recipe raises ApiError (400, by field); a failed or cancelled round RoundFailed. ``progress``:
+        as for wait()."""
         key = idempotency_key or str(uuid.uuid4())
         if isinstance(recipe, int) and not isinstance(recipe, bool):
             recipe_id = recipe
@@ -252,20 +294,20 @@ class Client:
         round_ = self.start_round(recipe_id, idempotency_key=key, confirm_small_cohorts=confirm_small_cohorts)
         if not wait:
             return round_
-        self.wait(round_.id, poll=poll, timeout=timeout, on_progress=on_progress)
+        self.wait(round_.id, poll=poll, timeout=timeout, on_progress=on_progress, progress=progress)
         return self.release(round_.id, intervals=intervals, view=view)
 
     def _stored_recipe_id(self, analysis: str, recipe: dict[str, Any], key: str) -> int:
         """Store the recipe; if the very same recipe is already stored (a notebook cell run again), its id."""
         try:
-            return self.create_recipe(analysis, recipe, idempotency_key=f"{key}/recipe")["id"]
+            return self.create_recipe(analysis, recipe, idempotency_key=f"{key}/recipe").id
         except ApiError as refused:
             if refused.status != 400 or "recipeIdentifier" not in refused.fields:
                 raise
-            same = [r for r in self.recipes(analysis) if r["content"] == recipe]
+            same = [r for r in self.recipes(analysis) if r.content == recipe]
             if not same:
                 raise  # another recipe already has this identifier: the analyst must rename one
-            return same[0]["id"]
+            return same[0].id
 
     # ------------------------------------------------------------------ adaptive runs
 
@@ -304,24 +346,31 @@ class Client:
         timeout: float | None = None,
         on_progress: OnProgress | None = None,
         comparison: bool = False,
+        progress: Progress = True,
     ) -> AdaptiveRun:
         """Poll until the run is finished, or paused (it then waits for a person). A failed run
         raises AdaptiveRunFailed. With ``comparison``, a finished run is also waited on until its
-        comparison with the static baseline is stored (it is computed just after)."""
+        comparison with the static baseline is stored (it is computed just after). The progress bar
+        counts the rounds finished of the plan's; ``progress`` as for wait()."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            run = self.adaptive_run(run_id)
-            if on_progress is not None:
-                on_progress(run)
-            if run.status == "failed":
-                raise AdaptiveRunFailed(run)
-            if run.status == "paused" or (
-                run.status == "finished" and not (comparison and "comparison" not in run.data)
-            ):
-                return run
-            if deadline is not None and time.monotonic() + poll > deadline:
-                raise WaitTimeout(f"adaptive run {run_id} still {run.status} after {timeout} s")
-            time.sleep(poll)
+        bar = ProgressBar(progress)
+        try:
+            while True:
+                run = self.adaptive_run(run_id)
+                bar.update(run)
+                if on_progress is not None:
+                    on_progress(run)
+                if run.status == "failed":
+                    raise AdaptiveRunFailed(run)
+                if run.status == "paused" or (
+                    run.status == "finished" and not (comparison and "comparison" not in run.data)
+                ):
+                    return run
+                if deadline is not None and time.monotonic() + poll > deadline:
+                    raise WaitTimeout(f"adaptive run {run_id} still {run.status} after {timeout} s")
+                time.sleep(poll)
+        finally:
+            bar.close()
 
     def run_adaptive(
         self,
@@ -332,6 +381,7 @@ class Client:
         poll: float = 2.0,
         timeout: float | None = None,
         on_progress: OnProgress | None = None,
+        progress: Progress = True,
     ) -> AdaptiveRun:
         """Start an adaptive run and, with ``wait``, return it finished (with its baseline comparison,
         if the spec has a baseline) or paused. ``analysis`` None keeps the spec's own."""
@@ -340,16 +390,21 @@ class Client:
         if not wait:
             return run
         return self.wait_adaptive(
-            run.id, poll=poll, timeout=timeout, on_progress=on_progress, comparison="baseline" in body
+            run.id,
+            poll=poll,
+            timeout=timeout,
+            on_progress=on_progress,
+            comparison="baseline" in body,
+            progress=progress,
         )
 
     # ------------------------------------------------------------------ plumbing
 
     def _get(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        return self.transport.request("GET", path, params=params).json()
+        return _json(self.transport.request("GET", path, params=params))
 
     def _post(self, path: str, body: Any, *, retry: Retry, headers: dict[str, str] | None = None) -> Any:
-        return self.transport.request("POST", path, body=body, headers=headers, retry=retry).json()
+        return _json(self.transport.request("POST", path, body=body, headers=headers, retry=retry))
 
     def _list(self, path: str, params: dict[str, Any] | None = None) -> list[Any]:
         """Every item of a list, following the pages' ``next`` links."""
@@ -372,6 +427,11 @@ def load_json(value: JsonInput) -> Mapping[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{value} holds a JSON {type(data).__name__}, not an object")
     return data
+
+
+def _json(response: Any) -> Any:
+    """The answer's JSON; None for an empty body (a 204)."""
+    return response.json() if response.content else None
 
 
 def _segment(identifier: str) -> str:

@@ -45,16 +45,30 @@ class ApiError(PfsError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        return "\n".join([f"HTTP {self.status} {self.code}: {self.detail}", *(f"  {m}" for m in self.messages())])
+        return "\n".join([f"HTTP {self.status} {self.code}: {self.summary}", *(f"  {m}" for m in self.details())])
+
+    @property
+    def summary(self) -> str:
+        """One line that says what was wrong: the one field's message in full (the server's ``detail``
+        then only names the field: "Invalid input: recipeIdentifier."), else the ``detail``."""
+        messages = self.messages()
+        return messages[0] if len(messages) == 1 else self.detail
 
     def messages(self) -> list[str]:
         """One ``field: message`` line per field."""
         return [f"{name}: {' '.join(messages)}" for name, messages in self.fields.items()]
 
+    def details(self) -> list[str]:
+        """The lines under the summary: one per field when there are several."""
+        messages = self.messages()
+        return messages if len(messages) > 1 else []
+
     @classmethod
     def from_response(cls, status: int, body: bytes, reason: str = "") -> ApiError:
         """Parse the error body: the API's ``{"detail", "code", "fields"}``, DRF's default
         ``{field: [messages]}`` or ``{"detail": ...}``, or a page that is not JSON (a proxy's 502)."""
+        # A 401 is its own class, so that a notebook can catch a wrong password or an expired token.
+        cls = AuthenticationError if status == 401 else cls
         code = _DEFAULT_CODES.get(status, "server_error" if status >= 500 else "error")
         fallback = reason or f"HTTP {status}"
         try:
@@ -71,6 +85,10 @@ class ApiError(PfsError):
         if set(data) <= {"detail", "code"} and "detail" in data:
             return cls(status, str(data.get("code") or code), str(data["detail"]))
         return cls(status, code, "Invalid input." if status == 400 else fallback, _flatten(data))
+
+
+class AuthenticationError(ApiError):
+    """HTTP 401: a wrong username or password (signing in), or a token the server does not know."""
 
 
 def _flatten(errors: Any, prefix: str = "") -> dict[str, list[str]]:

@@ -1,52 +1,35 @@
-"""HTTP with retries over urllib: which failures are retried depends on whether a retry is safe.
+"""HTTP with retries over one httpx session: which failures are retried depends on whether a retry is safe.
 
 A GET, or a POST carrying an Idempotency-Key, is retried after a connection error, a timeout, a
 502/503/504 or a 429: the server answers a repeated key with the first answer, so a retry never
 does the work twice. Any other POST is retried only when it certainly did nothing: a 429 (throttled
-before it ran) or a refused connection (never sent).
+before it ran) or a connection that was never made (refused, or timed out connecting).
+
+Every request goes through one ``httpx.Client``: its connections are kept and reused (a wait polls
+over one connection) until ``close()``.
 """
 
 from __future__ import annotations
 
 import email.utils
-import http.client
 import json
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from dataclasses import dataclass
-from email.message import Message
 from enum import Enum
 from typing import Any
+
+import httpx
 
 from pfs_client.errors import ApiError, TransportError
 
 TRANSIENT_STATUSES = frozenset({502, 503, 504})
-USER_AGENT = "pfs-client/0.1"
+USER_AGENT = f"pfs-client python-httpx/{httpx.__version__}"
 
 
 class Retry(Enum):
     SAFE = "safe"  # repeating the request cannot do its work twice
     UNSENT = "unsent"  # retry only what certainly did not reach the application
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    headers: Message
-    body: bytes
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get_content_type() if self.headers else ""
-
-    def json(self) -> Any:
-        return json.loads(self.body.decode("utf-8")) if self.body else None
-
-    def text(self) -> str:
-        return self.body.decode(self.headers.get_content_charset() or "utf-8")
 
 
 class Transport:
@@ -63,11 +46,27 @@ class Transport:
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"the server URL must be http(s)://host[:port], not {base_url!r}")
         self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.max_retry_after = max_retry_after
-        self.headers: dict[str, str] = {}
+        self.session = httpx.Client(
+            timeout=httpx.Timeout(timeout),
+            headers={"Accept": "application/json", "User-Agent": USER_AGENT},
+            follow_redirects=False,
+        )
+
+    @property
+    def headers(self) -> httpx.Headers:
+        """Sent with every request (the Authorization header once signed in)."""
+        return self.session.headers
+
+    def close(self) -> None:
+        """Close the session's connections; a closed transport sends nothing more."""
+        self.session.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.session.is_closed
 
     def url(self, path: str, params: dict[str, Any] | None = None) -> str:
         """The URL of an API path, or of a link the server returned (a page's ``next``).
@@ -93,70 +92,73 @@ class Transport:
         body: Any = None,
         headers: dict[str, str] | None = None,
         retry: Retry = Retry.SAFE,
-    ) -> Response:
+    ) -> httpx.Response:
         """Send, retrying as ``retry`` allows; a 2xx is returned, anything else raises."""
+        if self.closed:
+            raise TransportError("the client is closed: make a new Client")
         url = self.url(path, params)
-        data = json.dumps(body).encode("utf-8") if body is not None else None
-        all_headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **self.headers, **(headers or {})}
-        if data is not None:
-            all_headers["Content-Type"] = "application/json"
+        extra = dict(headers or {})
+        content = None
+        if body is not None:
+            content = json.dumps(body).encode("utf-8")
+            extra["Content-Type"] = "application/json"
         attempt = 0
         while True:
-            # The scheme was checked to be http(s) in __init__, and links keep it.
-            request = urllib.request.Request(url, data=data, method=method, headers=all_headers)  # noqa: S310
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as answer:  # noqa: S310
-                    return Response(answer.status, answer.headers, answer.read())
-            except urllib.error.HTTPError as error:
-                response = Response(error.code, error.headers, _read(error))
-                delay = self._delay_after_status(response, retry, attempt)
-                if delay is None:
-                    raise ApiError.from_response(response.status, response.body, error.reason) from None
-            except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+                response = self.session.request(method, url, content=content, headers=extra)
+            except httpx.TransportError as error:
                 delay = self._delay_after_failure(error, retry, attempt)
                 if delay is None:
                     raise TransportError(f"{method} {url}: {_reason(error)}") from error
+            else:
+                if response.is_success:
+                    return response
+                delay = self._delay_after_status(response, retry, attempt)
+                if delay is None:
+                    raise ApiError.from_response(response.status_code, response.content, response.reason_phrase)
             attempt += 1
             self._pause(delay)
 
     def _pause(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def _delay_after_status(self, response: Response, retry: Retry, attempt: int) -> float | None:
+    def _delay_after_status(self, response: httpx.Response, retry: Retry, attempt: int) -> float | None:
         if attempt >= self.retries:
             return None
-        throttled = response.status == 429
-        if not throttled and not (retry is Retry.SAFE and response.status in TRANSIENT_STATUSES):
+        throttled = response.status_code == 429
+        if not throttled and not (retry is Retry.SAFE and response.status_code in TRANSIENT_STATUSES):
             return None
-        retry_after = _retry_after(response.headers)
+        retry_after = _retry_after(response.headers.get("Retry-After"))
         if retry_after is None:
             return self.backoff * 2**attempt
         if retry_after > self.max_retry_after:
             return None  # the server asks for longer than we were told to wait: say so now
         return retry_after
 
-    def _delay_after_failure(self, error: BaseException, retry: Retry, attempt: int) -> float | None:
+    def _delay_after_failure(self, error: httpx.TransportError, retry: Retry, attempt: int) -> float | None:
         if attempt >= self.retries:
             return None
-        reason = error.reason if isinstance(error, urllib.error.URLError) else error
-        if isinstance(reason, socket.gaierror):
+        if isinstance(_cause(error), socket.gaierror):
             return None  # an unknown host stays unknown
-        never_sent = isinstance(reason, ConnectionRefusedError)
+        # No connection was made: the request never left.
+        never_sent = isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
         if retry is Retry.SAFE or never_sent:
             return self.backoff * 2**attempt
         return None
 
 
-def _read(error: urllib.error.HTTPError) -> bytes:
-    try:
-        return error.read()
-    except (OSError, http.client.HTTPException):
-        return b""
+def _cause(error: BaseException) -> BaseException:
+    """The OS error under httpx's and httpcore's wrappers, if any; else the error itself."""
+    seen = error
+    while seen.__cause__ is not None or seen.__context__ is not None:
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+        if isinstance(seen, OSError):
+            return seen
+    return error
 
 
-def _retry_after(headers: Message | None) -> float | None:
+def _retry_after(value: str | None) -> float | None:
     """Retry-After as seconds: a number, or an HTTP date."""
-    value = headers.get("Retry-After") if headers else None
     if not value:
         return None
     try:
@@ -170,8 +172,8 @@ def _retry_after(headers: Message | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _reason(error: BaseException) -> str:
-    reason = error.reason if isinstance(error, urllib.error.URLError) else error
-    if isinstance(reason, OSError) and reason.strerror:
-        return reason.strerror
-    return str(reason) or type(reason).__name__
+def _reason(error: httpx.TransportError) -> str:
+    cause = _cause(error)
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    return str(error) or type(error).__name__

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import authenticate
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -16,7 +17,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers, status
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import AuthenticationFailed, NotFound, ValidationError
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -53,15 +54,27 @@ from pfs_base.errors import ValidationFailed
 from privacy.intervals import INTERVALS, VIEWS
 from privacy.limits import MAX_BUCKETS
 
+BAD_CREDENTIALS = "Wrong username or password: no token was given."
+
 
 class StrictAuthTokenSerializer(AuthTokenSerializer):
     def to_internal_value(self, data: Any) -> Any:
         refuse_unknown_keys(data, self.fields)
         return super().to_internal_value(data)
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # DRF's serializer answers wrong credentials as bad input (400); they are a failed sign-in, a
+        # 401, which clients tell apart from a malformed request. Missing or blank fields stay a 400,
+        # by field (the fields are required and not blank).
+        user = authenticate(request=self.context.get("request"), username=attrs["username"], password=attrs["password"])
+        if user is None:  # also an inactive user: ModelBackend authenticates none
+            raise AuthenticationFailed(BAD_CREDENTIALS)
+        return {**attrs, "user": user}
+
 
 class TokenObtain(ObtainAuthToken):
-    """DRF's token view, but counted against the anonymous rate per address: guessing passwords is slow."""
+    """DRF's token view, but counted against the anonymous rate per address: guessing passwords is slow.
+    Wrong credentials are a 401 ``authentication_failed`` (``WWW-Authenticate: Token``)."""
 
     serializer_class = StrictAuthTokenSerializer
     throttle_classes = [UserRateThrottle]

@@ -1,12 +1,12 @@
 """The three distributions build, and the two meant for other machines install on their own
-(docs/packaging.md): the client with nothing but Python, the device SDK with numpy, scipy,
+(docs/packaging.md): the client with httpx and tqdm only, the device SDK with numpy, scipy,
 cryptography, pycryptodome and pyhpke only — no Django, no server — each under its own one top-level
 package, so both install into one environment beside packages named like the server's apps.
 
 Wheels are built without downloading a build backend (setuptools is in the development lock), from a
 copy of what each project reads of the repository, laid out as in the repository. Each install goes
-into a fresh virtualenv: the client's from its wheel alone, the device SDK's with its dependencies
-from the package index at the versions of requirements.txt.
+into a fresh virtualenv, each with its dependencies from the package index at the versions of
+requirements.txt.
 """
 
 from __future__ import annotations
@@ -100,17 +100,33 @@ def top_level(wheel: Path) -> set[str]:
         return {n.split("/")[0] for n in archive.namelist() if ".dist-info/" not in n}
 
 
-def test_the_client_installs_alone_and_declares_its_pandas_extra(tmp_path: Path) -> None:
+def locked_constraints(tmp_path: Path) -> Path:
+    """The runtime lock's versions, as pip constraints: what the suite tests."""
+    locked = [line.split(" ")[0] for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line]
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("\n".join(locked) + "\n")
+    return constraints
+
+
+def test_the_client_installs_with_httpx_and_tqdm_only_and_declares_its_pandas_extra(tmp_path: Path) -> None:
     repository = laid_out(tmp_path, "clients/python", "pfs_client")
     wheel = wheel_of(repository / "clients" / "python", tmp_path / "dist")
     assert modules(wheel) == {f"pfs_client/{p.name}" for p in (ROOT / "pfs_client").glob("*.py")}
+    with zipfile.ZipFile(wheel) as archive:
+        assert "pfs_client/py.typed" in archive.namelist()  # PEP 561: its type hints are for its users too
     meta = metadata(wheel)
-    assert meta.get_all("Requires-Dist") == ['pandas>=2; extra == "pandas"']
+    assert sorted(meta.get_all("Requires-Dist")) == [
+        "httpx<0.29,>=0.28.1",
+        'pandas>=2; extra == "pandas"',
+        "tqdm<5,>=4.66",
+    ]
     assert meta.get_all("Provides-Extra") == ["pandas"]
     assert meta["License-Expression"] == "Apache-2.0"
 
     bin_ = fresh_venv(tmp_path / "venv")
-    run(bin_ / "pip", "install", "--quiet", "--no-index", wheel)  # nothing but the wheel: no index, no dependency
+    run(bin_ / "pip", "install", "--quiet", "-c", locked_constraints(tmp_path), wheel)
+    installed = {line.split("==")[0].lower() for line in run(bin_ / "pip", "list", "--format=freeze").stdout.split()}
+    assert {"httpx", "tqdm"} <= installed and not {"django", "numpy", "pandas"} & installed
     probe = (
         "import importlib.util, pfs_client; "
         "assert importlib.util.find_spec('django') is None and importlib.util.find_spec('numpy') is None; "
@@ -157,11 +173,8 @@ def test_the_device_sdk_and_the_client_install_together_beside_packages_named_li
         (users / name / "__init__.py").write_text(f"WHOSE = {'the user’s ' + name!r}\n")
 
     # The dependencies at the server's locked versions (what the suite tests), from the index.
-    locked = [line.split(" ")[0] for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line]
-    constraints = tmp_path / "constraints.txt"
-    constraints.write_text("\n".join(locked) + "\n")
     bin_ = fresh_venv(tmp_path / "venv")
-    run(bin_ / "pip", "install", "--quiet", "-c", constraints, wheel, client)
+    run(bin_ / "pip", "install", "--quiet", "-c", locked_constraints(tmp_path), wheel, client)
     installed = run(bin_ / "pip", "list", "--format=freeze").stdout.lower()
     assert "django" not in installed and "celery" not in installed
     device_modules = sorted(

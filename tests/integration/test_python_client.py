@@ -17,7 +17,7 @@ from rest_framework.authtoken.models import Token
 
 from analyses.models import AdaptiveRun, Recipe, Round
 from analyses.presenters.releases import release_table
-from pfs_client import ApiError, Client, Release, RoundFailed
+from pfs_client import ApiError, AuthenticationError, Client, Release, RoundFailed
 from tests.conftest import DISCOVERY_SPEC, FLEET_SIZE
 from tests.services import ROOT
 
@@ -27,8 +27,9 @@ WAIT = {"poll": 0.2, "timeout": 120.0}
 
 
 @pytest.fixture
-def pfs(live_server, analyst) -> Client:
-    return Client(live_server.url, username="alice", password="alice-password")
+def pfs(live_server, analyst):
+    with Client(live_server.url, username="alice", password="alice-password") as client:
+        yield client
 
 
 def run_cli(live_server, token: str, *args: str) -> subprocess.CompletedProcess:
@@ -41,12 +42,12 @@ def run_cli(live_server, token: str, *args: str) -> subprocess.CompletedProcess:
 
 def test_login_gives_the_users_api_token_and_lists_only_their_analyses(pfs, analysis, analyst, other_analyst) -> None:
     assert pfs.token == Token.objects.get(user=analyst).key
-    assert [a["identifier"] for a in pfs.analyses()] == ["test.ages"]
+    assert [a.identifier for a in pfs.analyses()] == ["test.ages"]
     charlie = Client(pfs.url, username="charlie", password="charlie-password")
     assert charlie.analyses() == []
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(AuthenticationError) as refused:
         Client(pfs.url, username="alice", password="wrong")
-    assert refused.value.status == 400 and refused.value.fields
+    assert refused.value.status == 401 and refused.value.code == "authentication_failed"
 
 
 def test_run_recipe_waits_for_the_release_and_its_rows_are_the_servers(worker, pfs, api, analysis, recipe) -> None:
@@ -85,7 +86,9 @@ def test_a_bad_recipe_raises_api_error_by_field_and_the_cli_exits_2_printing_it(
     path.write_text(json.dumps(recipe))
     done = run_cli(live_server, pfs.token, "run", str(path), "--analysis", "test.ages")
     assert done.returncode == 2
-    assert f"  privacy.epsilon0: {' '.join(error.fields['privacy.epsilon0'])}" in done.stderr.splitlines()
+    message = f"privacy.epsilon0: {' '.join(error.fields['privacy.epsilon0'])}"
+    assert str(error) == f"HTTP 400 invalid: {message}"  # the one field's message in full
+    assert done.stderr.splitlines() == [f"pfs: the server refused the input, nothing was changed: {message}"]
     assert not Recipe.objects.exists() and not Round.objects.exists()  # nothing was changed
 
 
@@ -156,14 +159,14 @@ def test_a_recipe_store_retried_after_a_lost_answer_stores_it_once(live_server, 
     finally:
         proxy.close()
     first, retried = proxy.upstream_answers
-    assert first["id"] == retried["id"] == stored["id"]
+    assert first["id"] == retried["id"] == stored.id
     assert Recipe.objects.count() == 1
 
 
 def test_the_same_idempotency_key_twice_returns_the_same_round(worker, pfs, analysis, recipe) -> None:
     stored = pfs.create_recipe("test.ages", recipe)
-    first = pfs.run_recipe(None, stored["id"], wait=False, idempotency_key="notebook-cell-3")
-    again = pfs.run_recipe(None, stored["id"], idempotency_key="notebook-cell-3", **WAIT)
+    first = pfs.run_recipe(None, stored.id, wait=False, idempotency_key="notebook-cell-3")
+    again = pfs.run_recipe(None, stored.id, idempotency_key="notebook-cell-3", **WAIT)
     assert again.round_id == first.id and Round.objects.count() == 1
 
 
@@ -213,7 +216,7 @@ def test_the_cli_runs_a_recipe_and_writes_its_csv(
 
     # One statement of what was spent (issue 30): in the release's metadata, its printout and `budget`.
     spent = json.loads(exported.stdout)["analysis_spent"]
-    guarantee = pfs.budget("test.ages")["scopes"][0]["guarantee"]
+    guarantee = pfs.budget("test.ages").scopes[0].data["guarantee"]
     assert spent["rounds"] == 1 and (spent["epsilon"], spent["delta"]) == (guarantee["epsilon"], guarantee["delta"])
     assert f"analysis test.ages spent (epsilon, delta) = ({spent['epsilon']:.6g}, {spent['delta']:.3g})" in done.stdout
     budget = run_cli(live_server, pfs.token, "budget", "test.ages")

@@ -83,7 +83,7 @@ def test_anonymous_requests_are_throttled_per_address(analyst, rates) -> None:
     rates(anon="2/minute")
     client = APIClient()
     answers = [client.post("/api/token/", {"username": "alice", "password": "wrong"}).status_code for _ in range(3)]
-    assert answers == [400, 400, 429]
+    assert answers == [401, 401, 429]  # a wrong password is a failed sign-in, and counts
     other_address = APIClient(REMOTE_ADDR="10.0.0.2")
     assert other_address.post("/api/token/", {"username": "alice", "password": "alice-password"}).status_code == 200
 

@@ -6,6 +6,7 @@ tests/integration/test_python_client_processes.py."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import threading
@@ -15,7 +16,17 @@ from typing import Any
 
 import pytest
 
-from pfs_client import AdaptiveRunFailed, ApiError, Client, Release, RoundFailed, TransportError, WaitTimeout
+from pfs_client import (
+    AdaptiveRunFailed,
+    ApiError,
+    AuthenticationError,
+    Client,
+    Release,
+    Round,
+    RoundFailed,
+    TransportError,
+    WaitTimeout,
+)
 from pfs_client.cli import main
 from pfs_client.models import CSV_COLUMNS
 from pfs_client.transport import Transport
@@ -165,7 +176,7 @@ def test_lists_follow_next_across_pages_on_the_clients_own_host(fake) -> None:
         "/api/analyses/?page=2",
         (200, {"count": 3, "next": None, "results": [{"identifier": "b"}, {"identifier": "c"}]}),
     )
-    assert [a["identifier"] for a in client_for(fake).analyses()] == ["a", "b", "c"]
+    assert [a.identifier for a in client_for(fake).analyses()] == ["a", "b", "c"]
 
 
 # ---------------------------------------------------------------------- retries and idempotency keys
@@ -280,9 +291,29 @@ def test_error_bodies_of_every_shape_are_parsed(fake, status, body, code, detail
     assert (error.status, error.code, error.detail, error.fields) == (status, code, detail, fields)
 
 
-def test_an_api_error_reads_as_one_line_per_field() -> None:
-    error = ApiError(400, "invalid", "Invalid input: privacy.epsilon0.", {"privacy.epsilon0": ["Must be > 0."]})
-    assert str(error) == "HTTP 400 invalid: Invalid input: privacy.epsilon0.\n  privacy.epsilon0: Must be > 0."
+def test_an_api_error_with_one_field_says_its_message_in_full_on_its_first_line() -> None:
+    # The server's detail only names the field: the message is what says what is wrong.
+    message = "A recipe 'ages' already exists in this analysis."
+    error = ApiError(400, "invalid", "Invalid input: recipeIdentifier.", {"recipeIdentifier": [message]})
+    assert str(error) == f"HTTP 400 invalid: recipeIdentifier: {message}"
+    assert error.summary == f"recipeIdentifier: {message}" and error.details() == []
+
+
+def test_an_api_error_with_several_fields_reads_as_one_line_per_field() -> None:
+    fields = {"privacy.epsilon0": ["Must be > 0."], "query": ["Required."]}
+    error = ApiError(400, "invalid", "Invalid input: privacy.epsilon0, query.", fields)
+    assert str(error) == (
+        "HTTP 400 invalid: Invalid input: privacy.epsilon0, query.\n  privacy.epsilon0: Must be > 0.\n  query: Required."
+    )
+
+
+def test_a_401_raises_the_authentication_error(fake) -> None:
+    wrong = (401, {"detail": "Wrong username or password: no token was given.", "code": "authentication_failed"})
+    fake.on("POST", "/api/token/", wrong)
+    with pytest.raises(AuthenticationError) as raised:
+        Client(fake.url, username="alice", password="wrong")
+    assert raised.value.status == 401 and isinstance(raised.value, ApiError)
+    assert str(raised.value) == "HTTP 401 authentication_failed: Wrong username or password: no token was given."
 
 
 # ---------------------------------------------------------------------- rounds and releases
@@ -338,6 +369,51 @@ def test_a_round_that_ends_without_a_release_raises_round_failed(fake, status) -
     with pytest.raises(RoundFailed, match=f"round 7 {status}: shard 2: budget") as raised:
         client_for(fake).run_recipe("test.ages", {}, poll=0)
     assert raised.value.round.status == status
+
+
+def test_a_wait_draws_a_progress_bar_of_the_shards_done_unless_told_not_to(fake, capsys) -> None:
+    running = {"shards_done": 2, "shards_total": 5, "devices_answered": 1200}
+    done = {"shards_done": 5, "shards_total": 5, "devices_answered": 3000}
+    fake.on("GET", "/api/rounds/7/", round_with("running", progress=running), round_with("released", progress=done))
+    drawn = io.StringIO()
+    assert client_for(fake).wait(7, poll=0, progress=drawn).status == "released"
+    last = drawn.getvalue().split("\r")[-1]
+    assert "round 7" in last and "5/5" in last and "released, 3,000 answered" in last
+    assert "2/5" in drawn.getvalue()  # the poll before it
+    fake.on("GET", "/api/rounds/7/", round_with("released", progress=done))
+    capsys.readouterr()
+    client_for(fake).wait(7, poll=0)  # by default, on stderr
+    assert "round 7: 100%" in capsys.readouterr().err
+    client_for(fake).wait(7, poll=0, progress=False)
+    assert "round 7" not in capsys.readouterr().err
+
+
+def test_a_round_on_real_devices_counts_devices_answered_in_its_bar(fake) -> None:
+    progress = {"shards_done": 0, "shards_total": 0, "devices_answered": 42}
+    assert Round.from_json({**ROUND, "progress": progress}).steps == (42, None)
+    fake.on("GET", "/api/rounds/7/", round_with("released", progress=progress))
+    drawn = io.StringIO()
+    client_for(fake).wait(7, poll=0, progress=drawn)
+    assert "42device" in drawn.getvalue().replace(" ", "")
+
+
+def test_results_are_typed_dataclasses(fake) -> None:
+    fake.on("GET", "/api/analyses/test.ages/", (200, {"identifier": "test.ages", "title": "Ages", "spent": {}}))
+    fake.on("POST", "/api/analyses/test.ages/dry-run/", (200, {"devices": 9, "would_answer": 7, "too_noisy": False}))
+    client = client_for(fake)
+    analysis, dry_run = client.analysis("test.ages"), client.dry_run("test.ages", {})
+    assert dataclasses.is_dataclass(analysis) and (analysis.identifier, analysis.title) == ("test.ages", "Ages")
+    assert dataclasses.is_dataclass(dry_run) and (dry_run.devices, dry_run.would_answer) == (9, 7)
+
+
+def test_a_closed_client_sends_nothing_and_the_context_manager_closes_it(fake) -> None:
+    fake.on("GET", "/api/rounds/7/", round_with("running"))
+    with client_for(fake) as client:
+        assert client.round(7).status == "running" and not client.closed
+    assert client.closed
+    with pytest.raises(TransportError, match="closed"):
+        client.round(7)
+    assert len(fake.requests("GET", "/api/rounds/7/")) == 1
 
 
 def test_waiting_past_the_timeout_raises_and_leaves_the_round_alone(fake) -> None:
@@ -454,6 +530,27 @@ def test_cli_run_writes_the_release_csv(fake, tmp_path) -> None:
     assert "round 7 released: 5,000 reports" in out
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_cli_run_draws_a_progress_bar_on_a_terminal_and_lines_elsewhere(fake, tmp_path) -> None:
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text("{}")
+    args = ["--url", fake.url, "--token", "t0k3n", "run", str(recipe), "--analysis", "test.ages", "--poll", "0"]
+    script_a_round(fake, "running", "released")
+    terminal = Terminal()
+    assert main(args, stdout=io.StringIO(), stderr=terminal) == 0
+    drawn = terminal.getvalue()
+    assert "\rround 7:" in drawn and "0/5 [" in drawn and "pfs: round 7 running" not in drawn
+    script_a_round(fake, "running", "released")
+    log = io.StringIO()
+    assert main(args, stdout=io.StringIO(), stderr=log) == 0
+    assert log.getvalue().splitlines()[:2] == ["pfs: round 7 running, 0/5 shards", "pfs: round 7 released, 0/5 shards"]
+    assert "%" not in log.getvalue() and "\r" not in log.getvalue()
+
+
 @pytest.mark.parametrize(("content", "message"), [(None, "cannot read"), ("{not json", "is not a JSON object")])
 def test_cli_refuses_an_unreadable_or_invalid_recipe_file_with_exit_code_2(fake, tmp_path, content, message) -> None:
     path = tmp_path / "recipe.json"
@@ -475,7 +572,12 @@ def test_cli_prints_the_servers_field_messages_for_a_refused_recipe_with_exit_co
     path.write_text("{}")
     code, _, err = cli(fake, "run", str(path), "--analysis", "test.ages")
     assert code == 2
-    assert "  privacy.epsilon0: Must be greater than 0." in err.splitlines()
+    assert err.splitlines() == [
+        "pfs: the server refused the input, nothing was changed: privacy.epsilon0: Must be greater than 0."
+    ]
+    fields["query"] = ["Required."]
+    code, _, err = cli(fake, "run", str(path), "--analysis", "test.ages")
+    assert code == 2 and err.splitlines()[1:] == ["  privacy.epsilon0: Must be greater than 0.", "  query: Required."]
 
 
 def test_cli_exits_1_when_the_round_fails(fake, tmp_path) -> None:
@@ -503,6 +605,13 @@ def test_cli_without_a_token_says_how_to_get_one(fake, monkeypatch) -> None:
     err = io.StringIO()
     assert main(["--url", fake.url, "status", "7"], stdout=io.StringIO(), stderr=err) == 2
     assert "no token" in err.getvalue() and fake.seen == []
+
+
+def test_cli_with_a_token_the_server_does_not_know_exits_2(fake) -> None:
+    unknown = (401, {"detail": "Invalid token.", "code": "authentication_failed", "fields": {}})
+    fake.on("GET", "/api/rounds/7/", unknown)
+    code, out, err = cli(fake, "status", "7")
+    assert (code, out, err) == (2, "", "pfs: not signed in: Invalid token.\n")
 
 
 def test_cli_login_prints_the_token(fake, monkeypatch) -> None:
