@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.messages.storage.base import Message
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -136,11 +137,14 @@ def _round_started(request: HttpRequest, round_: Round) -> None:
 
 def _messages_shown(request: HttpRequest, round_: Round) -> list[Any]:
     """The messages to show on ``round_``'s page (the context's ``messages``, over the context
-    processor's): all of them, but those about the round running once it has finished."""
+    processor's): as they are, but one about the round running is said in the past once it has
+    finished ("Round 12 started and has finished (released): …")."""
     shown = list(messages.get_messages(request))  # read: shown once, as the processor's would be
-    if round_.is_finished:
-        shown = [m for m in shown if WHILE_RUNNING not in m.extra_tags.split()]
-    return shown
+    if not round_.is_finished:
+        return shown
+    came_to = {Round.Status.WITHHELD: "nothing released"}.get(round_.status, round_.status)
+    finished = f"Round {round_.pk} started and has finished ({came_to}): what it came to is below."
+    return [Message(m.level, finished) if WHILE_RUNNING in m.extra_tags.split() else m for m in shown]
 
 
 def _spend_question(analysis: Analysis, content: Any) -> dict[str, Any]:

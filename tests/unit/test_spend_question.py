@@ -139,4 +139,5 @@ def test_round_started_is_said_while_it_runs_and_not_on_its_finished_page(
         )
     assert Round.objects.get(pk=2).status == Round.Status.RELEASED
     page = client.get(started["Location"]).content.decode()
-    assert "Round 2 started" not in page and 'id="release-reports"' in page
+    assert "Round 2 started and has finished (released): what it came to is below." in page
+    assert "devices answer as they are asked" not in page and 'id="release-reports"' in page
