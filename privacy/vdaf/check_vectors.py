@@ -8,8 +8,8 @@ they come from).
 
 A ``vdaf/Prio3*.json`` file is replayed operation by operation, each step taking its inputs from the
 file (as the schema says) and its output compared byte for byte with the file's; an operation marked
-``"success": false`` must be refused. ``XofTurboShake128.json`` checks the XOF's derived seed and
-expanded Field128 vector. Which Prio3 variant a file holds is read from its name (``Prio3Count_0``).
+``"success": false`` must be refused. ``XofTurboShake128.json`` and ``XofFixedKeyAes128.json`` check that XOF's derived
+seed and expanded Field128 vector. Which Prio3 variant a file holds is read from its name (``Prio3Count_0``).
 
 Exit status: 0 if every file matches, 1 if any value or success flag differs (each printed with its
 file, operation and step), 2 for bad usage (no file, a file that cannot be read or parsed, or a name
@@ -35,7 +35,7 @@ from privacy.vdaf.prio3 import (
     Prio3SumVec,
     VerifyState,
 )
-from privacy.vdaf.xof import XofTurboShake128
+from privacy.vdaf.xof import XofFixedKeyAes128, XofTurboShake128
 
 SHOWN_HEX = 96  # characters of a differing value printed before it is cut
 # Parameters each variant's vectors list besides "shares" (the schema's subsections).
@@ -44,6 +44,13 @@ _PARAMETERS = {
     "Prio3SumVec": ("length", "max_measurement", "chunk_length"),
     "Prio3Histogram": ("length", "chunk_length"),
     "Prio3MultihotCountVec": ("length", "max_weight", "chunk_length"),
+}
+
+
+# The XOF files check one XOF alone; which one is read from the file name, as for the VDAFs.
+_XOFS: dict[str, type[XofTurboShake128] | type[XofFixedKeyAes128]] = {
+    "XofTurboShake128": XofTurboShake128,
+    "XofFixedKeyAes128": XofFixedKeyAes128,
 }
 
 
@@ -97,10 +104,18 @@ def _compare(what: str, expected: Any, got: Any) -> None:
         raise Mismatch(f"{what} differs{detail}\n    expected {expected}\n    got      {got}")
 
 
-def check_xof(data: dict[str, Any]) -> None:
+def xof_for(name: str) -> type[XofTurboShake128] | type[XofFixedKeyAes128]:
+    """The XOF an XOF vector file names (``XofFixedKeyAes128.json``)."""
+    xof = _XOFS.get(name)
+    if xof is None:
+        raise UsageError(f"cannot tell the XOF from the file name {name!r}")
+    return xof
+
+
+def check_xof(xof: type[XofTurboShake128] | type[XofFixedKeyAes128], data: dict[str, Any]) -> None:
     seed, dst, binder = (bytes.fromhex(data[k]) for k in ("seed", "dst", "binder"))
-    _compare("derived_seed", data["derived_seed"], XofTurboShake128.derive_seed(seed, dst, binder).hex())
-    vec = XofTurboShake128.expand_into_vec(Field128, seed, dst, binder, data["length"])
+    _compare("derived_seed", data["derived_seed"], xof.derive_seed(seed, dst, binder).hex())
+    vec = xof.expand_into_vec(Field128, seed, dst, binder, data["length"])
     _compare("expanded_vec_field128", data["expanded_vec_field128"], Field128.encode_vec(vec).hex())
 
 
@@ -209,7 +224,7 @@ def check_file(path: Path, data: dict[str, Any]) -> list[str]:
     """Problems found in one file (empty if it matches). Stops at a file's first problem: later steps use its state."""
     if "derived_seed" in data:
         try:
-            check_xof(data)
+            check_xof(xof_for(path.stem), data)
         except Mismatch as error:
             return [f"{path}: XOF check: {error}"]
         except (KeyError, TypeError, ValueError) as error:
@@ -244,14 +259,16 @@ def _load(path: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m privacy.vdaf.check_vectors",
-        description="Check draft-irtf-cfrg-vdaf-20 test vectors (Prio3*, XofTurboShake128) against privacy.vdaf.",
+        description="Check draft-irtf-cfrg-vdaf-20 test vectors (Prio3*, XofTurboShake128, XofFixedKeyAes128) against privacy.vdaf.",
     )
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE.json")
     args = parser.parse_args(argv)
     try:
         loaded = [(path, _load(path)) for path in args.files]
         for path, data in loaded:
-            if "derived_seed" not in data:
+            if "derived_seed" in data:
+                xof_for(path.stem)
+            else:
                 vdaf_for(path.stem, data)
     except UsageError as error:
         print(f"check_vectors: {error}", file=sys.stderr)
