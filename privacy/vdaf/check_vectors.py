@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from privacy.vdaf.errors import VdafError
 from privacy.vdaf.field import Field128
+from privacy.vdaf.idpf import IdpfBBCGGI21
 from privacy.vdaf.prio3 import (
     Prio3,
     Prio3Count,
@@ -52,6 +54,10 @@ _XOFS: dict[str, type[XofTurboShake128] | type[XofFixedKeyAes128]] = {
     "XofTurboShake128": XofTurboShake128,
     "XofFixedKeyAes128": XofFixedKeyAes128,
 }
+
+
+# What the summary line says a file without operations was checked for.
+_ALONE = {"IdpfBBCGGI21": "IDPF key generation and evaluation"} | {name: "XOF checks" for name in _XOFS}
 
 
 class UsageError(Exception):
@@ -92,16 +98,36 @@ def _shorten(value: str) -> str:
     return value if len(value) <= SHOWN_HEX else f"{value[:SHOWN_HEX]}... ({len(value) // 2} bytes)"
 
 
-def _compare(what: str, expected: Any, got: Any) -> None:
+def _first_difference(expected: str, got: str) -> int:
+    """The first byte at which two hex strings differ (the shorter one's length if one extends the other)."""
+    first = next((i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), None)
+    return (first if first is not None else min(len(expected), len(got))) // 2
+
+
+def _compare(what: str, expected: Any, got: Any, where: Callable[[int], str] | None = None) -> None:
+    """Mismatch unless equal; for hex strings, the first differing byte, and ``where(byte)`` names its field."""
     if expected != got:
         detail = ""
         if isinstance(expected, str) and isinstance(got, str):
-            first = next((i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), None)
-            detail = (
-                f" (first difference at byte {(first if first is not None else min(len(expected), len(got))) // 2})"
-            )
+            byte = _first_difference(expected, got)
+            detail = f" (first difference at byte {byte}{f', in {where(byte)}' if where else ''})"
             expected, got = _shorten(expected), _shorten(got)
         raise Mismatch(f"{what} differs{detail}\n    expected {expected}\n    got      {got}")
+
+
+def public_share_field(idpf: IdpfBBCGGI21, byte: int) -> str:
+    """Which part of an encoded IDPF public share holds ``byte`` (Section 8.2.6.1's layout)."""
+    packed_len = (2 * idpf.BITS + 7) // 8
+    seeds_end = packed_len + idpf.KEY_SIZE * idpf.BITS
+    inner_size = idpf.field_inner.ENCODED_SIZE * idpf.VALUE_LEN
+    inner_end = seeds_end + inner_size * (idpf.BITS - 1)
+    if byte < packed_len:
+        return f"the packed control bit corrections (levels {4 * byte} to {4 * byte + 3})"
+    if byte < seeds_end:
+        return f"the seed correction word of level {(byte - packed_len) // idpf.KEY_SIZE}"
+    if byte < inner_end:
+        return f"the value correction word of level {(byte - seeds_end) // inner_size}"
+    return f"the value correction word of level {idpf.BITS - 1} (the leaves)"
 
 
 def xof_for(name: str) -> type[XofTurboShake128] | type[XofFixedKeyAes128]:
@@ -117,6 +143,38 @@ def check_xof(xof: type[XofTurboShake128] | type[XofFixedKeyAes128], data: dict[
     _compare("derived_seed", data["derived_seed"], xof.derive_seed(seed, dst, binder).hex())
     vec = xof.expand_into_vec(Field128, seed, dst, binder, data["length"])
     _compare("expanded_vec_field128", data["expanded_vec_field128"], Field128.encode_vec(vec).hex())
+
+
+def check_idpf(data: dict[str, Any]) -> None:
+    """Key generation from the file's keys (its ``rand``) gives its public share; then the file's own public
+    share and keys, evaluated at every level, sum to beta on alpha's path and to zero on the sibling off it."""
+    alpha = tuple(bool(bit) for bit in data["alpha"])
+    beta_inner = [[int(x) for x in beta] for beta in data["beta_inner"]]
+    beta_leaf = [int(x) for x in data["beta_leaf"]]
+    idpf = IdpfBBCGGI21(data["bits"], len(beta_leaf))
+    ctx, nonce = bytes.fromhex(data["ctx"]), bytes.fromhex(data["nonce"])
+    public_share, keys = idpf.gen(alpha, beta_inner, beta_leaf, ctx, nonce, bytes.fromhex("".join(data["keys"])))
+    _compare(
+        "public_share",
+        data["public_share"],
+        idpf.encode_public_share(public_share).hex(),
+        lambda byte: public_share_field(idpf, byte),
+    )
+    for j, (expected, key) in enumerate(zip(data["keys"], keys, strict=True)):
+        _compare(f"keys[{j}]", expected, key.hex())
+    published = idpf.decode_public_share(bytes.fromhex(data["public_share"]))
+    published_keys = [bytes.fromhex(key) for key in data["keys"]]
+    for level in range(idpf.BITS):
+        field = idpf.current_field(level)
+        on_path, sibling = alpha[: level + 1], (*alpha[:level], not alpha[level])
+        shares = [
+            idpf.eval(agg_id, published, published_keys[agg_id], level, [on_path, sibling], ctx, nonce)
+            for agg_id in range(idpf.SHARES)
+        ]
+        values = [[(x + y) % field.MODULUS for x, y in zip(*pair, strict=True)] for pair in zip(*shares, strict=True)]
+        beta = beta_inner[level] if level < idpf.BITS - 1 else beta_leaf
+        _compare(f"eval at level {level} on alpha's path", beta, values[0])
+        _compare(f"eval at level {level} off alpha's path", field.zeros(idpf.VALUE_LEN), values[1])
 
 
 class VdafReplay:
@@ -220,16 +278,30 @@ def _describe(index: int, op: dict[str, Any]) -> str:
     return f"operation {index} ({op.get('operation')}{where})"
 
 
+def _family(path: Path) -> str:
+    """What a vector file checks, from its name: ``Prio3Count_0`` -> ``Prio3Count``."""
+    return path.stem.split("_", 1)[0]
+
+
+def _check_alone(path: Path, what: str, check: Callable[[], None]) -> list[str]:
+    """Problems of a file that checks one primitive alone (an XOF, the IDPF): no operations to replay."""
+    try:
+        check()
+    except Mismatch as error:
+        return [f"{path}: {what}: {error}"]
+    except VdafError as error:
+        return [f"{path}: {what}: refused but the file says it succeeds: {error}"]
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        return [f"{path}: {what}: malformed test vector ({type(error).__name__}: {error})"]
+    return []
+
+
 def check_file(path: Path, data: dict[str, Any]) -> list[str]:
     """Problems found in one file (empty if it matches). Stops at a file's first problem: later steps use its state."""
     if "derived_seed" in data:
-        try:
-            check_xof(xof_for(path.stem), data)
-        except Mismatch as error:
-            return [f"{path}: XOF check: {error}"]
-        except (KeyError, TypeError, ValueError) as error:
-            return [f"{path}: XOF check: malformed test vector ({type(error).__name__}: {error})"]
-        return []
+        return _check_alone(path, "XOF check", lambda: check_xof(xof_for(path.stem), data))
+    if _family(path) == "IdpfBBCGGI21":
+        return _check_alone(path, "IDPF check", lambda: check_idpf(data))
     # The operation under way, for the message: (-1, {}) while the file itself is read.
     current: tuple[int, dict[str, Any]] = (-1, {})
     try:
@@ -268,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         for path, data in loaded:
             if "derived_seed" in data:
                 xof_for(path.stem)
-            else:
+            elif _family(path) != "IdpfBBCGGI21":
                 vdaf_for(path.stem, data)
     except UsageError as error:
         print(f"check_vectors: {error}", file=sys.stderr)
@@ -281,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             failed += 1
             print("FAIL " + "\n".join(problems))
         else:
-            steps = f"{len(data['operations'])} operations" if "operations" in data else "XOF checks"
+            steps = f"{len(data['operations'])} operations" if "operations" in data else _ALONE[_family(path)]
             print(f"ok   {path} ({steps})")
     print(f"{len(loaded) - failed} of {len(loaded)} files match")
     return 1 if failed else 0
