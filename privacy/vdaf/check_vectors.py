@@ -1,19 +1,23 @@
 """Replay draft-irtf-cfrg-vdaf-20's test vectors (Appendix C, "Test Vectors") against this package.
 
     python -m privacy.vdaf.check_vectors FILE.json...
-    python -m privacy.vdaf.check_vectors tests/vectors/vdaf/XofTurboShake128.json tests/vectors/vdaf/vdaf/*.json
+    python -m privacy.vdaf.check_vectors tests/vectors/vdaf/*.json tests/vectors/vdaf/vdaf/*.json
 
 The second line checks the repository's own copy of the draft's vectors (tests/vectors/vdaf/README.md says where
 they come from).
 
-A ``vdaf/Prio3*.json`` file is replayed operation by operation, each step taking its inputs from the
-file (as the schema says) and its output compared byte for byte with the file's; an operation marked
-``"success": false`` must be refused. ``XofTurboShake128.json`` and ``XofFixedKeyAes128.json`` check that XOF's derived
-seed and expanded Field128 vector. Which Prio3 variant a file holds is read from its name (``Prio3Count_0``).
+A ``vdaf/Prio3*.json`` or ``vdaf/Poplar1_*.json`` file is replayed operation by operation, each step taking
+its inputs from the file (as the schema says) and its output compared byte for byte with the file's; an
+operation marked ``"success": false`` must be refused. Poplar1's messages are decoded under the file's
+aggregation parameter, and its two rounds of verification compare the verifier shares of each.
+``XofTurboShake128.json`` and ``XofFixedKeyAes128.json`` check that XOF's derived seed and expanded
+Field128 vector; ``IdpfBBCGGI21_0.json`` checks the IDPF's key generation (public share and keys) and then
+evaluates the file's own keys at every level, on alpha's path (beta) and beside it (zero). Which VDAF,
+XOF or IDPF a file holds is read from its name (``Prio3Count_0``, ``Poplar1_2``).
 
 Exit status: 0 if every file matches, 1 if any value or success flag differs (each printed with its
 file, operation and step), 2 for bad usage (no file, a file that cannot be read or parsed, or a name
-that names no known VDAF).
+that names no known VDAF, XOF or IDPF).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from typing import Any
 from privacy.vdaf.errors import VdafError
 from privacy.vdaf.field import Field128
 from privacy.vdaf.idpf import IdpfBBCGGI21
+from privacy.vdaf.poplar1 import Poplar1
+from privacy.vdaf.poplar1 import VerifyState as Poplar1VerifyState
 from privacy.vdaf.prio3 import (
     Prio3,
     Prio3Count,
@@ -46,6 +52,7 @@ _PARAMETERS = {
     "Prio3SumVec": ("length", "max_measurement", "chunk_length"),
     "Prio3Histogram": ("length", "chunk_length"),
     "Prio3MultihotCountVec": ("length", "max_weight", "chunk_length"),
+    "Poplar1": ("bits",),
 }
 
 
@@ -68,15 +75,19 @@ class Mismatch(Exception):
     """An operation's output or success flag differs from the file's."""
 
 
-def vdaf_for(name: str, params: dict[str, Any]) -> Prio3:
-    """The Prio3 variant a vector file names, built from the parameters it lists."""
+def vdaf_for(name: str, params: dict[str, Any]) -> Prio3 | Poplar1:
+    """The VDAF a vector file names (a Prio3 variant or Poplar1), built from the parameters it lists."""
     kind = name.split("_", 1)[0]
-    if kind not in ("Prio3Count", "Prio3Sum", "Prio3SumVec", "Prio3Histogram", "Prio3MultihotCountVec"):
+    if kind not in ("Prio3Count", "Prio3Sum", "Prio3SumVec", "Prio3Histogram", "Prio3MultihotCountVec", "Poplar1"):
         raise UsageError(f"cannot tell the VDAF from the file name {name!r}")
     missing = [key for key in ("shares", *_PARAMETERS.get(kind, ())) if key not in params]
     if missing:
         raise UsageError(f"{name}: the parameters {', '.join(missing)} are missing")
     shares = params["shares"]
+    if kind == "Poplar1":
+        if shares != Poplar1.SHARES:
+            raise UsageError(f"{name}: Poplar1 has {Poplar1.SHARES} shares, the file says {shares}")
+        return Poplar1(params["bits"])
     if kind == "Prio3Count":
         vdaf: Prio3 = Prio3Count(shares=shares)
     elif kind == "Prio3Sum":
@@ -178,9 +189,12 @@ def check_idpf(data: dict[str, Any]) -> None:
 
 
 class VdafReplay:
-    """Runs one file's operations in order, keeping the verification states they produce."""
+    """Runs one Prio3 file's operations in order, keeping the verification states they produce."""
 
-    def __init__(self, vdaf: Prio3, data: dict[str, Any]) -> None:
+    # Names the field of an encoded public share that holds a byte, where the VDAF's layout has fields.
+    public_share_field: Callable[[int], str] | None = None
+
+    def __init__(self, vdaf: Prio3 | Poplar1, data: dict[str, Any]) -> None:
         self.vdaf = vdaf
         self.data = data
         self.ctx = bytes.fromhex(data["ctx"])
@@ -210,7 +224,12 @@ class VdafReplay:
         public_share, input_shares = self.vdaf.shard(
             self.ctx, report["measurement"], bytes.fromhex(report["nonce"]), bytes.fromhex(report["rand"])
         )
-        _compare("public_share", report["public_share"], self.vdaf.encode_public_share(public_share).hex())
+        _compare(
+            "public_share",
+            report["public_share"],
+            self.vdaf.encode_public_share(public_share).hex(),  # type: ignore[arg-type]
+            self.public_share_field,
+        )
         for j, (expected, share) in enumerate(zip(report["input_shares"], input_shares, strict=True)):
             _compare(f"input_shares[{j}]", expected, self.vdaf.encode_input_share(share).hex())
 
@@ -269,6 +288,105 @@ class VdafReplay:
         _compare("agg_result", self.data["agg_result"], result)
 
 
+class Poplar1Replay(VdafReplay):
+    """Runs one Poplar1 file: two rounds of verification, and every message decoded under the file's
+    aggregation parameter (its level picks the field, its prefixes the length of the shares)."""
+
+    vdaf: Poplar1
+
+    def __init__(self, vdaf: Poplar1, data: dict[str, Any]) -> None:
+        super().__init__(vdaf, data)
+        self.agg_param = vdaf.decode_agg_param(bytes.fromhex(data["agg_param"]))
+        _compare(
+            "agg_param (decoded and encoded again)", data["agg_param"], vdaf.encode_agg_param(self.agg_param).hex()
+        )
+        self.states: dict[tuple[int, int], Poplar1VerifyState] = {}  # type: ignore[assignment]
+
+    def public_share_field(self, byte: int) -> str:  # type: ignore[override]
+        return public_share_field(self.vdaf.idpf, byte)
+
+    def _verify_init(self, op: dict[str, Any]) -> None:
+        report, agg_id = self._report(op), op["aggregator_id"]
+        state, verifier_share = self.vdaf.verify_init(
+            self.verify_key,
+            self.ctx,
+            agg_id,
+            self.agg_param,
+            bytes.fromhex(report["nonce"]),
+            self.vdaf.decode_public_share(bytes.fromhex(report["public_share"])),
+            self.vdaf.decode_input_share(agg_id, bytes.fromhex(report["input_shares"][agg_id])),
+        )
+        self.states[(op["report_index"], agg_id)] = state
+        _compare(
+            f"verifier_shares[0][{agg_id}] (the masked sketch)",
+            report["verifier_shares"][0][agg_id],
+            self.vdaf.encode_verifier_share(self.agg_param, verifier_share).hex(),
+        )
+
+    def _verifier_shares_to_message(self, op: dict[str, Any]) -> None:
+        report, round_ = self._report(op), op["round"]
+        shares = [
+            self.vdaf.decode_verifier_share(self.agg_param, bytes.fromhex(share))
+            for share in report["verifier_shares"][round_]
+        ]
+        message = self.vdaf.verifier_shares_to_message(self.ctx, self.agg_param, shares)
+        _compare(
+            f"verifier_messages[{round_}]",
+            report["verifier_messages"][round_],
+            self.vdaf.encode_verifier_message(self.agg_param, message).hex(),
+        )
+
+    def _verify_next(self, op: dict[str, Any]) -> None:
+        report, agg_id, round_ = self._report(op), op["aggregator_id"], op["round"]
+        state = self.states.get((op["report_index"], agg_id))
+        if state is None:
+            raise Mismatch("no verification state: an earlier round did not run for this report and aggregator")
+        message = self.vdaf.decode_verifier_message(
+            self.agg_param, bytes.fromhex(report["verifier_messages"][round_ - 1])
+        )
+        result = self.vdaf.verify_next(self.ctx, state, message)
+        if round_ < self.vdaf.ROUNDS:
+            if not isinstance(result, tuple):
+                raise Mismatch(f"verify_next gave an output share in round {round_} of {self.vdaf.ROUNDS}")
+            self.states[(op["report_index"], agg_id)], verifier_share = result
+            _compare(
+                f"verifier_shares[{round_}][{agg_id}] (the sketch check)",
+                report["verifier_shares"][round_][agg_id],
+                self.vdaf.encode_verifier_share(self.agg_param, verifier_share).hex(),
+            )
+            return
+        if isinstance(result, tuple):
+            raise Mismatch(f"verify_next gave no output share after round {round_}")
+        _compare(
+            f"out_shares[{agg_id}]",
+            report["out_shares"][agg_id],
+            self.vdaf.encode_agg_share(self.agg_param, result).hex(),
+        )
+
+    def _aggregate(self, op: dict[str, Any]) -> None:
+        agg_id = op["aggregator_id"]
+        out_shares = [
+            self.vdaf.decode_agg_share(self.agg_param, bytes.fromhex(report["out_shares"][agg_id]))
+            for report in self._aggregated_reports()
+        ]
+        agg_share = self.vdaf.aggregate(self.agg_param, out_shares)
+        _compare(
+            f"agg_shares[{agg_id}]",
+            self.data["agg_shares"][agg_id],
+            self.vdaf.encode_agg_share(self.agg_param, agg_share).hex(),
+        )
+
+    def _unshard(self, op: dict[str, Any]) -> None:
+        agg_shares = [self.vdaf.decode_agg_share(self.agg_param, bytes.fromhex(s)) for s in self.data["agg_shares"]]
+        result = self.vdaf.unshard(self.agg_param, agg_shares, len(self._aggregated_reports()))
+        _compare("agg_result", self.data["agg_result"], result)
+
+
+def replay_for(path: Path, data: dict[str, Any]) -> VdafReplay:
+    vdaf = vdaf_for(path.stem, data)
+    return Poplar1Replay(vdaf, data) if isinstance(vdaf, Poplar1) else VdafReplay(vdaf, data)
+
+
 def _describe(index: int, op: dict[str, Any]) -> str:
     """e.g. "operation 20 (verify_init, report 3, aggregator 1)"."""
     if index < 0:
@@ -305,7 +423,7 @@ def check_file(path: Path, data: dict[str, Any]) -> list[str]:
     # The operation under way, for the message: (-1, {}) while the file itself is read.
     current: tuple[int, dict[str, Any]] = (-1, {})
     try:
-        replay = VdafReplay(vdaf_for(path.stem, data), data)
+        replay = replay_for(path, data)
         for current in enumerate(data["operations"]):
             replay.run(current[1])
     except Mismatch as error:
@@ -331,7 +449,10 @@ def _load(path: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m privacy.vdaf.check_vectors",
-        description="Check draft-irtf-cfrg-vdaf-20 test vectors (Prio3*, XofTurboShake128, XofFixedKeyAes128) against privacy.vdaf.",
+        description=(
+            "Check draft-irtf-cfrg-vdaf-20 test vectors (Prio3*, Poplar1, IdpfBBCGGI21, XofTurboShake128,"
+            " XofFixedKeyAes128) against privacy.vdaf."
+        ),
     )
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE.json")
     args = parser.parse_args(argv)
