@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from cryptography.hazmat.primitives.ciphers import Cipher, modes
+from cryptography.hazmat.primitives.ciphers import CipherContext
 
 from privacy.vdaf.errors import DecodeError, VdafError
 from privacy.vdaf.field import Field, Field64, Field255, Vec, vec_add, vec_sub
@@ -153,16 +153,19 @@ class IdpfBBCGGI21:
             return []
         hashing = _Hashing(ctx, nonce)
         paths = np.array([[bool(b) for b in prefix] for prefix in prefixes], dtype=bool)
+        # Sorted, the prefixes that share a node at a depth are consecutive rows: a node starts where a
+        # row differs from the one before it in any bit up to that depth.
+        order = np.lexsort(paths.T[::-1])
+        paths = paths[order]
+        differs = np.zeros(len(paths) - 1, dtype=bool)
         seeds = np.frombuffer(key, dtype=np.uint8).reshape(1, self.KEY_SIZE)
         ctrl = np.array([bool(agg_id)])
-        parent_of_path = np.zeros(len(prefixes), dtype=np.intp)  # each prefix's node at the level walked so far
+        node_of_row = np.zeros(len(paths), dtype=np.intp)  # each row's node at the depth walked so far
         for depth in range(level + 1):
-            # The distinct nodes at this depth: one representative path each, its parent and its last bit.
-            _, first, node_of_path = np.unique(
-                np.packbits(paths[:, : depth + 1], axis=1), axis=0, return_index=True, return_inverse=True
-            )
-            node_of_path = node_of_path.reshape(-1)
-            parents, bits = parent_of_path[first], paths[first, depth].astype(np.intp)
+            differs |= paths[1:, depth] != paths[:-1, depth]
+            starts = np.flatnonzero(np.concatenate(([True], differs)))
+            parents, bits = node_of_row[starts], paths[starts, depth].astype(np.intp)
+            node_of_row = np.concatenate(([0], np.cumsum(differs)))
             seed_cw, ctrl_cw, w_cw = public_share[depth]
             s, t = self._extend(hashing, depth, seeds)
             corrected = ctrl[:, None]
@@ -170,20 +173,17 @@ class IdpfBBCGGI21:
             t = t ^ (corrected & np.array(ctrl_cw, dtype=bool))
             ctrl = t[parents, bits]
             seeds, values = self._convert(hashing, depth, s[parents, bits], values=depth == level)
-            parent_of_path = node_of_path
         field = self.current_field(level)
         p = field.MODULUS
-        shares = []
-        for node in node_of_path.tolist():
+        shares: list[Vec] = [[] for _ in prefixes]
+        for row, node in zip(order.tolist(), node_of_row.tolist(), strict=True):
             y = vec_add(field, values[node], w_cw) if ctrl[node] else values[node]
-            shares.append(y if agg_id == 0 else [-x % p for x in y])
+            shares[row] = y if agg_id == 0 else [-x % p for x in y]
         return shares
 
     # -- Auxiliary functions (Section 8.3.4), over many seeds at once --------------------------------
 
-    def _stream(
-        self, level: int, dst: bytes, cipher: Cipher[modes.ECB], nonce: bytes, seeds: Seeds, blocks: int
-    ) -> Seeds:
+    def _stream(self, level: int, dst: bytes, cipher: CipherContext, nonce: bytes, seeds: Seeds, blocks: int) -> Seeds:
         """The first ``blocks`` * 16 bytes of each seed's XOF stream, one row per seed."""
         if level < self.BITS - 1:
             out = hash_blocks(cipher, seeds[:, None, :] ^ counter_blocks(0, blocks))

@@ -92,8 +92,9 @@ class Poplar1:
             inner, *(self._corr_inner(ctx, j, seed, nonce, self.BITS - 1) for j, seed in enumerate(corr_seeds))
         )
         offsets_leaf = vec_add(leaf, *(self._corr_leaf(ctx, j, seed, nonce) for j, seed in enumerate(corr_seeds)))
-        corr_inner: list[Vec] = [[], []]
-        corr_leaf: list[Vec] = [[], []]
+        # (A, B) per level, and aggregator 1's share of them read from the shard XOF. The spec reads two
+        # elements a level; reading the inner levels' at once consumes the stream in the same order.
+        corr = []
         for level in range(self.BITS):
             field = self.idpf.current_field(level)
             p = field.MODULUS
@@ -101,12 +102,11 @@ class Poplar1:
                 k, (a, b, c) = beta_inner[level][1], offsets_inner[3 * level : 3 * level + 3]
             else:
                 k, (a, b, c) = beta_leaf[1], offsets_leaf
-            corr = [(-2 * a + k) % p, (a * a + b - a * k + c) % p]  # A, B
-            corr1 = xof.next_vec(field, 2)
-            corr0 = vec_sub(field, corr, corr1)
-            target = corr_inner if level < self.BITS - 1 else corr_leaf
-            target[0] += corr0
-            target[1] += corr1
+            corr += [(-2 * a + k) % p, (a * a + b - a * k + c) % p]
+        inner_len = 2 * (self.BITS - 1)
+        corr_inner1, corr_leaf1 = xof.next_vec(inner, inner_len), xof.next_vec(leaf, 2)
+        corr_inner = [vec_sub(inner, corr[:inner_len], corr_inner1), corr_inner1]
+        corr_leaf = [vec_sub(leaf, corr[inner_len:], corr_leaf1), corr_leaf1]
         input_shares = [(keys[j], corr_seeds[j], corr_inner[j], corr_leaf[j]) for j in range(self.SHARES)]
         return public_share, input_shares
 

@@ -7,12 +7,13 @@ AES-128 comes from ``cryptography``; XofFixedKeyAes128 hashes all the blocks it 
 
 from __future__ import annotations
 
+import functools
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 from Crypto.Hash import TurboSHAKE128
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
 from privacy.vdaf.field import Field, Vec, next_power_of_2
 
@@ -118,32 +119,38 @@ class XofFixedKeyAes128:
         return cls(seed, dst, binder).next_vec(field, length)
 
 
-def fixed_key_cipher(dst: bytes, binder: bytes) -> Cipher[modes.ECB]:
+def fixed_key_cipher(dst: bytes, binder: bytes) -> CipherContext:
     """AES-128 under the key TurboSHAKE128(len(dst) || dst || binder, D=2, 16 bytes), in ECB mode.
 
     ECB is the blockcipher applied to each block on its own, which the hash needs; the key is public,
-    only its dependence on the binder (a report's nonce) matters.
+    only its dependence on the binder (a report's nonce) matters. The context is kept for every block
+    hashed under that key: ECB carries no state from one whole-block update to the next.
     """
     if len(dst) > 65535:
         raise ValueError("XofFixedKeyAes128 domain separation tags are at most 65535 bytes")
     derive = TurboSHAKE128.new(domain=2)
     derive.update(len(dst).to_bytes(2, "little") + dst + binder)
-    return Cipher(algorithms.AES128(derive.read(16)), modes.ECB())  # noqa: S305 - the hash needs raw AES per block
+    return Cipher(algorithms.AES128(derive.read(16)), modes.ECB()).encryptor()  # noqa: S305 - raw AES per block
 
 
+@functools.lru_cache(maxsize=64)
 def counter_blocks(first: int, count: int) -> npt.NDArray[np.uint8]:
-    """le128(i) for i in [first, first + count), one block per row."""
+    """le128(i) for i in [first, first + count), one block per row (kept read-only in a small cache: the IDPF asks for the same few)."""
     counters = np.zeros((count, 16), dtype=np.uint8)
     counters[:, :8] = np.arange(first, first + count, dtype="<u8").view(np.uint8).reshape(count, 8)
+    counters.flags.writeable = False
     return counters
 
 
-def hash_blocks(cipher: Cipher[modes.ECB], blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+def hash_blocks(cipher: CipherContext, blocks: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
     """AES(key, sigma(x)) xor sigma(x) for every 16-byte row x of ``blocks``, in one AES call.
 
-    ``blocks`` may have any leading shape; the last axis is the block.
+    ``blocks`` may have any leading shape; the last axis is the block. sigma(lo || hi) = hi || (hi xor lo)
+    is computed on the two little-endian 64-bit halves of each block.
     """
-    lo, hi = blocks[..., :8], blocks[..., 8:]
-    sigma = np.concatenate([hi, hi ^ lo], axis=-1)
-    encrypted = cipher.encryptor().update(sigma.tobytes())
-    return np.frombuffer(encrypted, dtype=np.uint8).reshape(sigma.shape) ^ sigma
+    halves = np.ascontiguousarray(blocks).view("<u8")
+    sigma = np.empty_like(halves)
+    sigma[..., 0] = halves[..., 1]
+    sigma[..., 1] = halves[..., 1] ^ halves[..., 0]
+    encrypted = np.frombuffer(cipher.update(sigma.tobytes()), dtype="<u8").reshape(sigma.shape)
+    return (encrypted ^ sigma).view(np.uint8)
