@@ -6,9 +6,11 @@ shares of correlated randomness (a, b, c) and of A = -2a + k, B = a**2 + b - ka 
 collector's aggregation parameter is a level and its candidate prefixes (sorted, distinct). Each
 aggregator evaluates its IDPF key at the prefixes and checks, with the other, the arithmetic sketch of
 [BBCGGI21] (Appendix C.4): for random r_i and data shares d_i, authenticator shares e_i,
-z = sum d_i r_i, z* = sum d_i r_i**2, z** = sum e_i r_i are revealed masked by a, b, c (round one), and
-z**2 - z* - z** + A z + B, shared, must be zero (round two). It is zero for a zero vector or a vector
-with a single 1 whose authenticator is k; anything else passes with probability about 2/|field|.
+z = sum d_i r_i, z* = sum d_i r_i**2, z** = sum e_i r_i are revealed masked, Z = z + a, Z* = z* + b,
+Z** = z** + c (round one); then Z**2 - Z* - Z** + A Z + B, which is z**2 - z* - z** + k z, is computed
+in shares and must be zero (round two). It is zero for a zero vector or a vector with a single 1 whose
+authenticator is k; anything else passes with probability at most 2/|field| (Schwartz-Zippel: the
+check is a polynomial of degree 2 in the r_i).
 
 Verification is two rounds: ``verify_init`` (the masked sketch), ``verifier_shares_to_message`` (adds
 the shares), ``verify_next`` (the sketch's check share), ``verifier_shares_to_message`` (zero or refuse),
