@@ -192,7 +192,7 @@ class VdafReplay:
     """Runs one Prio3 file's operations in order, keeping the verification states they produce."""
 
     # Names the field of an encoded public share that holds a byte, where the VDAF's layout has fields.
-    public_share_field: Callable[[int], str] | None = None
+    where_in_public_share: Callable[[int], str] | None = None
 
     def __init__(self, vdaf: Prio3 | Poplar1, data: dict[str, Any]) -> None:
         self.vdaf = vdaf
@@ -228,7 +228,7 @@ class VdafReplay:
             "public_share",
             report["public_share"],
             self.vdaf.encode_public_share(public_share).hex(),  # type: ignore[arg-type]
-            self.public_share_field,
+            self.where_in_public_share,
         )
         for j, (expected, share) in enumerate(zip(report["input_shares"], input_shares, strict=True)):
             _compare(f"input_shares[{j}]", expected, self.vdaf.encode_input_share(share).hex())
@@ -302,7 +302,7 @@ class Poplar1Replay(VdafReplay):
         )
         self.states: dict[tuple[int, int], Poplar1VerifyState] = {}  # type: ignore[assignment]
 
-    def public_share_field(self, byte: int) -> str:  # type: ignore[override]
+    def where_in_public_share(self, byte: int) -> str:  # type: ignore[override]
         return public_share_field(self.vdaf.idpf, byte)
 
     def _verify_init(self, op: dict[str, Any]) -> None:

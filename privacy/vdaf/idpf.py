@@ -22,7 +22,7 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import CipherContext
 
 from privacy.vdaf.errors import DecodeError, VdafError
-from privacy.vdaf.field import Field, Field64, Field255, Vec, vec_add, vec_sub
+from privacy.vdaf.field import Field, Field64, Field255, Vec, next_power_of_2, vec_add, vec_sub
 from privacy.vdaf.xof import (
     XofFixedKeyAes128,
     XofTurboShake128,
@@ -216,7 +216,7 @@ class IdpfBBCGGI21:
         if not values:
             return next_seeds, []
         size = field.ENCODED_SIZE
-        mask = (1 << (field.MODULUS - 1).bit_length()) - 1
+        mask = next_power_of_2(field.MODULUS) - 1
         out: list[Vec] = []
         raw = stream[:, 16 : 16 + value_bytes]
         for i in range(len(seeds)):

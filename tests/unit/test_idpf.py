@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 
 from privacy.vdaf.errors import DecodeError, VdafError
-from privacy.vdaf.field import Field64, Field255
-from privacy.vdaf.idpf import IdpfBBCGGI21
+from privacy.vdaf.field import Field, Field64, Field255
+from privacy.vdaf.idpf import IdpfBBCGGI21, _Hashing
+from privacy.vdaf.xof import XofFixedKeyAes128, XofTurboShake128
 from tests.vectors import VDAF_VECTORS, vdaf_vectors_required
 
 CTX = b"pfs studio tests"
@@ -140,3 +142,33 @@ def test_malformed_public_shares_are_refused() -> None:
     overflow[-32:] = (2**255 - 19).to_bytes(32, "little")  # the last leaf value, one past the field
     with pytest.raises(DecodeError, match="modulus"):
         idpf.decode_public_share(bytes(overflow))
+
+
+class _HalfRejecting(Field):
+    """A prime just above 2**63 in 8 bytes: about half of the 64-bit draws are rejected."""
+
+    MODULUS = 2**63 + 29
+    ENCODED_SIZE = 8
+
+
+class _HalfRejectingIdpf(IdpfBBCGGI21):
+    field_inner = _HalfRejecting
+    field_leaf = _HalfRejecting
+
+
+@pytest.mark.parametrize("level", [0, 3], ids=["AES level", "TurboSHAKE level"])
+def test_batched_convert_reads_on_past_rejected_draws_as_the_xof_does(level: int) -> None:
+    """The walk reads each node's values from one batch of blocks; a rejected draw must continue that node's stream."""
+    idpf = _HalfRejectingIdpf(4, 2)
+    hashing = _Hashing(CTX, NONCE)
+    seeds = np.frombuffer(random.Random(3).randbytes(16 * 64), dtype=np.uint8).reshape(64, 16)
+    next_seeds, values = idpf._convert(hashing, level, seeds, values=True)
+    xof_class = XofFixedKeyAes128 if level < 3 else XofTurboShake128
+    rejected = 0
+    for seed, next_seed, vec in zip(seeds, next_seeds, values, strict=True):
+        xof = xof_class(seed.tobytes(), hashing.convert_dst, NONCE)
+        assert next_seed.tobytes() == xof.next(16)
+        first_draws = xof_class(seed.tobytes(), hashing.convert_dst, NONCE).next(32)[16:]
+        rejected += any(int.from_bytes(first_draws[i : i + 8], "little") >= _HalfRejecting.MODULUS for i in (0, 8))
+        assert vec == xof.next_vec(_HalfRejecting, 2)
+    assert rejected > 10  # the fallback ran, not only the batched path
