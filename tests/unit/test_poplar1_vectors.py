@@ -150,6 +150,30 @@ def test_check_vectors_command_names_a_flipped_byte_in_the_idpf_files_correction
     assert "in the value correction word of level 4" in result.stdout
 
 
+def test_check_vectors_holds_poplar1_to_each_steps_success_flag(tmp_path: Path) -> None:
+    """A step the file marks as failing must fail; a step it marks as succeeding must not be refused."""
+    data = _load(POPLAR1_FILES[0])
+    data["operations"][3]["success"] = False  # the first verifier_shares_to_message, which succeeds
+    marked_failing = tmp_path / "Poplar1_0.json"
+    marked_failing.write_text(json.dumps(data))
+    result = _check_vectors(marked_failing)
+    assert result.returncode == 1
+    assert "operation 3 (verifier_shares_to_message, report 0, round 0)" in result.stdout
+    assert "the operation succeeded but the file says it must fail" in result.stdout
+
+    data = _load(POPLAR1_FILES[0])
+    shares = data["reports"][0]["verifier_shares"][1]
+    shares[0] = _flip_byte(shares[0], 0)  # a second-round sketch share: the two no longer sum to zero
+    # Without the verify_next steps that recompute the shares, the message is computed from the file's.
+    data["operations"] = [op for op in data["operations"] if (op["operation"], op.get("round")) != ("verify_next", 1)]
+    refused = tmp_path / "Poplar1_00.json"
+    refused.write_text(json.dumps(data))
+    result = _check_vectors(refused)
+    assert result.returncode == 1
+    assert "(verifier_shares_to_message, report 0, round 1): refused but the file says it succeeds" in result.stdout
+    assert "sketch verification failed" in result.stdout
+
+
 # -- Honest clients -------------------------------------------------------------------------------------
 
 
