@@ -271,15 +271,15 @@ def _double_vote_keys(vdaf: Poplar1, k: int, rng: random.Random):  # noqa: ANN20
         children, bits = _extend(node_seed)
         if bits[0] == bits[1]:
             break
-    # The aggregator whose control bit is set adds the correction words: its children's control bits flip.
-    sign = 1 if ctrl[0] else -1
-    sign *= 1 - 2 * bits[0]  # child control bits (bit ^ 1, bit) or (bit, bit ^ 1): + or - the value correction
+    # Both extend the same seed to the same children (s, t); the aggregator whose control bit is set also
+    # flips their control bits (ctrl_cw (1, 1)). Child b's value is then (c0 - c1) w_cw with c0 - c1 =
+    # +-(1 - 2 t[b]): one sign for both children, as t[0] == t[1].
+    sign = (1 if ctrl[0] else -1) * (1 - 2 * bits[0])
     w_cw1 = [sign % p, sign * k % p]
     public_share = [
         (seed_cw0, tuple(map(bool, ctrl_cw0)), [0, 0]),
         (bytes(16), (True, True), w_cw1),
-        *((bytes(16), (False, False), [0, 0]) for _ in range(vdaf.BITS - 3)),
-        (bytes(16), (False, False), [0, 0]),
+        *((bytes(16), (False, False), [0, 0]) for _ in range(vdaf.BITS - 2)),  # deeper levels: not evaluated
     ]
     return public_share, keys
 
