@@ -1,4 +1,4 @@
-"""Field64 and Field128 of draft-irtf-cfrg-vdaf-20, Section 6.1, with the polynomial tools of Section 6.1.3.
+"""Field64, Field128 and Field255 of draft-irtf-cfrg-vdaf-20, Section 6.1, with the polynomial tools of Section 6.1.3.
 
 A field element is a plain ``int`` in ``[0, MODULUS)`` and a vector is a ``list[int]``; the field is a
 class whose class methods do the arithmetic that needs the modulus. Python's integers make this the
@@ -33,7 +33,7 @@ def assert_power_of_2(x: int) -> int:
 
 
 class Field:
-    """A prime field with an NTT-friendly multiplicative subgroup of order ``GEN_ORDER`` (Section 6.1.2)."""
+    """A prime field; the NTT-friendly ones have a multiplicative subgroup of order ``GEN_ORDER`` (Section 6.1.2)."""
 
     MODULUS: ClassVar[int]
     ENCODED_SIZE: ClassVar[int]
@@ -172,6 +172,16 @@ class Field128(Field):
     ENCODED_SIZE = 16
     GEN_ORDER = 2**66
     GENERATOR = pow(7, 4611686018427387897, MODULUS)
+
+
+class Field255(Field):
+    """p = 2**255 - 19 (Section 6.1.4): the leaves of Poplar1's IDPF, large so that the IDPF is extractable there.
+
+    Not NTT-friendly (the draft gives it no generator): nothing polynomial runs over it.
+    """
+
+    MODULUS = 2**255 - 19
+    ENCODED_SIZE = 32
 
 
 def vec_add(field: type[Field], left: Sequence[int], right: Sequence[int]) -> Vec:

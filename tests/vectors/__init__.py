@@ -7,12 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# draft-irtf-cfrg-vdaf-20's test_vec/ folder, as published: XofTurboShake128.json and vdaf/Prio3*.json.
+# draft-irtf-cfrg-vdaf-20's test_vec/ folder, as published: the XOFs' files, the IDPF's, vdaf/Poplar1*.json and vdaf/Prio3*.json.
 VDAF_VECTORS = Path(__file__).resolve().parent / "vdaf"
 # Exactly the files privacy.vdaf conforms to: every Prio3 variant the draft has vectors for (the *_bad_* ones are
-# negative cases) and the XOF Prio3 uses. Poplar1, its IDPF and XofFixedKeyAes128 are not implemented, so not copied.
+# negative cases), Poplar1 (the draft has no negative Poplar1 file), its IDPF and both XOFs.
 VDAF_VECTOR_NAMES = (
     "XofTurboShake128.json",
+    "XofFixedKeyAes128.json",
+    "IdpfBBCGGI21_0.json",
+    "vdaf/Poplar1_0.json",
+    "vdaf/Poplar1_1.json",
+    "vdaf/Poplar1_2.json",
+    "vdaf/Poplar1_3.json",
     "vdaf/Prio3Count_0.json",
     "vdaf/Prio3Count_1.json",
     "vdaf/Prio3Count_2.json",

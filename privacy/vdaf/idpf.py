@@ -1,0 +1,271 @@
+"""The IDPF of [BBCGGI21] as draft-irtf-cfrg-vdaf-20 specifies it for Poplar1 (Sections 8.1 and 8.3).
+
+An IDPF key pair shares a binary tree of depth BITS whose nodes are all zero except on the path to the
+client's index ``alpha``, where level L holds ``beta[L]`` (VALUE_LEN field elements: Field64 at inner
+levels, Field255 at the leaves). Each aggregator walks the tree from its 16-byte key: a node is a seed
+and a control bit; ``extend`` hashes the seed into two children, the public correction words fix the
+children on the path, and ``convert`` turns a child's seed into the next seed and the node's value.
+
+XofFixedKeyAes128 does the hashing at inner levels, XofTurboShake128 at the last one (Section 8.3.4).
+The walk is batched: ``eval`` visits every distinct node the candidate prefixes pass through once, one
+level at a time, hashing all of a level's nodes in one AES call (``privacy.vdaf.xof.hash_blocks``);
+``gen`` hashes both aggregators' seeds together. Only nodes at the evaluated level have their values
+computed: above it, ``convert``'s first block (the next seed) is all the walk needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+from cryptography.hazmat.primitives.ciphers import CipherContext
+
+from privacy.vdaf.errors import DecodeError, VdafError
+from privacy.vdaf.field import Field, Field64, Field255, Vec, next_power_of_2, vec_add, vec_sub
+from privacy.vdaf.xof import (
+    XofFixedKeyAes128,
+    XofTurboShake128,
+    counter_blocks,
+    fixed_key_cipher,
+    format_dst,
+    hash_blocks,
+)
+
+Bits = Sequence[bool]
+# (seed correction, the two control bit corrections, value correction) of one level (Section 8.3.2).
+CorrectionWord = tuple[bytes, tuple[bool, bool], Vec]
+PublicShare = list[CorrectionWord]
+Seeds = npt.NDArray[np.uint8]  # one 16-byte seed per row
+
+# The IDPF's algorithm class and its two usages in format_dst (Section 8.3.4).
+IDPF_ALGORITHM_CLASS = 1
+USAGE_EXTEND = 0
+USAGE_CONVERT = 1
+
+
+class _Hashing:
+    """What one report's tree is hashed with: the tags of extend and convert and their fixed-key ciphers."""
+
+    def __init__(self, ctx: bytes, nonce: bytes) -> None:
+        self.nonce = nonce
+        self.extend_dst = format_dst(IDPF_ALGORITHM_CLASS, 0, USAGE_EXTEND) + ctx
+        self.convert_dst = format_dst(IDPF_ALGORITHM_CLASS, 0, USAGE_CONVERT) + ctx
+        # The AES keys depend on the tag and the nonce only: derived once per report, not once per node.
+        self.extend_cipher = fixed_key_cipher(self.extend_dst, nonce)
+        self.convert_cipher = fixed_key_cipher(self.convert_dst, nonce)
+
+
+class IdpfBBCGGI21:
+    """Key generation and evaluation of the IDPF of Section 8.3, with SHARES = 2."""
+
+    SHARES = 2
+    KEY_SIZE = XofFixedKeyAes128.SEED_SIZE
+    RAND_SIZE = 2 * XofFixedKeyAes128.SEED_SIZE
+    NONCE_SIZE = 16
+    field_inner: type[Field] = Field64
+    field_leaf: type[Field] = Field255
+
+    def __init__(self, bits: int, value_len: int) -> None:
+        if bits < 1:
+            raise ValueError("BITS must be positive")
+        if value_len < 1:
+            raise ValueError("VALUE_LEN must be positive")
+        self.BITS = bits
+        self.VALUE_LEN = value_len
+
+    def current_field(self, level: int) -> type[Field]:
+        return self.field_inner if level < self.BITS - 1 else self.field_leaf
+
+    # -- Key generation (Section 8.3.2) ------------------------------------------------------------
+
+    def gen(
+        self,
+        alpha: Bits,
+        beta_inner: Sequence[Sequence[int]],
+        beta_leaf: Sequence[int],
+        ctx: bytes,
+        nonce: bytes,
+        rand: bytes,
+    ) -> tuple[PublicShare, list[bytes]]:
+        """The public correction words and the two aggregators' keys programming ``beta`` on ``alpha``'s path."""
+        if len(alpha) != self.BITS:
+            raise VdafError("incorrect alpha length")
+        if len(beta_inner) != self.BITS - 1:
+            raise VdafError("incorrect beta_inner length")
+        if len(rand) != self.RAND_SIZE:
+            raise VdafError("incorrect rand size")
+        if len(nonce) != self.NONCE_SIZE:
+            raise VdafError("incorrect nonce size")
+        hashing = _Hashing(ctx, nonce)
+        keys = [rand[: self.KEY_SIZE], rand[self.KEY_SIZE :]]
+        seeds = np.frombuffer(rand, dtype=np.uint8).reshape(2, self.KEY_SIZE).copy()
+        ctrl = [False, True]
+        public_share: PublicShare = []
+        for level in range(self.BITS):
+            bit = bool(alpha[level])
+            keep, lose = int(bit), 1 - int(bit)
+            s, t = self._extend(hashing, level, seeds)
+            seed_cw = s[0, lose] ^ s[1, lose]
+            ctrl_cw = (bool(t[0, 0] ^ t[1, 0] ^ (not bit)), bool(t[0, 1] ^ t[1, 1] ^ bit))
+            # The side whose control bit is set applies the correction: off the path both seeds then agree.
+            kept = np.stack([s[k, keep] ^ seed_cw if ctrl[k] else s[k, keep] for k in range(2)])
+            ctrl = [bool(t[k, keep]) ^ (ctrl[k] and ctrl_cw[keep]) for k in range(2)]
+            seeds, (w0, w1) = self._convert(hashing, level, kept, values=True)
+            beta = beta_inner[level] if level < self.BITS - 1 else beta_leaf
+            if len(beta) != self.VALUE_LEN:
+                raise VdafError("length of beta must match the value length")
+            field = self.current_field(level)
+            w_cw = vec_add(field, vec_sub(field, list(beta), w0), w1)
+            if ctrl[1]:
+                w_cw = [-x % field.MODULUS for x in w_cw]
+            public_share.append((seed_cw.tobytes(), ctrl_cw, w_cw))
+        return public_share, keys
+
+    # -- Evaluation (Section 8.3.3) ----------------------------------------------------------------
+
+    def eval(
+        self,
+        agg_id: int,
+        public_share: PublicShare,
+        key: bytes,
+        level: int,
+        prefixes: Sequence[Bits],
+        ctx: bytes,
+        nonce: bytes,
+    ) -> list[Vec]:
+        """This aggregator's share of the value at each prefix of length level + 1 (in the order given)."""
+        if agg_id not in range(self.SHARES):
+            raise VdafError("aggregator id out of range")
+        if level not in range(self.BITS):
+            raise VdafError("level out of range")
+        if len(public_share) != self.BITS:
+            raise VdafError("public share must hold BITS correction words")
+        if len(key) != self.KEY_SIZE:
+            raise VdafError("incorrect key size")
+        if len(nonce) != self.NONCE_SIZE:
+            raise VdafError("incorrect nonce size")
+        if any(len(prefix) != level + 1 for prefix in prefixes):
+            raise VdafError("incorrect prefix length")
+        if len({tuple(map(bool, prefix)) for prefix in prefixes}) != len(prefixes):
+            raise VdafError("prefixes must be unique")
+        if not prefixes:
+            return []
+        hashing = _Hashing(ctx, nonce)
+        paths = np.array([[bool(b) for b in prefix] for prefix in prefixes], dtype=bool)
+        # Sorted, the prefixes that share a node at a depth are consecutive rows: a node starts where a
+        # row differs from the one before it in any bit up to that depth.
+        order = np.lexsort(paths.T[::-1])
+        paths = paths[order]
+        differs = np.zeros(len(paths) - 1, dtype=bool)
+        seeds = np.frombuffer(key, dtype=np.uint8).reshape(1, self.KEY_SIZE)
+        ctrl = np.array([bool(agg_id)])
+        node_of_row = np.zeros(len(paths), dtype=np.intp)  # each row's node at the depth walked so far
+        for depth in range(level + 1):
+            differs |= paths[1:, depth] != paths[:-1, depth]
+            starts = np.flatnonzero(np.concatenate(([True], differs)))
+            parents, bits = node_of_row[starts], paths[starts, depth].astype(np.intp)
+            node_of_row = np.concatenate(([0], np.cumsum(differs)))
+            seed_cw, ctrl_cw, w_cw = public_share[depth]
+            s, t = self._extend(hashing, depth, seeds)
+            corrected = ctrl[:, None]
+            s = s ^ (corrected[:, :, None] * np.frombuffer(seed_cw, dtype=np.uint8))
+            t = t ^ (corrected & np.array(ctrl_cw, dtype=bool))
+            ctrl = t[parents, bits]
+            seeds, values = self._convert(hashing, depth, s[parents, bits], values=depth == level)
+        field = self.current_field(level)
+        p = field.MODULUS
+        shares: list[Vec] = [[] for _ in prefixes]
+        for row, node in zip(order.tolist(), node_of_row.tolist(), strict=True):
+            y = vec_add(field, values[node], w_cw) if ctrl[node] else values[node]
+            shares[row] = y if agg_id == 0 else [-x % p for x in y]
+        return shares
+
+    # -- Auxiliary functions (Section 8.3.4), over many seeds at once --------------------------------
+
+    def _stream(self, level: int, dst: bytes, cipher: CipherContext, nonce: bytes, seeds: Seeds, blocks: int) -> Seeds:
+        """The first ``blocks`` * 16 bytes of each seed's XOF stream, one row per seed."""
+        if level < self.BITS - 1:
+            out = hash_blocks(cipher, seeds[:, None, :] ^ counter_blocks(0, blocks))
+            return out.reshape(len(seeds), blocks * 16)
+        # The last level hashes with TurboSHAKE128 (safe to model as a random oracle: extractability).
+        rows = [XofTurboShake128(seed.tobytes(), dst, nonce).next(blocks * 16) for seed in seeds]
+        return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(seeds), blocks * 16)
+
+    def _extend(
+        self, hashing: _Hashing, level: int, seeds: Seeds
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
+        """Each seed's two children (rows × 2 × 16 bytes) and their control bits, the children's low bits."""
+        stream = (
+            self._stream(level, hashing.extend_dst, hashing.extend_cipher, hashing.nonce, seeds, 2)
+            .reshape(-1, 2, 16)
+            .copy()
+        )
+        t = (stream[:, :, 0] & 1).astype(bool)
+        stream[:, :, 0] &= 0xFE
+        return stream, t
+
+    def _convert(self, hashing: _Hashing, level: int, seeds: Seeds, *, values: bool) -> tuple[Seeds, list[Vec]]:
+        """Each seed's next seed and, if ``values``, its VALUE_LEN field elements (rejection sampled)."""
+        field = self.current_field(level)
+        value_bytes = field.ENCODED_SIZE * self.VALUE_LEN if values else 0
+        stream = self._stream(
+            level, hashing.convert_dst, hashing.convert_cipher, hashing.nonce, seeds, 1 + -(-value_bytes // 16)
+        )
+        next_seeds = stream[:, :16].copy()
+        if not values:
+            return next_seeds, []
+        size = field.ENCODED_SIZE
+        mask = next_power_of_2(field.MODULUS) - 1
+        out: list[Vec] = []
+        raw = stream[:, 16 : 16 + value_bytes]
+        for i in range(len(seeds)):
+            chunk = raw[i].tobytes()
+            vec = [int.from_bytes(chunk[j : j + size], "little") & mask for j in range(0, value_bytes, size)]
+            if any(x >= field.MODULUS for x in vec):
+                # A rejected draw (about 2**-32 per Field64 element): read on from the same stream, as the spec does.
+                xof = self._xof(level, seeds[i].tobytes(), hashing.convert_dst, hashing.nonce)
+                xof.next(16)
+                vec = xof.next_vec(field, self.VALUE_LEN)
+            out.append(vec)
+        return next_seeds, out
+
+    def _xof(self, level: int, seed: bytes, dst: bytes, nonce: bytes) -> XofFixedKeyAes128 | XofTurboShake128:
+        if level < self.BITS - 1:
+            return XofFixedKeyAes128(seed, dst, nonce)
+        return XofTurboShake128(seed, dst, nonce)
+
+    # -- Public share encoding (Section 8.2.6.1) ---------------------------------------------------
+
+    def encode_public_share(self, public_share: PublicShare) -> bytes:
+        """Packed control bits (LSB first), the seeds, the inner values (Field64), the leaf values (Field255)."""
+        bits = [bit for _, ctrl_cw, _ in public_share for bit in ctrl_cw]
+        packed = bytearray((len(bits) + 7) // 8)
+        for i, bit in enumerate(bits):
+            packed[i // 8] |= int(bit) << (i % 8)
+        seeds = b"".join(seed_cw for seed_cw, _, _ in public_share)
+        inner = b"".join(self.field_inner.encode_vec(w_cw) for _, _, w_cw in public_share[:-1])
+        return bytes(packed) + seeds + inner + self.field_leaf.encode_vec(public_share[-1][2])
+
+    def decode_public_share(self, encoded: bytes) -> PublicShare:
+        packed_len = (2 * self.BITS + 7) // 8
+        inner_len = self.field_inner.ENCODED_SIZE * self.VALUE_LEN * (self.BITS - 1)
+        leaf_len = self.field_leaf.ENCODED_SIZE * self.VALUE_LEN
+        if len(encoded) != packed_len + self.KEY_SIZE * self.BITS + inner_len + leaf_len:
+            raise DecodeError("public share has the wrong length")
+        packed, rest = encoded[:packed_len], encoded[packed_len:]
+        bits = [bool((packed[i // 8] >> (i % 8)) & 1) for i in range(2 * self.BITS)]
+        if packed[-1] >> ((2 * self.BITS + 7) % 8 + 1):
+            raise DecodeError("trailing bits in the packed control bits")
+        seeds, rest = rest[: self.KEY_SIZE * self.BITS], rest[self.KEY_SIZE * self.BITS :]
+        inner = self.field_inner.decode_vec(rest[:inner_len])
+        leaf = self.field_leaf.decode_vec(rest[inner_len:])
+        values = [inner[i : i + self.VALUE_LEN] for i in range(0, len(inner), self.VALUE_LEN)] + [leaf]
+        return [
+            (
+                seeds[level * self.KEY_SIZE : (level + 1) * self.KEY_SIZE],
+                (bits[2 * level], bits[2 * level + 1]),
+                values[level],
+            )
+            for level in range(self.BITS)
+        ]
