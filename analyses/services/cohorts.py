@@ -64,6 +64,25 @@ def _row(cohort: str, expected: int, min_cohort: int, source: str) -> dict[str, 
     return {"cohort": cohort, "expected": expected, "below": expected < min_cohort, "source": source}
 
 
+def cohort_release(forecast: list[dict[str, Any]], answering: int, min_cohort: int) -> dict[str, Any]:
+    """What a round would release, batch by batch: the one verdict a dry run's headline and its table share.
+
+    Each row's ``below`` is the truth for its batch; a batch can hold no more devices than answer in
+    all, so with fewer than ``min_cohort`` answering every batch is below. Without batches (no split,
+    or a real fleet nothing was released from yet) the answering total decides. ``release``: "all",
+    "some" or "none"; ``released`` and ``suppressed`` name the batches.
+    """
+    too_few = answering < min_cohort
+    rows = [{**row, "below": row["below"] or too_few} for row in forecast]
+    released = [row["cohort"] for row in rows if not row["below"]]
+    suppressed = [row["cohort"] for row in rows if row["below"]]
+    if not rows:
+        release = "none" if too_few else "all"
+    else:
+        release = "all" if not suppressed else "some" if released else "none"
+    return {"cohorts": rows, "release": release, "released": released, "suppressed": suppressed}
+
+
 def small_cohorts_refusal(forecast: list[dict[str, Any]]) -> str | None:
     """Why a start needs a go-ahead for its batches below the minimum cohort, in words; None if none is."""
     below = [row for row in forecast if row["below"]]
