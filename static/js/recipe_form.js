@@ -280,7 +280,8 @@
     let response;
     let body;
     try {
-      response = await fetch(form.dataset.validateUrl, {
+      // verdict=1: a refusal is a 200 {valid: false, errors}, so typing never logs a failed request.
+      response = await fetch(`${form.dataset.validateUrl}?verdict=1`, {
         method: "POST",
         credentials: "same-origin",
         headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
@@ -293,7 +294,8 @@
     }
     if (mine !== validation) return null;
     clearMessages();
-    if (response.ok) {
+    if (response.ok && body.valid) {
+      refresh({});
       const below = body.batches_below || [];
       summaryBox.textContent =
         (body.too_noisy_reason ? "Valid, but too noisy (its expected error is below; running it will ask you to confirm): " : "Valid: ") +
@@ -306,10 +308,11 @@
       showStandardError(body);
       return body;
     }
-    // The API's error format: {"detail", "code", "fields": {key: [messages]}}; older answers were
-    // the fields alone.
-    const fields = body.fields || body;
-    const problems = response.status === 400 ? placeMessages(fields) : 0;
+    // A refusal: {valid: false, errors: {key: [messages]}}. Anything else (403, 500) is the API's
+    // error format, {"detail", "code", "fields"}.
+    const fields = response.ok ? body.errors : {};
+    refresh(fields);
+    const problems = placeMessages(fields);
     if (!problems) alertBox.textContent = body.detail || `The recipe could not be checked (HTTP ${response.status}).`;
     summaryBox.textContent = `Not valid yet: ${problems || 1} problem${problems > 1 ? "s" : ""}, shown by the field or above the form.`;
     errorLine.textContent = "Standard errors: shown once the recipe is valid.";
@@ -356,7 +359,17 @@
     out.textContent = text;
   }
 
-  async function refresh() {
+  // The keys the privacy figures are computed from: while the check names one of them, the
+  // calculators would only refuse it again (a 400 for every keystroke), so they are not asked.
+  const FIGURE_KEYS = ["", "privacy", "privacy.noise", "privacy.noiseDistribution", "privacy.mechanism",
+    "privacy.epsilon0", "privacy.epsilon", "privacy.delta", "privacy.samplingRate"];
+
+  async function refresh(errors) {
+    if (Object.keys(errors).some((path) => FIGURE_KEYS.includes(path))) {
+      say("Privacy figures: shown once ε₀, ε, δ and the sampling rate are valid (see the messages by the fields).");
+      noCurve("No curve until ε₀, ε and δ are valid.");
+      return;
+    }
     const epsilon = value("epsilon");
     const delta = value("delta");
     const rate = Number(value("sampling_rate") || "1");
@@ -432,6 +445,13 @@
     return { n_min: 10 ** low, n_max: 10 ** high, points: 4 * (high - low) + 1 };
   }
 
+  // The closed form's validity condition, eps0 <= log(n / (8 log(2/delta)) - 1), as
+  // privacy.amplification.closed_form_epsilon tests it.
+  function closedFormHolds(epsilon0, n, delta) {
+    const ratio = n / (8 * Math.log(2 / delta)) - 1;
+    return ratio > 0 && epsilon0 <= Math.log(ratio);
+  }
+
   // The numerical curve is the bound devices enforce for this randomizer (method: check 3's).
   async function drawCurve(epsilon0, epsilon, delta, minCohort, expected, method, bound) {
     const range = curveRange(minCohort);
@@ -439,8 +459,10 @@
       cached("curve", { epsilon0, delta, method: "closed-form", ...range }),
       cached("curve", { epsilon0, delta, method, ...range }),
       // Below its validity condition the closed form says nothing (devices enforce a tighter bound,
-      // whose cohort can be there): "no bound", not an error.
-      cached("amplify", { epsilon0, delta, n: minCohort, method: "closed-form" }).catch(() => ({ epsilon: null })),
+      // whose cohort can be there): "no bound", not an error, and not asked for.
+      closedFormHolds(epsilon0, minCohort, delta)
+        ? cached("amplify", { epsilon0, delta, n: minCohort, method: "closed-form" })
+        : { epsilon: null },
       cached("amplify", { epsilon0, delta, n: minCohort, method }),
     ]);
     if (enforcedHeader) enforcedHeader.textContent = `ε by ${bound}, which devices enforce for this randomizer`;
@@ -598,10 +620,7 @@
 
   function schedule() {
     clearTimeout(pending);
-    pending = setTimeout(() => {
-      validate();
-      refresh();
-    }, 300);
+    pending = setTimeout(validate, 300); // the privacy figures follow its verdict
   }
 
   form.addEventListener("input", (event) => {
@@ -622,5 +641,4 @@
     showJsonState({ ok: true });
   }
   validate();
-  refresh();
 })();

@@ -1,0 +1,60 @@
+"""Issue 31, items 6 and 10, in a real Chromium: each error is shown by the field it is about, with
+the focus there, and the normal states of the recipe editor (a spent analysis, a value being typed)
+log no console error and no failed request."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from analyses.models import Round
+from analyses.services.recipes import recipe_create
+
+pytestmark = pytest.mark.e2e
+
+
+def sign_in(page, url: str) -> None:
+    page.goto(url)
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill("alice-password")
+    page.get_by_role("button", name="Sign in").click()
+
+
+def watch(page) -> list[str]:
+    """Every console error, uncaught exception and 4xx/5xx response of the page, in words."""
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"exception: {e}"))
+    page.on("response", lambda r: problems.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+    return problems
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_spent_analysis_and_an_invalid_keystroke_log_no_error_and_no_failed_request(
+    analysis, analyst, recipe, live_server, page, width
+) -> None:
+    # Both rounds the policy allows (ε 1 each of 2) started: the analysis's budget is spent.
+    spent = recipe_create(analysis=analysis, content=recipe, user=analyst)
+    for seed in (1, 2):
+        Round.objects.create(recipe=spent, seed=seed, created_by=analyst, status=Round.Status.CANCELLED)
+    page.set_viewport_size({"width": width, "height": 900})
+    problems = watch(page)
+    sign_in(page, f"{live_server.url}/analyses/{analysis.identifier}/")
+    summary = page.locator("#recipe-summary")
+
+    # Loading it: the check says the budget is spent, as a verdict, not as a failed request.
+    expect(summary).to_contain_text("Not valid yet")
+    expect(page.locator("#recipe-alert")).to_contain_text("The analysis has used all 2 of its reports")
+    # Its privacy figures are still computed (the budget names no key they read).
+    expect(page.locator("#privacy-preview")).to_contain_text("Minimum cohort: 1,670 reports")
+
+    # Typing an invalid value: the message by its field, and still nothing failed.
+    epsilon = page.get_by_label("Aggregate epsilon (ε)")
+    epsilon.fill("0")
+    expect(page.locator('[data-field="epsilon"] .error')).to_have_text("Must be greater than 0.")
+    expect(page.locator("#privacy-preview")).to_contain_text("shown once ε₀, ε, δ and the sampling rate are valid")
+    epsilon.fill("")
+    page.get_by_label("Delta (δ)").fill("2")
+    expect(page.locator('[data-field="delta"] .error')).to_be_visible()
+    page.wait_for_load_state("networkidle")
+    assert problems == []
