@@ -146,6 +146,9 @@
     for (const name of PRIVACY_FIELDS) {
       if (name === "delta" && privacy[key("noise_distribution")] === "laplace") continue; // δ = 0: the field is unused
       const raw = privacy[key(name)];
+      // A key left out with no default (misspelt, say: "epsilonn") keeps what the field holds: the
+      // analyst's value is not blanked, and the check names the key by the JSON.
+      if (raw === undefined && !(name in defaults)) continue;
       if (raw === undefined || raw === null) setControl(name, defaults[name] ?? "");
       else if (typeof raw === "number" || typeof raw === "string") setControl(name, String(raw));
     }
@@ -222,8 +225,10 @@
     for (const field of form.querySelectorAll(".field.invalid")) {
       if (field.dataset.field !== "recipe_json") field.classList.remove("invalid");
     }
+    // The JSON box stays marked while its text does not parse (showJsonState); a key's message goes.
+    jsonBox.closest(".field").classList.toggle("invalid", jsonBox.getAttribute("aria-invalid") === "true");
     for (const control of form.querySelectorAll("[data-live-error]")) {
-      control.removeAttribute("aria-invalid");
+      if (control !== jsonBox) control.removeAttribute("aria-invalid");
       const ids = (control.getAttribute("aria-describedby") || "").split(" ");
       control.setAttribute("aria-describedby", ids.filter((id) => !id.startsWith("live-error-")).join(" "));
       delete control.dataset.liveError;
@@ -239,28 +244,22 @@
 
   function placeMessages(fields) {
     const general = [];
+    const byJson = [];
     for (const [path, messages] of Object.entries(fields)) {
       const name = formFieldOf(path);
       const box = name && form.querySelector(`.field[data-field="${name}"]`);
-      if (!box) {
-        // The policy's refusals (budget.*) name no recipe key to fix: the message alone.
-        const prefix = path.startsWith("budget.") ? "" : `${path}: `;
-        for (const message of [].concat(messages)) general.push(`${prefix}${message}`);
-        continue;
-      }
-      const note = document.createElement("p");
-      note.className = "error";
-      note.id = `live-error-${name}`;
-      note.textContent = [].concat(messages).join(" ");
-      box.append(note);
-      box.classList.add("invalid");
-      for (const control of box.querySelectorAll("input, select, textarea")) {
-        control.setAttribute("aria-invalid", "true");
-        const ids = (control.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
-        control.setAttribute("aria-describedby", [...ids, note.id].join(" "));
-        control.dataset.liveError = "1";
+      if (path.startsWith("budget.")) {
+        // The policy's refusals name no recipe key to fix: the message alone, above the fields.
+        general.push(...[].concat(messages));
+      } else if (!box || !fieldShows(path, name)) {
+        // A key no field shows (a misspelt one, say, or the key it was meant to be, missing from the
+        // JSON while its field keeps the analyst's value): by the JSON that holds it, named.
+        byJson.push(`${path}: ${[].concat(messages).join(" ")}`);
+      } else {
+        mark(box, name, [].concat(messages).join(" "));
       }
     }
+    if (byJson.length) mark(jsonBox.closest(".field"), "recipe_json", byJson.join(" "));
     if (general.length) {
       const list = document.createElement("ul");
       list.className = "errors";
@@ -268,6 +267,33 @@
       alertBox.append(list);
     }
     return Object.keys(fields).length;
+  }
+
+  // Whether the field shows what the JSON that runs holds at ``path``: not when the key is left out
+  // of it while the field holds a value (formFromRecipe keeps it).
+  function fieldShows(path, name) {
+    const parsed = parseJson();
+    if (!parsed.ok) return true; // the form runs
+    const held = path.split(".").reduce((at, part) => (isObject(at) ? at[part] : undefined), parsed.recipe);
+    return held !== undefined || value(name) === "";
+  }
+
+  function mark(box, name, text) {
+    const note = document.createElement("p");
+    note.className = "error";
+    note.id = `live-error-${name}`;
+    note.textContent = text;
+    // Under the JSON box itself, not under its help: the box is tall, and the eye is at its edge.
+    if (name === "recipe_json") jsonBox.after(note);
+    else box.append(note);
+    box.classList.add("invalid");
+    for (const control of box.querySelectorAll("input, select, textarea")) {
+      // The JSON box's aria-invalid says whether its text parses (showJsonState): left to it.
+      if (control !== jsonBox) control.setAttribute("aria-invalid", "true");
+      const ids = (control.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
+      control.setAttribute("aria-describedby", [...ids, note.id].join(" "));
+      control.dataset.liveError = "1";
+    }
   }
 
   function currentRecipe() {

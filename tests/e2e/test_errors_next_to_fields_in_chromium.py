@@ -4,6 +4,8 @@ log no console error and no failed request."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -56,5 +58,37 @@ def test_a_spent_analysis_and_an_invalid_keystroke_log_no_error_and_no_failed_re
     epsilon.fill("")
     page.get_by_label("Delta (δ)").fill("2")
     expect(page.locator('[data-field="delta"] .error')).to_be_visible()
+    page.wait_for_load_state("networkidle")
+    assert problems == []
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_misspelt_json_key_is_named_by_the_json_box_and_epsilon_keeps_its_value(
+    analysis, live_server, page, width
+) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    problems = watch(page)
+    sign_in(page, f"{live_server.url}/analyses/{analysis.identifier}/")
+    epsilon = page.get_by_label("Aggregate epsilon (ε)")
+    recipe_json = page.get_by_label("Recipe JSON", exact=True)
+    expect(page.locator("#recipe-summary")).to_contain_text("Valid")
+    typed = epsilon.input_value()
+
+    recipe_json.fill(re.sub(r'"epsilon":', '"epsilonn":', recipe_json.input_value(), count=1))
+
+    by_json = page.locator('[data-field="recipe_json"] .error')
+    expect(by_json).to_contain_text("privacy.epsilonn: Unknown key; did you mean 'epsilon'?")
+    expect(epsilon).to_have_value(typed)  # not blanked
+    expect(page.locator('[data-field="epsilon"] .error')).to_have_count(0)  # the field shows a value: no "required"
+    expect(page.locator("#recipe-alert")).to_have_text("")
+    # Right by the box: the message starts within a line or two under the textarea's bottom edge.
+    box, note = recipe_json.bounding_box(), by_json.bounding_box()
+    assert 0 <= note["y"] - (box["y"] + box["height"]) < 80
+    assert recipe_json.get_attribute("aria-describedby").split()[-1] == "live-error-recipe_json"
+
+    # Fixed: the message goes, and the check passes again.
+    recipe_json.fill(recipe_json.input_value().replace('"epsilonn":', '"epsilon":'))
+    expect(page.locator("#recipe-summary")).to_contain_text("Valid")
+    expect(by_json).to_have_count(0)
     page.wait_for_load_state("networkidle")
     assert problems == []
