@@ -4,13 +4,16 @@ log no console error and no failed request."""
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
 from playwright.sync_api import expect
 
-from analyses.models import Round
+from analyses.models import AdaptiveRun, Round
+from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.recipes import recipe_create
+from tests.conftest import DISCOVERY_POLICY
 
 pytestmark = pytest.mark.e2e
 
@@ -92,3 +95,66 @@ def test_a_misspelt_json_key_is_named_by_the_json_box_and_epsilon_keeps_its_valu
     expect(by_json).to_have_count(0)
     page.wait_for_load_state("networkidle")
     assert problems == []
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_refused_adaptive_plan_lands_on_its_field_with_the_focus(discovery, live_server, page, width) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, f"{live_server.url}/analyses/t.discovery/adaptive/")
+    page.get_by_label("Rounds", exact=True).fill("4")  # 3 reports left
+    expect(page.locator("#plan-sum")).to_contain_text("the start would be refused")
+    page.get_by_role("button", name="Check the plan").click()
+
+    per_round = page.get_by_label("Aggregate epsilon per round (ε)")
+    expect(page.locator('[data-field="epsilon_per_round"] .errors')).to_contain_text(
+        "The budget plan exceeds the policy of t.discovery at round 4 of 4"
+    )
+    expect(per_round).to_be_focused()
+    expect(per_round).to_be_in_viewport()
+    expect(page.locator('[data-field="epsilon_per_round"] .errors')).to_be_in_viewport()
+    expect(page.locator('[data-field="document"] .errors')).to_have_count(0)  # not by the JSON, far below
+    assert not AdaptiveRun.objects.exists()
+
+
+@pytest.fixture
+def baselines(discovery, analyst, officer) -> None:
+    """On t.discovery's fleet: two analyses that can hold its baseline (t.small with ε 1 left), and
+    two that cannot (no n-gram field; never approved)."""
+    for identifier, changes in (
+        ("t.static", {}),
+        ("t.small", {"budget": {"epsilon": 1.0, "reports": 3, "delta": 1e-5}}),
+        (
+            "t.ages",
+            {
+                "queryClass": {"stream": "KeyboardNGrams", "fields": ["age"], "cohortFields": ["locale"]},
+                "fields": {"age": {"localEpsilon": 4.0, "epsilon": 3.0, "reports": 3}},
+            },
+        ),
+    ):
+        policy = {**copy.deepcopy(DISCOVERY_POLICY), "identifier": identifier, **changes}
+        analysis_approve(analysis=analysis_create(spec=policy, owner=analyst), officer=officer)
+    analysis_create(spec={**copy.deepcopy(DISCOVERY_POLICY), "identifier": "t.draft"}, owner=analyst)
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_baseline_offers_only_what_can_work_and_the_plan_never_says_it_fits_when_refused(
+    baselines, live_server, page, width
+) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, f"{live_server.url}/analyses/t.discovery/adaptive/")
+    baseline = page.get_by_label("Static baseline on")
+    assert baseline.locator("option").all_inner_texts() == ["none", "t.small", "t.static"]
+    verdict = page.locator("#plan-sum")
+
+    baseline.select_option("t.static")
+    expect(verdict).to_contain_text("The static baseline spends the same on t.static. It fits")
+    baseline.select_option("t.small")  # 3 rounds of ε 1 on an analysis with ε 1 left
+    expect(verdict).to_contain_text("t.small, which has ε 1 and 3 reports left: over what is left")
+    expect(verdict).not_to_contain_text("It fits")
+
+    page.get_by_role("button", name="Check the plan").click()
+    errors = page.locator('[data-field="baseline"] .errors')
+    expect(errors).to_contain_text("Baseline: The budget plan exceeds the policy of t.small")
+    expect(baseline).to_be_focused()
+    expect(baseline).to_be_in_viewport()
+    assert not AdaptiveRun.objects.exists()
