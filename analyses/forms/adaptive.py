@@ -38,6 +38,14 @@ class AdaptiveJsonForm(forms.Form):
             for message in messages:
                 self.add_error("document", f"{path}: {message}")
 
+    def focus_errors(self) -> None:
+        """A refused document is focused when the page loads (autofocus, which scrolls to it), its
+        errors named by its control (aria-describedby: the list json_field.html renders)."""
+        if "document" in self.errors:
+            bound = self["document"]
+            described = f"{bound.auto_id}_error" + (f" {bound.auto_id}_helptext" if bound.help_text else "")
+            self.fields["document"].widget.attrs.update({"autofocus": True, "aria-describedby": described})
+
 
 # ---------------------------------------------------------------- adaptive runs: the start form
 

@@ -567,6 +567,7 @@ def adaptive_detail(request: HttpRequest, pk: int) -> HttpResponse:
                     except ValidationFailed as invalid:
                         next_form.add_problems(invalid.errors)
                 if next_form.errors:
+                    next_form.focus_errors()
                     status = 400
                 elif action == "edit-continue":
                     adaptive_resume(run=run, user=request.user)
