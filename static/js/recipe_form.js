@@ -387,12 +387,11 @@
 
   // The keys the privacy figures are computed from: while the check names one of them, the
   // calculators would only refuse it again (a 400 for every keystroke), so they are not asked.
-  const FIGURE_KEYS = ["", "privacy", "privacy.noise", "privacy.noiseDistribution", "privacy.mechanism",
-    "privacy.epsilon0", "privacy.epsilon", "privacy.delta", "privacy.samplingRate"];
+  const FIGURE_KEYS = ["privacy.mechanism", "privacy.epsilon0", "privacy.epsilon", "privacy.delta"];
 
   async function refresh(errors) {
     if (Object.keys(errors).some((path) => FIGURE_KEYS.includes(path))) {
-      say("Privacy figures: shown once ε₀, ε, δ and the sampling rate are valid (see the messages by the fields).");
+      say("Privacy figures: shown once ε₀, ε and δ are valid (see the messages by the fields).");
       noCurve("No curve until ε₀, ε and δ are valid.");
       return;
     }
@@ -642,6 +641,15 @@
   // A question the server asks before a spend (no dialog was shown): where the eye is.
   const question = document.getElementById("spend-question");
   if (question) question.focus();
+
+  // A refused Run or Dry run: the outcome is said at the top (outcome.js); the focus goes to the
+  // first field the server put an error under, scrolled to, where it is fixed.
+  const refused = form.querySelector('.field.invalid p.error[role="alert"]');
+  if (refused && !question) {
+    const box = refused.closest(".field");
+    box.querySelector("textarea, select, input").focus({ preventScroll: true });
+    box.scrollIntoView({ block: "center" });
+  }
 
 
   function schedule() {

@@ -57,7 +57,7 @@ def test_a_spent_analysis_and_an_invalid_keystroke_log_no_error_and_no_failed_re
     epsilon = page.get_by_label("Aggregate epsilon (ε)")
     epsilon.fill("0")
     expect(page.locator('[data-field="epsilon"] .error')).to_have_text("Must be greater than 0.")
-    expect(page.locator("#privacy-preview")).to_contain_text("shown once ε₀, ε, δ and the sampling rate are valid")
+    expect(page.locator("#privacy-preview")).to_contain_text("shown once ε₀, ε and δ are valid")
     epsilon.fill("")
     page.get_by_label("Delta (δ)").fill("2")
     expect(page.locator('[data-field="delta"] .error')).to_be_visible()
@@ -88,6 +88,16 @@ def test_a_misspelt_json_key_is_named_by_the_json_box_and_epsilon_keeps_its_valu
     box, note = recipe_json.bounding_box(), by_json.bounding_box()
     assert 0 <= note["y"] - (box["y"] + box["height"]) < 80
     assert recipe_json.get_attribute("aria-describedby").split()[-1] == "live-error-recipe_json"
+
+    # Dry run anyway: refused by the server, the page lands on the JSON box, the message right under it.
+    page.get_by_role("button", name="Dry run").click()
+    expect(page.locator("#messages")).to_contain_text("Nothing was run or spent")
+    expect(recipe_json).to_be_focused()
+    expect(recipe_json).to_be_in_viewport()
+    expect(by_json.first).to_contain_text("privacy.epsilonn: Unknown key; did you mean 'epsilon'?")
+    expect(by_json.first).to_be_in_viewport()
+    expect(epsilon).to_have_value(typed)
+    problems.clear()  # the refusal itself is a 400; what follows is normal use again
 
     # Fixed: the message goes, and the check passes again.
     recipe_json.fill(recipe_json.input_value().replace('"epsilonn":', '"epsilon":'))
