@@ -108,6 +108,26 @@ def test_a_misspelt_json_key_is_named_by_the_json_box_and_epsilon_keeps_its_valu
 
 
 @pytest.mark.parametrize("width", [1280, 390])
+def test_a_sampling_rate_too_small_for_the_cohort_is_blamed_under_it_with_the_smallest_that_works(
+    analysis, live_server, page, width
+) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    problems = watch(page)
+    sign_in(page, f"{live_server.url}/analyses/{analysis.identifier}/")
+    expect(page.locator("#recipe-summary")).to_contain_text("Valid")
+    rate = page.get_by_label("Sampling rate (q)")
+    rate.fill("0.001")
+    message = page.locator('[data-field="sampling_rate"] .error')
+    expect(message).to_contain_text("Too small for the cohort")
+    expect(message).to_contain_text("Raise the sampling rate to at least 0.34")  # 1,670 of 5,000 devices
+    expect(page.locator('[data-field="epsilon"] .error')).to_have_count(0)  # not blamed on ε
+    rate.fill("0.34")
+    expect(page.locator("#recipe-summary")).to_contain_text("Valid")
+    page.wait_for_load_state("networkidle")
+    assert problems == []
+
+
+@pytest.mark.parametrize("width", [1280, 390])
 def test_a_refused_adaptive_plan_lands_on_its_field_with_the_focus(discovery, live_server, page, width) -> None:
     page.set_viewport_size({"width": width, "height": 900})
     sign_in(page, f"{live_server.url}/analyses/t.discovery/adaptive/")
