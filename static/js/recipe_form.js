@@ -340,7 +340,7 @@
     refresh(fields);
     const problems = placeMessages(fields);
     if (!problems) alertBox.textContent = body.detail || `The recipe could not be checked (HTTP ${response.status}).`;
-    summaryBox.textContent = `Not valid yet: ${problems || 1} problem${problems > 1 ? "s" : ""}, shown by the field or above the form.`;
+    summaryBox.textContent = `Not valid yet: ${problems || 1} problem${problems > 1 ? "s" : ""}, shown by the field, under the JSON or above the form.`;
     errorLine.textContent = "Standard errors: shown once the recipe is valid.";
     return null;
   }
