@@ -69,10 +69,12 @@ def _spec_examples(analysis: Analysis, user: AbstractBaseUser) -> dict[str, dict
             "threshold": {"zScore": 3.0, "maxPerLevel": 50},
         }
         # The demo's convention: a twin analysis "<identifier>-static" on the same fleet for the baseline.
-        twin = selectors.analysis_list(user=user).filter(
-            identifier=f"{analysis.identifier}-static", fleet=analysis.fleet_id
+        twin = (
+            selectors.analysis_list(user=user)
+            .filter(identifier=f"{analysis.identifier}-static", fleet=analysis.fleet_id)
+            .first()
         )
-        if twin.exists():
+        if twin is not None and baseline_refusal(analysis, twin, text[0]) is None:  # as the dropdown offers
             spec["baseline"] = {"analysis": f"{analysis.identifier}-static", "rows": 4, "columns": 4096, "topK": 20}
         examples[AdaptiveRun.Kind.NGRAM_DISCOVERY.value] = spec
     if numbers:

@@ -117,3 +117,14 @@ def test_a_baseline_over_its_own_budget_comes_back_under_the_baseline_field(
     assert list(form.errors) == ["baseline"]
     assert form.errors["baseline"][0].startswith("Baseline: The budget plan exceeds the policy of t.small")
     assert not AdaptiveRun.objects.exists()
+
+
+def test_the_example_spec_names_its_static_twin_only_when_a_start_would_accept_it(
+    client, analyst, discovery, officer
+) -> None:
+    twin = analysis_create(spec=_policy("t.discovery-static"), owner=analyst)  # not approved yet
+    spec = json.loads(_start_page(client, analyst).context["form"]["document"].value())
+    assert "baseline" not in spec
+    analysis_approve(analysis=twin, officer=officer)
+    spec = json.loads(_start_page(client, analyst).context["form"]["document"].value())
+    assert spec["baseline"]["analysis"] == "t.discovery-static"
