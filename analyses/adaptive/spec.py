@@ -166,12 +166,8 @@ def _check_baseline(spec: Spec, baseline: Any) -> None:
     other = Analysis.objects.filter(identifier=identifier).first() if identifier else None
     if identifier and other is None:
         problems.add("baseline.analysis", f"No analysis {identifier!r}.")
-    elif other is not None and (other.pk == spec.analysis.pk or other.fleet_id != spec.analysis.fleet_id):
-        problems.add(
-            "baseline.analysis", "Must be another analysis of the same fleet: the baseline spends its own budget."
-        )
-    elif other is not None and other.owner_id != spec.analysis.owner_id:
-        problems.add("baseline.analysis", "Must belong to the same analyst: the baseline spends its budget.")
+    elif other is not None and (refusal := baseline_refusal(spec.analysis, other, spec.field)):
+        problems.add("baseline.analysis", refusal)
     problems.integer(baseline, "topK", "baseline.topK", minimum=1, required=False)
     if problems:
         raise ValidationFailed(problems.errors)
@@ -180,6 +176,25 @@ def _check_baseline(spec: Spec, baseline: Any) -> None:
     except ValueError as error:
         raise ValidationFailed({"baseline": [f"{error}."]}) from error
     _check_plan(other, _round_recipes(spec, other, baseline_recipe(spec, other, 0)), spec.field, "baseline ")
+
+
+def baseline_refusal(analysis: Analysis, other: Analysis, field: str) -> str | None:
+    """Why ``other`` cannot hold the static baseline of a discovery on ``analysis``'s ``field``; None
+    if it can. The start checks it, and the start form offers only the analyses it passes, so the
+    form never offers one the start refuses. The budget is the plan's to check: it depends on it."""
+    if other.pk == analysis.pk or other.fleet_id != analysis.fleet_id:
+        return "Must be another analysis of the same fleet: the baseline spends its own budget."
+    if other.owner_id != analysis.owner_id:
+        return "Must belong to the same analyst: the baseline spends its budget."
+    if not other.is_approved:
+        return f"{other.identifier} is not approved by a privacy officer yet: its rounds cannot start."
+    enforced = other.enforced
+    stream = enforced.query_class.get("stream", "")
+    if field not in enforced.query_class.get("fields", []) or enforced.field(field) is None:
+        return f"{other.identifier} has no policy for the field {field}: its query class does not read it."
+    if field_kind(stream, field) != "text":
+        return f"In {other.identifier}'s stream {stream}, {field} is not a text field: no n-gram sketch of it."
+    return None
 
 
 def _round_recipes(spec: Spec, analysis: Analysis, first: dict) -> list[dict]:

@@ -275,7 +275,13 @@ class DryRunSerializer(serializers.Serializer):
     not_sampled = serializers.IntegerField()
     would_refuse = serializers.DictField(child=serializers.IntegerField(), help_text="Devices by reason.")
     min_cohort = serializers.IntegerField()
-    meets_min_cohort = serializers.BooleanField()
+    meets_min_cohort = serializers.BooleanField(help_text="Every batch would be released (release is all).")
+    release = serializers.ChoiceField(
+        choices=["all", "some", "none"], help_text="How many batches would be released: the one verdict per batch."
+    )
+    cohorts = serializers.ListField(child=serializers.DictField(), help_text="{cohort, expected, below, source}.")
+    batches_released = serializers.ListField(child=serializers.CharField())
+    batches_below = serializers.ListField(child=serializers.CharField(), help_text="Suppressed, though they spend.")
     epsilon = serializers.FloatField(help_text="The round's cost, next to its expected error.")
     delta = serializers.FloatField()
     expected_error = ExpectedErrorSerializer()

@@ -213,9 +213,27 @@ class RecipePropose(APIView):
 class RecipeValidate(APIView):
     """The recipe editor's check as you type: recipe_validate's verdict and the recipe's figures; creates nothing."""
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "verdict",
+                bool,
+                required=False,
+                description="With verdict=1 a recipe that does not validate is a 200 {valid: false, errors: "
+                "{key: [messages]}}, a valid one {valid: true, ...}: an editor checking each keystroke "
+                "expects refusals and should not see them as failed requests. Without it, a 400 by key.",
+            )
+        ],
+    )
     def post(self, request: Request, identifier: str) -> Response:
         analysis = selectors.analysis_get(user=request.user, identifier=identifier)
-        return Response(recipe_preview(analysis=analysis, content=request.data))
+        if request.query_params.get("verdict") not in ("1", "true"):
+            return Response(recipe_preview(analysis=analysis, content=request.data))
+        try:
+            preview = recipe_preview(analysis=analysis, content=request.data)
+        except ValidationFailed as invalid:
+            return Response({"valid": False, "errors": invalid.errors})
+        return Response({"valid": True, **preview})
 
 
 @extend_schema(summary="One recipe", responses={200: RecipeSerializer, **errors(404)})

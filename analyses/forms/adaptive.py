@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS
 
-from analyses.forms.recipe_editor import SOURCE_FORM, SOURCE_JSON, json_object
+from analyses.forms.recipe_editor import MISSING, SOURCE_FORM, SOURCE_JSON, json_at, json_object
 from analyses.models import Analysis
 from privacy.mechanisms import MECHANISMS
 
@@ -37,6 +37,14 @@ class AdaptiveJsonForm(forms.Form):
         for path, messages in errors.items():
             for message in messages:
                 self.add_error("document", f"{path}: {message}")
+
+    def focus_errors(self) -> None:
+        """A refused document is focused when the page loads (autofocus, which scrolls to it), its
+        errors named by its control (aria-describedby: the list json_field.html renders)."""
+        if "document" in self.errors:
+            bound = self["document"]
+            described = f"{bound.auto_id}_error" + (f" {bound.auto_id}_helptext" if bound.help_text else "")
+            self.fields["document"].widget.attrs.update({"autofocus": True, "aria-describedby": described})
 
 
 # ---------------------------------------------------------------- adaptive runs: the start form
@@ -176,16 +184,20 @@ class AdaptiveSpecForm(forms.Form):
         *args: Any,
         analysis: Analysis,
         kinds: dict[str, list[str]],
-        baselines: list[str],
+        baselines: dict[str, dict[str, Any]],
         example: dict[str, Any] | None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.analysis = analysis
         self.kinds = kinds  # kind -> the fields it can run on
+        self._fields_shown: dict[str, Any] | None = None
         labels = {_DISCOVERY: "n-gram discovery (text)", _REFINEMENT: "bucket refinement (numbers)"}
         self.fields["kind"].choices = [(k, labels[k]) for k in kinds]
         self.fields["field"].choices = [(f, f) for fields in kinds.values() for f in fields]
+        # Only the analyses a start would accept (pages.adaptive._baselines), with what the page's
+        # plan needs of each: the fields it can hold a baseline for, the budget it has left.
+        self.baselines = baselines
         self.fields["baseline"].choices = [("", "none"), *((b, b) for b in baselines)]
         if example is not None and not self.is_bound:
             self.initial = {**fields_from_spec(example), **self.initial}
@@ -228,6 +240,10 @@ class AdaptiveSpecForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if self.json_is_source:
+            # The fields as posted (the page's script keeps them in sync with the JSON): an error at a
+            # key a field shows as the JSON has it goes under that field (add_problems).
+            if not any(name in self.errors for name in self.fields if name != "document") and data.get("kind"):
+                self._fields_shown = spec_from_fields(self.analysis.identifier, data)
             for name in list(self.errors):
                 if name not in ("document", NON_FIELD_ERRORS):
                     self.errors.pop(name)
@@ -249,25 +265,68 @@ class AdaptiveSpecForm(forms.Form):
         return spec_from_fields(self.analysis.identifier, self.cleaned_data)
 
     def add_problems(self, errors: dict[str, list[str]]) -> None:
-        """The services' errors (by spec key, or "round N: key" for a planned round) by the field they name."""
+        """The services' errors (by spec key, "round N: key" for a planned round, "baseline ..." for
+        the static baseline's) by the field they name; with the JSON as the spec, by the JSON unless
+        the field shows what the JSON says there."""
         for path, messages in errors.items():
+            key, prefix = path, ""
+            match = _ROUND_PREFIX.match(path)
+            if match:
+                baseline, number, key = match.groups()
+                prefix = f"{'Baseline round' if baseline else 'Round'} {number}: "
+                if baseline:
+                    key = "baseline.analysis"
+            elif path.startswith("baseline "):  # the baseline's budget plan: its analysis is the field to change
+                key, prefix = "baseline.analysis", "Baseline: "
+            name = _ADAPTIVE_FIELD_FOR_PATH.get(key)
             for message in messages:
-                if self.json_is_source:
+                if self.json_is_source and not (name and self._field_shows(key)):
                     self.add_error("document", f"{path}: {message}")
-                    continue
-                prefix, key = "", path
-                match = _ROUND_PREFIX.match(path)
-                if match:
-                    baseline, number, key = match.groups()
-                    prefix = f"{'Baseline round' if baseline else 'Round'} {number}: "
-                    if baseline:
-                        key = "baseline"
-                name = _ADAPTIVE_FIELD_FOR_PATH.get(key)
-                if key.startswith("budget.") or name is None:
+                elif key.startswith("budget.") or name is None:
                     shown = message if key.startswith("budget.") else f"{path}: {message}"
                     self.add_error(None, prefix + shown)
                 else:
                     self.add_error(name, prefix + message)
+
+    def _field_shows(self, path: str) -> bool:
+        """Whether a field shows the JSON's value at ``path`` (so that its error can go under it)."""
+        if self._fields_shown is None or path not in _ADAPTIVE_FIELD_FOR_PATH:
+            return False
+        posted = self.cleaned_data.get("document")
+        return json_at(posted, path) == json_at(self._fields_shown, path) != MISSING
+
+    # The fields in the order the page shows them (templates/analyses/adaptive_list.html).
+    PAGE_ORDER = (
+        "kind",
+        "field",
+        "unit",
+        "rounds",
+        "boundaries",
+        "min_width",
+        "vocabulary",
+        "vocabulary_file",
+        *PRIVACY_FIELDS,
+        "z_score",
+        "max_per_level",
+        "baseline",
+        "baseline_rows",
+        "baseline_columns",
+        "baseline_top_k",
+        "document",
+    )
+
+    def focus_first_error(self) -> None:
+        """A refused start lands on its first problem: the first field with an error is focused when
+        the page loads (autofocus, which also scrolls to it) and names its errors (aria-describedby).
+        A problem of the whole spec is above the fields: the template focuses it instead."""
+        if self.non_field_errors():
+            return
+        name = next((name for name in self.PAGE_ORDER if name in self.errors), None)
+        if name is None:
+            return
+        bound = self[name]
+        described = [f"{bound.auto_id}_error"] + ([f"{bound.auto_id}_helptext"] if bound.help_text else [])
+        self.fields[name].widget.attrs.update({"autofocus": True, "aria-describedby": " ".join(described)})
 
 
 def spec_from_fields(analysis: str, data: dict[str, Any]) -> dict[str, Any]:

@@ -305,7 +305,7 @@ class RecipeForm(forms.Form):
         if self._fields_shown is None or form_field_for(path) is None:
             return False
         posted = self.cleaned_data.get("recipe_json")
-        return _at(posted, path) == _at(self._fields_shown, path) != _MISSING
+        return json_at(posted, path) == json_at(self._fields_shown, path) != MISSING
 
     @property
     def recipe_paths(self) -> dict[str, str]:
@@ -394,14 +394,14 @@ class RecipeForm(forms.Form):
         }
 
 
-_MISSING = object()
+MISSING = object()
 
 
-def _at(document: Any, path: str) -> Any:
-    """The value at a dotted path of a JSON document, or _MISSING."""
+def json_at(document: Any, path: str) -> Any:
+    """The value at a dotted path of a JSON document, or MISSING."""
     for key in path.split("."):
         if not isinstance(document, dict) or key not in document:
-            return _MISSING
+            return MISSING
         document = document[key]
     return document
 

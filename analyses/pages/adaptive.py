@@ -16,12 +16,12 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from analyses.adaptive.chain import adaptive_next_edit, adaptive_pause, adaptive_resume, adaptive_start
 from analyses.adaptive.presenters import adaptive_output
-from analyses.adaptive.spec import adaptive_rounds_started, adaptive_validate
+from analyses.adaptive.spec import adaptive_rounds_started, adaptive_validate, baseline_refusal
 from analyses.forms.adaptive import AdaptiveJsonForm, AdaptiveSpecForm
 from analyses.models import AdaptiveRun, Analysis
 from analyses.reads import selectors
 from analyses.reads.drilldown import bucketed_plain_labels
-from analyses.services.policy import analysis_spent
+from analyses.services.policy import analyses_spent, analysis_spent
 from analyses.services.rounds import round_progress
 from devices.synthetic import TOKENS
 from pfs_base.errors import NotAllowed, ValidationFailed
@@ -70,10 +70,12 @@ def _spec_examples(analysis: Analysis, user: AbstractBaseUser) -> dict[str, dict
             "threshold": {"zScore": 3.0, "maxPerLevel": 50},
         }
         # The demo's convention: a twin analysis "<identifier>-static" on the same fleet for the baseline.
-        twin = selectors.analysis_list(user=user).filter(
-            identifier=f"{analysis.identifier}-static", fleet=analysis.fleet_id
+        twin = (
+            selectors.analysis_list(user=user)
+            .filter(identifier=f"{analysis.identifier}-static", fleet=analysis.fleet_id)
+            .first()
         )
-        if twin.exists():
+        if twin is not None and baseline_refusal(analysis, twin, text[0]) is None:  # as the dropdown offers
             spec["baseline"] = {"analysis": f"{analysis.identifier}-static", "rows": 4, "columns": 4096, "topK": 20}
         examples[AdaptiveRun.Kind.NGRAM_DISCOVERY.value] = spec
     if numbers:
@@ -435,23 +437,46 @@ def _start_form(request: HttpRequest, analysis: Analysis, examples: dict[str, di
             (AdaptiveRun.Kind.BUCKET_REFINEMENT.value, "number"),
         )
     }
-    baselines = (
-        selectors.analysis_list(user=request.user)
-        .filter(fleet=analysis.fleet_id)
-        .exclude(pk=analysis.pk)
-        .values_list("identifier", flat=True)
-    )
     first = next(iter(examples.values()), None)
     form = AdaptiveSpecForm(
         request.POST if request.method == "POST" else None,
         request.FILES if request.method == "POST" else None,
         analysis=analysis,
         kinds={kind: names for kind, names in kinds.items() if names},
-        baselines=list(baselines),
+        baselines=_baselines(request.user, analysis, kinds[AdaptiveRun.Kind.NGRAM_DISCOVERY.value]),
         example=first,
         initial={"document": _pretty_json(_with_unit(first))} if first else None,
     )
     return form
+
+
+def _baselines(user: AbstractBaseUser, analysis: Analysis, fields: list[str]) -> dict[str, dict[str, Any]]:
+    """The analyses that can hold a discovery's static baseline (the start's own rule,
+    baseline_refusal), each with the text fields it can for and the budget it has left: the page's
+    plan counts the baseline's spend against it too."""
+    others = selectors.analysis_list(user=user).filter(fleet=analysis.fleet_id).exclude(pk=analysis.pk)
+    usable = {
+        other: [f for f in fields if baseline_refusal(analysis, other, f) is None]
+        for other in others.order_by("identifier")
+    }
+    usable = {other: names for other, names in usable.items() if names}
+    spent = analyses_spent(list(usable))
+    return {
+        other.identifier: {
+            "fields": names,
+            "left": round(other.enforced.epsilon_allowed - spent[other.pk]["epsilon"], 9),
+            "reports_left": other.enforced.reports_allowed - spent[other.pk]["reports"],
+            "fields_left": {
+                name: round(
+                    other.enforced.field(name).epsilon
+                    - spent[other.pk]["fields"].get(name, {"epsilon": 0.0})["epsilon"],
+                    9,
+                )
+                for name in names
+            },
+        }
+        for other, names in usable.items()
+    }
 
 
 def _with_unit(spec: dict[str, Any]) -> dict[str, Any]:
@@ -523,6 +548,7 @@ def adaptive_list(request: HttpRequest, identifier: str) -> HttpResponse:
             }
         )
     spent = analysis_spent(analysis)
+    form.focus_first_error()
     context = {
         "analysis": analysis,
         "form": form,
@@ -577,6 +603,7 @@ def adaptive_detail(request: HttpRequest, pk: int) -> HttpResponse:
                     except ValidationFailed as invalid:
                         next_form.add_problems(invalid.errors)
                 if next_form.errors:
+                    next_form.focus_errors()
                     status = 400
                 elif action == "edit-continue":
                     adaptive_resume(run=run, user=request.user)

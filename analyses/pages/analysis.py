@@ -183,22 +183,25 @@ def _affordable(analysis, recipe) -> dict[str, Any]:
 
 
 def _dry_run_outcome(dry_run: dict[str, Any]) -> str:
-    """The dry run in one sentence, for the top of the page (its tables stay by the buttons)."""
+    """The dry run in one sentence, for the top of the page (its tables stay by the buttons); it reads
+    the same per-batch verdict as the table (analyses.services.cohorts.cohort_release)."""
     answer = f"Dry run, nothing spent: {dry_run['would_answer']:,} of {dry_run['devices']:,} devices would answer"
     noisy = (
         " Its expected noise exceeds what most buckets can hold: running it will ask you to confirm."
         if dry_run["too_noisy"]
         else ""
     )
-    if dry_run["meets_min_cohort"]:
-        return (
-            f"{answer}, enough for the minimum cohort of {dry_run['min_cohort']:,}.{noisy} The details are below the "
-            "Run button."
+    minimum = f"the minimum cohort of {dry_run['min_cohort']:,}"
+    if dry_run["release"] == "all":
+        verdict = f", enough for {minimum}."
+    elif dry_run["release"] == "some":
+        verdict = (
+            f"; {', '.join(dry_run['batches_released'])} would be released, {', '.join(dry_run['batches_below'])} "
+            f"would not: below {minimum}, suppressed though their devices spend budget."
         )
-    return (
-        f"{answer}: below the minimum cohort of {dry_run['min_cohort']:,} in at least one cohort, so that part "
-        f"would not be released.{noisy} The details are below the Run button."
-    )
+    else:
+        verdict = f": below {minimum}, so nothing would be released."
+    return f"{answer}{verdict}{noisy} The details are below the Run button."
 
 
 def _refusal_outcome(form: RecipeForm) -> str:

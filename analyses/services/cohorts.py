@@ -64,6 +64,25 @@ def _row(cohort: str, expected: int, min_cohort: int, source: str) -> dict[str, 
     return {"cohort": cohort, "expected": expected, "below": expected < min_cohort, "source": source}
 
 
+def cohort_release(forecast: list[dict[str, Any]], answering: int, min_cohort: int) -> dict[str, Any]:
+    """What a round would release, batch by batch: the one verdict a dry run's headline and its table share.
+
+    Each row's ``below`` is the truth for its batch; a batch can hold no more devices than answer in
+    all, so with fewer than ``min_cohort`` answering every batch is below. Without batches (no split,
+    or a real fleet nothing was released from yet) the answering total decides. ``release``: "all",
+    "some" or "none"; ``released`` and ``suppressed`` name the batches.
+    """
+    too_few = answering < min_cohort
+    rows = [{**row, "below": row["below"] or too_few} for row in forecast]
+    released = [row["cohort"] for row in rows if not row["below"]]
+    suppressed = [row["cohort"] for row in rows if row["below"]]
+    if not rows:
+        release = "none" if too_few else "all"
+    else:
+        release = "all" if not suppressed else "some" if released else "none"
+    return {"cohorts": rows, "release": release, "released": released, "suppressed": suppressed}
+
+
 def cohorts_suppressed(forecast: list[dict[str, Any]]) -> str | None:
     """The batches expected below the minimum cohort, in words ("4 of 5 batches ... en_GB (~900), ...");
     None if none is. What a spend question says before the analyst confirms."""

@@ -189,23 +189,32 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
 def _fleet_too_small(
     problems: Problems, analysis: Analysis, noise: str, min_cohort: int, stated: int | None, sampling_rate: float
 ) -> None:
-    """The minimum cohort is more than the fleet can give, said under the field that set it: the
-    stated minimum cohort when it is the larger, else epsilon (client noise: epsilon0, epsilon and
-    delta set the cohort devices enforce)."""
+    """The minimum cohort is more than the fleet can give, said under the field to change: the stated
+    minimum cohort when it is the larger; else the sampling rate when a larger one would reach the
+    cohort (with the smallest that does); else epsilon (client noise: epsilon0, epsilon and delta set
+    the cohort devices enforce)."""
     expected = f"the fleet's {analysis.fleet.size:,} devices at sampling rate {sampling_rate:g} give about " + (
         f"{analysis.fleet.size * sampling_rate:,.0f} reports"
     )
+    smallest = _smallest_sampling_rate(min_cohort, analysis.fleet.size)
+    raise_rate = "raise the sampling rate" + (f" to at least {smallest:g}" if smallest is not None else "")
     if stated is not None and stated >= min_cohort:
         problems.add(
             "privacy.minCohort",
             f"More than this fleet can reach: {expected}, fewer than {min_cohort:,}, so nothing would be released. "
-            "Lower it, or raise the sampling rate.",
+            f"Lower it, or {raise_rate}.",
         )
     elif noise != Recipe.Noise.CLIENT:
         problems.add(
             "privacy.minCohort",
             f"This analysis's minimum cohort of {min_cohort:,} (its floor, or 1,000 with aggregator noise) is more "
-            f"than this fleet can reach: {expected}. Raise the sampling rate.",
+            f"than this fleet can reach: {expected}. {raise_rate.capitalize()}.",
+        )
+    elif smallest is not None:
+        problems.add(
+            "privacy.samplingRate",
+            f"Too small for the cohort: at this ε, ε₀ and δ devices need a minimum cohort of {min_cohort:,} "
+            f"reports, but {expected}. {raise_rate.capitalize()} (or raise ε, or lower ε₀, for a smaller cohort).",
         )
     else:
         problems.add(
@@ -213,6 +222,19 @@ def _fleet_too_small(
             f"Too small for this fleet: at this ε, ε₀ and δ devices need a minimum cohort of {min_cohort:,} reports, but "
             f"{expected}. Raise ε, or lower ε₀.",
         )
+
+
+def _smallest_sampling_rate(min_cohort: int, fleet_size: int) -> float | None:
+    """The smallest sampling rate, rounded up to two significant digits, whose expected reports
+    (fleet × rate) reach ``min_cohort``; None when even every device is too few."""
+    if min_cohort > fleet_size:
+        return None
+    rate = min_cohort / fleet_size
+    step = 10.0 ** (math.floor(math.log10(rate)) - 1)
+    rounded = round(math.ceil(round(rate / step, 9)) * step, 12)
+    if fleet_size * rounded < min_cohort:  # the float rounding above fell a hair short
+        rounded = round(rounded + step, 12)
+    return min(1.0, rounded)
 
 
 def _client_noise_content(

@@ -28,7 +28,7 @@ from analyses.models import Analysis, Recipe, Release, Round
 from analyses.rules.roles import check_may_run, check_may_stop
 from analyses.services.accuracy import CONFIRM_KEY, recipe_expected_error, too_noisy_refusal
 from analyses.services.budget import budget_plan_refusal, recipe_budget_request
-from analyses.services.cohorts import cohort_forecast, small_cohorts_refusal
+from analyses.services.cohorts import cohort_forecast, cohort_release, small_cohorts_refusal
 from analyses.services.collector import collection_release
 from analyses.services.policy import analysis_lock
 from analyses.services.recipes import (
@@ -179,15 +179,19 @@ def round_dry_run(*, analysis: Analysis, content: Any) -> dict[str, Any]:
         forecast = [{**row, "expected": by_batch.get(row["cohort"], 0)} for row in forecast]
         forecast = [{**row, "below": row["expected"] < min_cohort} for row in forecast]
     error = recipe_expected_error(analysis, parsed.privacy, parsed.encoding.size)
+    # One verdict per batch, which the page's headline and its table both read.
+    release = cohort_release(forecast, answering, min_cohort)
     return {
         "devices": analysis.fleet.size,
         "would_answer": answering,
         "not_sampled": not_sampled,
         "would_refuse": decisions,
         "min_cohort": min_cohort,
-        "meets_min_cohort": answering >= min_cohort and not any(row["below"] for row in forecast),
-        "cohorts": forecast,
-        "batches_below": [row["cohort"] for row in forecast if row["below"]],
+        "meets_min_cohort": release["release"] == "all",
+        "release": release["release"],
+        "cohorts": release["cohorts"],
+        "batches_released": release["released"],
+        "batches_below": release["suppressed"],
         # Next to its cost: the error of each bucket, and whether a start will ask to confirm it.
         "epsilon": parsed.privacy.epsilon,
         "delta": parsed.privacy.delta,

@@ -14,6 +14,9 @@
   const preview = document.getElementById("plan-preview");
   const kinds = JSON.parse(document.getElementById("spec-kinds").textContent); // kind -> its fields
   const fieldsLeft = JSON.parse(document.getElementById("fields-left").textContent); // field -> ε left
+  // The analyses a start accepts as a static baseline (pages.adaptive._baselines): the fields each
+  // can hold one for, and its budget left, which the baseline's rounds spend too.
+  const baselines = JSON.parse(document.getElementById("spec-baselines").textContent);
   const DISCOVERY = "ngram_discovery";
   const isObject = (x) => x !== null && typeof x === "object" && !Array.isArray(x);
   const value = (name) => (form.elements[name] ? String(form.elements[name].value).trim() : "");
@@ -164,6 +167,28 @@
     const select = form.elements.field;
     for (const option of select.options) option.hidden = !(kinds[chosen] || []).includes(option.value);
     if (!(kinds[chosen] || []).includes(select.value) && kinds[chosen]) select.value = kinds[chosen][0];
+    // A baseline offered only for the fields it can hold one for.
+    for (const option of form.elements.baseline.options) {
+      if (option.value) option.disabled = !baselines[option.value].fields.includes(select.value);
+    }
+  }
+
+  // Why the start would refuse the spec's baseline by the plan, in words; "" when it would not.
+  function baselineRefusal(spec, rows, total) {
+    const named = isObject(spec.baseline) ? spec.baseline.analysis : undefined;
+    if (named === undefined || named === "" || spec.kind !== DISCOVERY) return "";
+    const other = baselines[named];
+    if (!other || !other.fields.includes(spec.field)) {
+      return ` ${named} cannot hold a static baseline of field ${spec.field}: the start would be refused.`;
+    }
+    const fieldLeft = other.fields_left[spec.field];
+    if (total > other.left + 1e-9 || rows.length > other.reports_left || total > fieldLeft + 1e-9) {
+      return (
+        ` The static baseline spends the same on ${named}, which has ε ${figure(Math.min(other.left, fieldLeft))} ` +
+        `and ${count(other.reports_left)} reports left: over what is left, the start would be refused.`
+      );
+    }
+    return "";
   }
 
   function formEdited() {
@@ -222,16 +247,20 @@
       body.append(tr);
     }
     table.append(body);
-    const fits = total <= left + 1e-9 && rows.length <= reportsLeft && (fieldLeft === undefined || total <= fieldLeft + 1e-9);
+    const ownFits = total <= left + 1e-9 && rows.length <= reportsLeft && (fieldLeft === undefined || total <= fieldLeft + 1e-9);
+    const baselineProblem = baselineRefusal(spec, rows, total);
+    const fits = ownFits && !baselineProblem;
     const verdict = document.createElement("p");
     verdict.id = "plan-sum";
     verdict.className = fits ? "" : "warning";
     verdict.textContent =
       `${rows.length} round${rows.length > 1 ? "s" : ""}: ε ${figure(total)} of the ${figure(left)} left for the analysis` +
       (fieldLeft === undefined ? "" : ` and of the ${figure(fieldLeft)} left for field ${spec.field}`) +
-      `, ${rows.length} of its ${count(reportsLeft)} reports, on about ${count(Math.round(Number(preview.dataset.fleet) * rate))} devices a round. ` +
-      (fits ? "It fits; Check the plan for each round's minimum cohort." : "Over what is left: the start would be refused.") +
-      (isObject(spec.baseline) && spec.baseline.analysis ? ` The static baseline spends the same on ${spec.baseline.analysis}.` : "");
+      `, ${rows.length} of its ${count(reportsLeft)} reports, on about ${count(Math.round(Number(preview.dataset.fleet) * rate))} devices a round.` +
+      (ownFits ? "" : " Over what is left: the start would be refused.") +
+      (baselineProblem ||
+        (isObject(spec.baseline) && spec.baseline.analysis ? ` The static baseline spends the same on ${spec.baseline.analysis}.` : "")) +
+      (fits ? " It fits; Check the plan for each round's minimum cohort." : "");
     preview.replaceChildren(table, verdict);
   }
 

@@ -146,6 +146,9 @@
     for (const name of PRIVACY_FIELDS) {
       if (name === "delta" && privacy[key("noise_distribution")] === "laplace") continue; // δ = 0: the field is unused
       const raw = privacy[key(name)];
+      // A key left out with no default (misspelt, say: "epsilonn") keeps what the field holds: the
+      // analyst's value is not blanked, and the check names the key by the JSON.
+      if (raw === undefined && !(name in defaults)) continue;
       if (raw === undefined || raw === null) setControl(name, defaults[name] ?? "");
       else if (typeof raw === "number" || typeof raw === "string") setControl(name, String(raw));
     }
@@ -222,8 +225,10 @@
     for (const field of form.querySelectorAll(".field.invalid")) {
       if (field.dataset.field !== "recipe_json") field.classList.remove("invalid");
     }
+    // The JSON box stays marked while its text does not parse (showJsonState); a key's message goes.
+    jsonBox.closest(".field").classList.toggle("invalid", jsonBox.getAttribute("aria-invalid") === "true");
     for (const control of form.querySelectorAll("[data-live-error]")) {
-      control.removeAttribute("aria-invalid");
+      if (control !== jsonBox) control.removeAttribute("aria-invalid");
       const ids = (control.getAttribute("aria-describedby") || "").split(" ");
       control.setAttribute("aria-describedby", ids.filter((id) => !id.startsWith("live-error-")).join(" "));
       delete control.dataset.liveError;
@@ -239,28 +244,22 @@
 
   function placeMessages(fields) {
     const general = [];
+    const byJson = [];
     for (const [path, messages] of Object.entries(fields)) {
       const name = formFieldOf(path);
       const box = name && form.querySelector(`.field[data-field="${name}"]`);
-      if (!box) {
-        // The policy's refusals (budget.*) name no recipe key to fix: the message alone.
-        const prefix = path.startsWith("budget.") ? "" : `${path}: `;
-        for (const message of [].concat(messages)) general.push(`${prefix}${message}`);
-        continue;
-      }
-      const note = document.createElement("p");
-      note.className = "error";
-      note.id = `live-error-${name}`;
-      note.textContent = [].concat(messages).join(" ");
-      box.append(note);
-      box.classList.add("invalid");
-      for (const control of box.querySelectorAll("input, select, textarea")) {
-        control.setAttribute("aria-invalid", "true");
-        const ids = (control.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
-        control.setAttribute("aria-describedby", [...ids, note.id].join(" "));
-        control.dataset.liveError = "1";
+      if (path.startsWith("budget.")) {
+        // The policy's refusals name no recipe key to fix: the message alone, above the fields.
+        general.push(...[].concat(messages));
+      } else if (!box || !fieldShows(path, name)) {
+        // A key no field shows (a misspelt one, say, or the key it was meant to be, missing from the
+        // JSON while its field keeps the analyst's value): by the JSON that holds it, named.
+        byJson.push(`${path}: ${[].concat(messages).join(" ")}`);
+      } else {
+        mark(box, name, [].concat(messages).join(" "));
       }
     }
+    if (byJson.length) mark(jsonBox.closest(".field"), "recipe_json", byJson.join(" "));
     if (general.length) {
       const list = document.createElement("ul");
       list.className = "errors";
@@ -268,6 +267,33 @@
       alertBox.append(list);
     }
     return Object.keys(fields).length;
+  }
+
+  // Whether the field shows what the JSON that runs holds at ``path``: not when the key is left out
+  // of it while the field holds a value (formFromRecipe keeps it).
+  function fieldShows(path, name) {
+    const parsed = parseJson();
+    if (!parsed.ok) return true; // the form runs
+    const held = path.split(".").reduce((at, part) => (isObject(at) ? at[part] : undefined), parsed.recipe);
+    return held !== undefined || value(name) === "";
+  }
+
+  function mark(box, name, text) {
+    const note = document.createElement("p");
+    note.className = "error";
+    note.id = `live-error-${name}`;
+    note.textContent = text;
+    // Under the JSON box itself, not under its help: the box is tall, and the eye is at its edge.
+    if (name === "recipe_json") jsonBox.after(note);
+    else box.append(note);
+    box.classList.add("invalid");
+    for (const control of box.querySelectorAll("input, select, textarea")) {
+      // The JSON box's aria-invalid says whether its text parses (showJsonState): left to it.
+      if (control !== jsonBox) control.setAttribute("aria-invalid", "true");
+      const ids = (control.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
+      control.setAttribute("aria-describedby", [...ids, note.id].join(" "));
+      control.dataset.liveError = "1";
+    }
   }
 
   function currentRecipe() {
@@ -280,7 +306,8 @@
     let response;
     let body;
     try {
-      response = await fetch(form.dataset.validateUrl, {
+      // verdict=1: a refusal is a 200 {valid: false, errors}, so typing never logs a failed request.
+      response = await fetch(`${form.dataset.validateUrl}?verdict=1`, {
         method: "POST",
         credentials: "same-origin",
         headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
@@ -293,7 +320,8 @@
     }
     if (mine !== validation) return null;
     clearMessages();
-    if (response.ok) {
+    if (response.ok && body.valid) {
+      refresh({});
       const below = body.batches_below || [];
       summaryBox.textContent =
         (body.too_noisy_reason ? "Valid, but too noisy (its expected error is below; running it will ask you to confirm): " : "Valid: ") +
@@ -306,12 +334,13 @@
       showStandardError(body);
       return body;
     }
-    // The API's error format: {"detail", "code", "fields": {key: [messages]}}; older answers were
-    // the fields alone.
-    const fields = body.fields || body;
-    const problems = response.status === 400 ? placeMessages(fields) : 0;
+    // A refusal: {valid: false, errors: {key: [messages]}}. Anything else (403, 500) is the API's
+    // error format, {"detail", "code", "fields"}.
+    const fields = response.ok ? body.errors : {};
+    refresh(fields);
+    const problems = placeMessages(fields);
     if (!problems) alertBox.textContent = body.detail || `The recipe could not be checked (HTTP ${response.status}).`;
-    summaryBox.textContent = `Not valid yet: ${problems || 1} problem${problems > 1 ? "s" : ""}, shown by the field or above the form.`;
+    summaryBox.textContent = `Not valid yet: ${problems || 1} problem${problems > 1 ? "s" : ""}, shown by the field, under the JSON or above the form.`;
     errorLine.textContent = "Standard errors: shown once the recipe is valid.";
     return null;
   }
@@ -356,7 +385,16 @@
     out.textContent = text;
   }
 
-  async function refresh() {
+  // The keys the privacy figures are computed from: while the check names one of them, the
+  // calculators would only refuse it again (a 400 for every keystroke), so they are not asked.
+  const FIGURE_KEYS = ["privacy.mechanism", "privacy.epsilon0", "privacy.epsilon", "privacy.delta"];
+
+  async function refresh(errors) {
+    if (Object.keys(errors).some((path) => FIGURE_KEYS.includes(path))) {
+      say("Privacy figures: shown once ε₀, ε and δ are valid (see the messages by the fields).");
+      noCurve("No curve until ε₀, ε and δ are valid.");
+      return;
+    }
     const epsilon = value("epsilon");
     const delta = value("delta");
     const rate = Number(value("sampling_rate") || "1");
@@ -432,6 +470,13 @@
     return { n_min: 10 ** low, n_max: 10 ** high, points: 4 * (high - low) + 1 };
   }
 
+  // The closed form's validity condition, eps0 <= log(n / (8 log(2/delta)) - 1), as
+  // privacy.amplification.closed_form_epsilon tests it.
+  function closedFormHolds(epsilon0, n, delta) {
+    const ratio = n / (8 * Math.log(2 / delta)) - 1;
+    return ratio > 0 && epsilon0 <= Math.log(ratio);
+  }
+
   // The numerical curve is the bound devices enforce for this randomizer (method: check 3's).
   async function drawCurve(epsilon0, epsilon, delta, minCohort, expected, method, bound) {
     const range = curveRange(minCohort);
@@ -439,8 +484,10 @@
       cached("curve", { epsilon0, delta, method: "closed-form", ...range }),
       cached("curve", { epsilon0, delta, method, ...range }),
       // Below its validity condition the closed form says nothing (devices enforce a tighter bound,
-      // whose cohort can be there): "no bound", not an error.
-      cached("amplify", { epsilon0, delta, n: minCohort, method: "closed-form" }).catch(() => ({ epsilon: null })),
+      // whose cohort can be there): "no bound", not an error, and not asked for.
+      closedFormHolds(epsilon0, minCohort, delta)
+        ? cached("amplify", { epsilon0, delta, n: minCohort, method: "closed-form" })
+        : { epsilon: null },
       cached("amplify", { epsilon0, delta, n: minCohort, method }),
     ]);
     if (enforcedHeader) enforcedHeader.textContent = `ε by ${bound}, which devices enforce for this randomizer`;
@@ -611,13 +658,19 @@
   const question = document.getElementById("spend-question");
   if (question) question.focus();
 
+  // A refused Run or Dry run: the outcome is said at the top (outcome.js); the focus goes to the
+  // first field the server put an error under, scrolled to, where it is fixed.
+  const refused = form.querySelector('.field.invalid p.error[role="alert"]');
+  if (refused && !question) {
+    const box = refused.closest(".field");
+    box.querySelector("textarea, select, input").focus({ preventScroll: true });
+    box.scrollIntoView({ block: "center" });
+  }
+
 
   function schedule() {
     clearTimeout(pending);
-    pending = setTimeout(() => {
-      validate();
-      refresh();
-    }, 300);
+    pending = setTimeout(validate, 300); // the privacy figures follow its verdict
   }
 
   form.addEventListener("input", (event) => {
@@ -638,5 +691,4 @@
     showJsonState({ ok: true });
   }
   validate();
-  refresh();
 })();

@@ -216,6 +216,10 @@ def test_pause_edit_then_continue(alice, discovery, django_capture_on_commit_cal
     response = alice.post(f"/adaptive/{run.pk}/", {"action": "edit", "document": json.dumps(edited)})
     assert response.status_code == 400
     assert "privacy: Must stay as planned" in response.content.decode()
+    # Where the eye goes: the textarea is focused on load (and so scrolled to) and names its errors.
+    page = response.content.decode()
+    textarea = page[page.index('<textarea name="document"') :].split(">", 1)[0]
+    assert "autofocus" in textarea and 'aria-describedby="id_document_error' in textarea
     # The analyst narrows round 2 to one prefix, saves, and continues.
     edited = copy.deepcopy(waiting)
     edited["dataTypeContent"]["ngrams"]["tree"] = {"root": ["hello"]}

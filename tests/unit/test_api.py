@@ -99,7 +99,7 @@ def set_path(document: dict, path: str, value) -> dict:
         ("privacy.mechanism", "laplace", "privacy.mechanism"),
         ("privacy.epsilon0", 4.5, "privacy.epsilon0"),  # above the field's local cap of 4
         ("privacy.epsilon", 2.5, "privacy.epsilon"),  # above the analysis budget of 2
-        ("privacy.samplingRate", 0.1, "privacy.epsilon"),  # 500 expected reports < min cohort
+        ("privacy.samplingRate", 0.1, "privacy.samplingRate"),  # 500 expected reports < min cohort: raise q
         ("cohorts", ["age"], "cohorts"),
     ],
 )

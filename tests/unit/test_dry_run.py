@@ -23,7 +23,9 @@ def test_a_dry_run_counts_the_devices_that_would_answer_and_spends_nothing(analy
         "would_refuse": {},
         "min_cohort": 736,
         "meets_min_cohort": True,
+        "release": "all",  # no batch: the answering total decides
         "cohorts": [],  # no cohort split: one batch
+        "batches_released": [],
         "batches_below": [],
         "epsilon": 1.0,
         "delta": 1e-6,

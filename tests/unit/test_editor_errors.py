@@ -84,6 +84,23 @@ def test_an_epsilon_too_small_for_the_fleet_shows_under_epsilon_and_says_what_to
     )
 
 
+def test_a_sampling_rate_too_small_for_the_cohort_shows_under_it_with_the_smallest_that_works(
+    client, analysis, analyst
+) -> None:
+    """Issue 31, item 6: q = 0.001 was blamed on Aggregate epsilon and never suggested raising q."""
+    response = post(client, analyst, sampling_rate="0.001")
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert list(errors) == ["sampling_rate"]
+    # epsilon0 3, epsilon 1, delta 1e-6: devices enforce 736; 736 / 5,000 = 0.1472, up to 0.15.
+    assert errors["sampling_rate"] == [
+        "Too small for the cohort: at this ε, ε₀ and δ devices need a minimum cohort of 736 reports, but the "
+        "fleet's 5,000 devices at sampling rate 0.001 give about 5 reports. Raise the sampling rate to at least "
+        "0.15 (or raise ε, or lower ε₀, for a smaller cohort)."
+    ]
+    assert post(client, analyst, sampling_rate="0.15", action="dry-run").status_code == 200  # and it does work
+
+
 def test_the_api_names_the_report_count_refusal_by_its_own_key(api, analysis, analyst, recipe) -> None:
     spend_reports(analysis, recipe, analyst, 2)
     response = api.post("/api/analyses/test.ages/recipes/validate/", {**recipe, "recipeIdentifier": "x"}, format="json")
@@ -130,6 +147,6 @@ def test_an_aggregator_noise_floor_the_fleet_cannot_reach_says_it_is_the_analysi
         "privacy.minCohort": [
             "This analysis's minimum cohort of 1,000 (its floor, or 1,000 with aggregator noise) is more than this "
             "fleet can reach: the fleet's 5,000 devices at sampling rate 0.1 give about 500 reports. "
-            "Raise the sampling rate."
+            "Raise the sampling rate to at least 0.2."
         ]
     }
