@@ -118,9 +118,7 @@ class AdaptiveSpecForm(forms.Form):
         required=False,
         help_text="A text file, one word a line, or a JSON array; it replaces the list above.",
     )
-    rounds = forms.IntegerField(
-        label="Rounds", min_value=1, max_value=12, help_text="Discovery: the longest n-gram (one word a round)."
-    )
+    rounds = forms.IntegerField(label="Rounds", min_value=1, max_value=12)
     boundaries = forms.CharField(
         label="First bucket boundaries", required=False, help_text="Refinement: increasing numbers, comma-separated."
     )
@@ -132,17 +130,30 @@ class AdaptiveSpecForm(forms.Form):
     epsilon_per_round = forms.FloatField(label="Aggregate epsilon per round (ε)")
     delta = forms.FloatField(label="Delta (δ) per round")
     sampling_rate = forms.FloatField(label="Sampling rate (q)", initial=1.0)
-    z_score = forms.FloatField(
-        label="Keep above (z-score)",
-        required=False,
-        help_text="An n-gram or bucket is kept when its estimate is this many standard errors above 0.",
-    )
-    max_per_level = forms.IntegerField(
-        label="Keep at most",
-        required=False,
-        min_value=1,
-        help_text="n-grams a level (discovery), buckets (refinement).",
-    )
+    z_score = forms.FloatField(label="Keep above (z-score)", required=False)
+    max_per_level = forms.IntegerField(label="Keep at most", required=False, min_value=1)
+    # Help that depends on the kind chosen, each in that kind's own words (an analyst refining
+    # buckets reads nothing of n-grams): shown by the page's script for the kind checked.
+    KIND_HELP = {
+        "rounds": {
+            "ngram_discovery": "The longest n-gram: one word (or letter) a round.",
+            "bucket_refinement": "How many rounds of splitting, at most.",
+        },
+        "z_score": {
+            "ngram_discovery": "An n-gram is kept when its estimate is this many standard errors above 0.",
+            "bucket_refinement": "A bucket is split when its estimate is this many standard errors above 0.",
+        },
+        "max_per_level": {
+            "ngram_discovery": "n-grams kept a level, at most.",
+            "bucket_refinement": "Buckets in a round, at most.",
+        },
+    }
+
+    @property
+    def kind_helps(self) -> list[tuple[str, str, str]]:
+        """(field, kind, help) for the page's template (templates/analyses/includes/spec_field.html)."""
+        return [(name, kind, text) for name, texts in self.KIND_HELP.items() for kind, text in texts.items()]
+
     baseline = forms.ChoiceField(
         label="Static baseline on",
         required=False,

@@ -357,7 +357,7 @@ def _adaptive_context(run: AdaptiveRun, *, next_form: AdaptiveJsonForm | None, r
     if run.status != AdaptiveRun.Status.PAUSED or run.next_recipe is None:
         next_form = None  # nothing waits to be edited (any more)
     elif next_form is None:
-        next_form = _next_recipe_form(None, initial=_pretty_json(run.next_recipe["recipe"]))
+        next_form = _next_recipe_form(run.kind, None, initial=_pretty_json(run.next_recipe["recipe"]))
     chart = {
         "kind": run.kind,
         # The tree as it stood after each level: the chart grows level by level.
@@ -415,12 +415,19 @@ def _stop_text(run: AdaptiveRun) -> str:
     return f"The interactive part ended early: {reason}"
 
 
-def _next_recipe_form(data: Any, initial: str | None = None) -> AdaptiveJsonForm:
+# What an edit of the next round can do, in each kind's own words.
+_NEXT_EDITS = {
+    AdaptiveRun.Kind.NGRAM_DISCOVERY: "e.g. drop prefixes you do not want extended",
+    AdaptiveRun.Kind.BUCKET_REFINEMENT: "e.g. move, add or remove bucket boundaries",
+}
+
+
+def _next_recipe_form(kind: str, data: Any, initial: str | None = None) -> AdaptiveJsonForm:
     return AdaptiveJsonForm(
         data,
         initial={"document": initial} if initial is not None else None,
         label="Next round's recipe (JSON)",
-        help_text="Edit what the next round asks of the devices, e.g. prune the tree. "
+        help_text=f"Edit what the next round asks of the devices, {_NEXT_EDITS[kind]}. "
         "Its privacy must stay as planned: the budget plan was checked at start.",
     )
 
@@ -596,7 +603,7 @@ def adaptive_detail(request: HttpRequest, pk: int) -> HttpResponse:
             elif action == "continue":
                 adaptive_resume(run=run, user=request.user)
             elif action in ("edit", "edit-continue"):
-                next_form = _next_recipe_form(request.POST)
+                next_form = _next_recipe_form(run.kind, request.POST)
                 if next_form.is_valid():
                     try:
                         adaptive_next_edit(run=run, recipe=next_form.cleaned_data["document"], user=request.user)

@@ -256,7 +256,7 @@
     verdict.textContent =
       `${rows.length} round${rows.length > 1 ? "s" : ""}: ε ${figure(total)} of the ${figure(left)} left for the analysis` +
       (fieldLeft === undefined ? "" : ` and of the ${figure(fieldLeft)} left for field ${spec.field}`) +
-      `, ${rows.length} of its ${count(reportsLeft)} reports, on about ${count(Math.round(Number(preview.dataset.fleet) * rate))} devices a round.` +
+      `, ${rows.length} of its ${count(reportsLeft)} report${Number(reportsLeft) === 1 ? "" : "s"}, on about ${count(Math.round(Number(preview.dataset.fleet) * rate))} devices a round.` +
       (ownFits ? "" : " Over what is left: the start would be refused.") +
       (baselineProblem ||
         (isObject(spec.baseline) && spec.baseline.analysis ? ` The static baseline spends the same on ${spec.baseline.analysis}.` : "")) +

@@ -340,7 +340,13 @@
     refresh(fields);
     const problems = placeMessages(fields);
     if (!problems) alertBox.textContent = body.detail || `The recipe could not be checked (HTTP ${response.status}).`;
-    summaryBox.textContent = `Not valid yet: ${problems || 1} problem${problems > 1 ? "s" : ""}, shown by the field, under the JSON or above the form.`;
+    const keys = Object.keys(fields);
+    summaryBox.textContent =
+      keys.length && keys.every((key) => key.startsWith("budget."))
+        ? // The recipe is fine; the policy has nothing left for it (its reason is above the form).
+          "The recipe is fine, but this analysis's budget has nothing left for another round (why: above the form). " +
+          "A privacy officer can raise it; nothing runs or is spent until then."
+        : `Not valid yet: ${problems || 1} problem${problems > 1 ? "s" : ""}, shown by the field, under the JSON or above the form.`;
     errorLine.textContent = "Standard errors: shown once the recipe is valid.";
     return null;
   }

@@ -85,3 +85,19 @@ def test_the_kind_shows_its_own_fields(analysis, live_server, page) -> None:
     spec = spec_of(page)
     assert (spec["kind"], spec["field"], spec["boundaries"]) == ("bucket_refinement", "age", [0, 20, 40, 60, 80, 100])
     assert "vocabulary" not in spec and re.fullmatch(r"\d+", str(spec["maxRounds"]))
+
+
+def test_each_kind_reads_help_in_its_own_words(analysis, live_server, page) -> None:
+    # Issue 31, item 8: an analyst refining buckets read of n-grams and of pruning a tree.
+    sign_in(page, f"{live_server.url}/analyses/test.ages/adaptive/")
+    page.get_by_label("bucket refinement (numbers)").check()
+    form = page.locator("#adaptive-form")
+    expect(form.get_by_text("How many rounds of splitting, at most.")).to_be_visible()
+    expect(
+        form.get_by_text("A bucket is split when its estimate is this many standard errors above 0.")
+    ).to_be_visible()
+    visible_help = " ".join(form.locator("small:visible").all_inner_texts())
+    assert "n-gram" not in visible_help, visible_help
+    page.get_by_label("n-gram discovery (text)").check()
+    expect(form.get_by_text("The longest n-gram: one word (or letter) a round.")).to_be_visible()
+    expect(form.get_by_text("How many rounds of splitting, at most.")).to_be_hidden()

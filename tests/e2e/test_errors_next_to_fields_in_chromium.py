@@ -48,7 +48,9 @@ def test_a_spent_analysis_and_an_invalid_keystroke_log_no_error_and_no_failed_re
     summary = page.locator("#recipe-summary")
 
     # Loading it: the check says the budget is spent, as a verdict, not as a failed request.
-    expect(summary).to_contain_text("Not valid yet")
+    # The recipe itself is fine: the summary says the budget is what stops it, not "Not valid yet".
+    expect(summary).to_contain_text("The recipe is fine, but this analysis's budget has nothing left")
+    expect(summary).not_to_contain_text("Not valid yet")
     expect(page.locator("#recipe-alert")).to_contain_text("The analysis has used all 2 of its reports")
     # Its privacy figures are still computed (the budget names no key they read).
     expect(page.locator("#privacy-preview")).to_contain_text("Minimum cohort: 1,670 reports")
@@ -57,6 +59,7 @@ def test_a_spent_analysis_and_an_invalid_keystroke_log_no_error_and_no_failed_re
     epsilon = page.get_by_label("Aggregate epsilon (ε)")
     epsilon.fill("0")
     expect(page.locator('[data-field="epsilon"] .error')).to_have_text("Must be greater than 0.")
+    expect(summary).to_contain_text("Not valid yet")  # now the recipe itself has a problem
     expect(page.locator("#privacy-preview")).to_contain_text("shown once ε₀, ε and δ are valid")
     epsilon.fill("")
     page.get_by_label("Delta (δ)").fill("2")
