@@ -570,6 +570,8 @@ def adaptive_list(request: HttpRequest, identifier: str) -> HttpResponse:
                 for p in analysis.enforced.field_budgets
             },
             "fleet": analysis.fleet.size,
+            # Devices compose by this accountant: beyond basic, a plan over the plain sums may still fit.
+            "accountant": analysis.enforced.accountant,
         },
         "other_examples": [
             {"kind": AdaptiveRun.Kind(kind).label, "json": _pretty_json(spec)}

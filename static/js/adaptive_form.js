@@ -247,7 +247,12 @@
       body.append(tr);
     }
     table.append(body);
-    const ownFits = total <= left + 1e-9 && rows.length <= reportsLeft && (fieldLeft === undefined || total <= fieldLeft + 1e-9);
+    const sumsFit = total <= left + 1e-9 && (fieldLeft === undefined || total <= fieldLeft + 1e-9);
+    const reportsFit = rows.length <= reportsLeft;
+    const ownFits = sumsFit && reportsFit;
+    // Over the plain sums, within the reports: an accountant tighter than basic (the devices') may
+    // still fit it, so the page does not say the start would be refused; the server's check decides.
+    const accountantDecides = !sumsFit && reportsFit && preview.dataset.accountant !== "basic";
     const baselineProblem = baselineRefusal(spec, rows, total);
     const fits = ownFits && !baselineProblem;
     const verdict = document.createElement("p");
@@ -257,7 +262,11 @@
       `${rows.length} round${rows.length > 1 ? "s" : ""}: ε ${figure(total)} of the ${figure(left)} left for the analysis` +
       (fieldLeft === undefined ? "" : ` and of the ${figure(fieldLeft)} left for field ${spec.field}`) +
       `, ${rows.length} of its ${count(reportsLeft)} report${Number(reportsLeft) === 1 ? "" : "s"}, on about ${count(Math.round(Number(preview.dataset.fleet) * rate))} devices a round.` +
-      (ownFits ? "" : " Over what is left: the start would be refused.") +
+      (ownFits
+        ? ""
+        : accountantDecides
+          ? ` Over the plain sums of what is left; the ${preview.dataset.accountant} accountant devices use composes tighter: Check the plan to know whether it fits.`
+          : " Over what is left: the start would be refused.") +
       (baselineProblem ||
         (isObject(spec.baseline) && spec.baseline.analysis ? ` The static baseline spends the same on ${spec.baseline.analysis}.` : "")) +
       (fits ? " It fits; Check the plan for each round's minimum cohort." : "");

@@ -45,7 +45,15 @@ def test_the_form_and_the_json_stay_in_sync_and_the_plan_shows_before_start(disc
     )
     assert spec_of(page)["maxLength"] == 2
     per_round.fill("2")
+    # ε 4 over the plain sum of 3 left, within the reports: the devices' accountant (tightest)
+    # composes tighter, so the page leaves the verdict to the server's check, never "refused" when
+    # the server would accept it.
+    expect(page.locator("#plan-sum")).to_contain_text(
+        "Over the plain sums of what is left; the tightest accountant devices use composes tighter"
+    )
+    rounds.fill("4")  # more rounds than reports left: refused whatever the accountant
     expect(page.locator("#plan-sum")).to_contain_text("Over what is left: the start would be refused.")
+    rounds.fill("2")
 
     # The JSON writes the fields.
     box = page.get_by_label("Spec (JSON)")
