@@ -10,9 +10,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from typing import Any
 
-from analyses.models import Recipe, Release
+from analyses.models import Recipe, Release, Round
 from analyses.services.releases import ReleaseView, refusals_shown
 from privacy.aggregator_noise import AggregatorLaplace
 from privacy.intervals import view_rule
@@ -56,6 +57,15 @@ def release_as_csv(release: Release, view: ReleaseView | None = None) -> str:
     writer.writeheader()
     writer.writerows(release_table(release, view))
     return out.getvalue()
+
+
+def release_file_name(round_: Round, view: ReleaseView, extension: str) -> str:
+    """A download's file name: the analysis, the round and the view, e.g.
+    ``demo.keyboard-round-12-thresholded-simultaneous.csv``, so two views of one release saved side
+    by side do not overwrite each other (issue 31, item 12). Identifiers are letters, digits, dots,
+    dashes and underscores; anything else becomes a dash, so the name is safe in a header."""
+    analysis = re.sub(r"[^A-Za-z0-9._-]", "-", round_.recipe.analysis.identifier)
+    return f"{analysis}-round-{round_.pk}-{view.view}-{view.intervals}.{extension}"
 
 
 def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[str, Any]:
