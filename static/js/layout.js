@@ -6,6 +6,31 @@
 (function () {
   "use strict";
 
+  // A plot's layout on any screen (window.PfsPlot.layout, used by every chart's script): the legend
+  // above the plot area in rows (plotly grows the top margin for it), never at the side, where it
+  // left a 110 px plot on a phone, nor below, where it covered the x axis's title; every axis makes
+  // room for its own tick labels and title (automargin), so nothing is cut; on a narrow box smaller
+  // text and tighter margins. A chart's own settings win over these.
+  const NARROW = 600;
+  function plotLayout(element, layout) {
+    const narrow = element.clientWidth < NARROW;
+    const merged = {
+      font: { size: narrow ? 11 : 13 },
+      margin: { t: 10, r: narrow ? 8 : 20, b: 10, l: 10, ...(layout.margin || {}) },
+      legend: { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom", ...(layout.legend || {}) },
+    };
+    const out = { ...layout, ...merged };
+    Object.keys(out)
+      .filter((key) => /^[xy]axis\d*$/.test(key))
+      .forEach((key) => {
+        out[key] = { automargin: true, ...out[key] };
+        if (narrow && key.startsWith("x")) out[key] = { tickangle: "auto", ...out[key] };
+        if (out[key].title) out[key].title = { standoff: 8, ...out[key].title };
+      });
+    return out;
+  }
+  window.PfsPlot = { layout: plotLayout, narrow: (element) => element.clientWidth < NARROW };
+
   function label(table) {
     const caption = table.querySelector("caption");
     if (caption && caption.textContent.trim()) return caption.textContent.trim();
