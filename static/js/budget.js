@@ -92,7 +92,7 @@
       xaxis: { title: { text: "rounds, in the order they started" }, type: "category", categoryorder: "array", categoryarray: x },
       yaxis,
     });
-    Plotly.newPlot(element, traces, layout, config);
+    Plotly.newPlot(element, window.PfsPlot.traces(element, traces), layout, config);
   }
 
   draw("epsilon-chart", "epsilon", "aggregate ε used");

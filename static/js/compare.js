@@ -53,6 +53,6 @@
         yaxis: { ...buckets, categoryorder: "array", categoryarray: [...rows].reverse() },
       };
     }
-    Plotly.newPlot(element, traces, window.PfsPlot.layout(element, layout), config);
+    Plotly.newPlot(element, window.PfsPlot.traces(element, traces), window.PfsPlot.layout(element, layout), config);
   });
 })();

@@ -473,7 +473,7 @@
       xaxis: { type: "log", title: { text: "cohort size n (reports)" } },
       yaxis: { title: { text: `aggregate ε at δ = ${delta}` }, range: [0, top] },
     });
-    Plotly.react(chart, traces, layout, { responsive: true, displaylogo: false });
+    Plotly.react(chart, window.PfsPlot.traces(chart, traces), layout, { responsive: true, displaylogo: false });
   }
 
   function cell(text, header) {

@@ -174,3 +174,13 @@ def test_cohort_panels_share_one_scale_in_counts_and_in_percent(two_releases, li
     assert_legible(page, "chart", width)
     page.get_by_label("counts", exact=True).check()
     expect(chart.locator(".g-ytitle")).to_contain_text("estimated devices")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_editors_curve_keeps_its_legend_whole(analysis, live_server, page, width) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, live_server.url, f"/analyses/{analysis.identifier}/")
+    page.get_by_label("Local epsilon (ε₀)").fill("3")
+    expect(page.locator("#curve-chart .legendtext")).to_have_count(4, timeout=15_000)
+    page.locator("#curve-chart").scroll_into_view_if_needed()
+    assert_legible(page, "curve-chart", width)
