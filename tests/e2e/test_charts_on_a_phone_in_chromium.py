@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 import pytest
 from playwright.sync_api import expect
 
+from analyses.adaptive.chain import adaptive_start
 from analyses.services.rounds import round_create_and_start
+from tests.conftest import DISCOVERY_SPEC
 
 pytestmark = pytest.mark.e2e
 
@@ -184,3 +187,44 @@ def test_the_editors_curve_keeps_its_legend_whole(analysis, live_server, page, w
     expect(page.locator("#curve-chart .legendtext")).to_have_count(4, timeout=15_000)
     page.locator("#curve-chart").scroll_into_view_if_needed()
     assert_legible(page, "curve-chart", width)
+
+
+@pytest.fixture
+def discovered(transactional_db, discovery, analyst):
+    """A finished n-gram discovery of t.discovery (tasks inline): "hello world" under "hello"."""
+    run = adaptive_start(spec=copy.deepcopy(DISCOVERY_SPEC), user=analyst)
+    run.refresh_from_db()
+    assert run.status == "finished"
+    return run
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_discovered_tree_reads_as_a_folding_table(discovered, live_server, page, width) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, live_server.url, f"/adaptive/{discovered.pk}/")
+    tree = page.locator("#tree-table")
+    hello = tree.locator('tr[data-id="hello"] th')
+    hello_world = tree.locator('tr[data-id="hello world"] th')
+    # The 1-grams first; an extension shows once its prefix is opened, from the keyboard too.
+    expect(hello).to_be_visible()
+    expect(hello_world).to_be_hidden()
+    toggle = tree.get_by_role("button", name=re.compile(r"^hello: \d+ extensions?$"))
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    toggle.focus()
+    page.keyboard.press("Enter")
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    expect(hello_world).to_be_visible()
+    expect(hello_world).to_have_text("hello world")
+    expect(tree.locator('tr[data-id="hello world"] td').nth(2)).to_contain_text("[")  # its interval
+    # Indented under its prefix, and the table no wider than the screen (it scrolls in its box).
+    text_left = """(id) => { const th = document.querySelector(`#tree-table tr[data-id="${id}"] th`);
+        const text = [...th.childNodes].find((n) => n.nodeType === 3 && n.textContent.trim());
+        const range = document.createRange(); range.selectNodeContents(text);
+        return range.getBoundingClientRect().left; }"""
+    assert page.evaluate(text_left, "hello world") >= page.evaluate(text_left, "hello") + 20
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    toggle.click()
+    expect(hello_world).to_be_hidden()
+    # The sunburst is still there for who wants it, drawn when opened.
+    page.get_by_text("The tree as a sunburst").click()
+    expect(page.locator("#tree-chart g.slice").first).to_be_attached(timeout=15_000)
