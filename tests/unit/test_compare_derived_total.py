@@ -4,6 +4,7 @@ derived, with its standard error sqrt(Σ se²), and said to be derived (issue 31
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -88,3 +89,37 @@ def test_compare_derives_the_split_releases_total_and_differences_it_with_the_un
     assert "derived" in page.split('id="cohort-h-0"')[1].split("<table")[0]
     rows = table.split("<tbody>")[1].split("</tr>")[:-1]
     assert rows and all(row.count("—") == 0 for row in rows)  # every bucket differenced
+
+
+@pytest.mark.django_db
+def test_the_chooser_groups_rounds_by_analysis_the_one_at_hand_first(
+    client,
+    analyst,
+    analysis,
+    recipe,
+    budget_analysis,  # noqa: F811
+    django_capture_on_commit_callbacks,
+) -> None:
+    ages = run(analysis, recipe, analyst, django_capture_on_commit_callbacks)  # test.ages, older
+    budget = [
+        run(budget_analysis, recipe_for(name, 1.0), analyst, django_capture_on_commit_callbacks) for name in ("x", "y")
+    ]
+    client.force_login(analyst)
+
+    def groups(query: str) -> list[tuple[str, list[str]]]:
+        chooser = client.get(f"/compare/{query}").content.decode().split('id="compare-b"')[1].split("</select>")[0]
+        return [
+            (group.split('"')[0], re.findall(r'<option value="(\d+)"', group))
+            for group in chooser.split('<optgroup label="')[1:]
+        ]
+
+    # Nothing chosen: the analyses by their newest round, each newest first.
+    assert groups("") == [
+        ("test.budget", [str(budget[1].pk), str(budget[0].pk)]),
+        ("test.ages", [str(ages.pk)]),
+    ]
+    # Comparing from a test.ages round: test.ages first, said to be the one at hand.
+    assert groups(f"?a={ages.pk}") == [
+        ("test.ages (this analysis)", [str(ages.pk)]),
+        ("test.budget", [str(budget[1].pk), str(budget[0].pk)]),
+    ]
