@@ -48,7 +48,9 @@
       });
       const text = columns.map((column) => {
         const point = byRound.get(column.round);
-        if (point) return `round ${point.round} (${point.recipe}, ${point.status})<br>started ${when(point.created_at)}`;
+        if (point) {
+          return `round ${point.round} (${point.recipe}, ${point.status})<br>started ${when(point.created_at)}`;
+        }
         if (column.round) return `round ${column.round} did not read this scope<br>started ${when(column.at)}`;
         return `${column.label}: ${when(column.at)}`;
       });
@@ -89,7 +91,12 @@
       Object.assign(yaxis, { tick0: 0, dtick: Math.max(1, Math.ceil(top / 8)), tickformat: ",d" });
     }
     const layout = window.PfsPlot.layout(element, {
-      xaxis: { title: { text: "rounds, in the order they started" }, type: "category", categoryorder: "array", categoryarray: x },
+      xaxis: {
+        title: { text: "rounds, in the order they started" },
+        type: "category",
+        categoryorder: "array",
+        categoryarray: x,
+      },
       yaxis,
     });
     Plotly.newPlot(element, window.PfsPlot.traces(element, traces), layout, config);

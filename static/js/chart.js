@@ -46,8 +46,15 @@
     // field's bucket i against every bucket of the second.
     const [rows, columns] = release.joint.labels;
     const bucketAt = (i, j) => i * columns.length + j;
+    const element = document.getElementById("chart");
+    const narrow = window.PfsPlot.narrow(element);
+    // On a phone the colour scale lies across the top: at the side it took a fifth of the width.
+    const colorbar = narrow
+      ? { orientation: "h", yref: "container", y: 1, yanchor: "top", x: 0.5, xanchor: "center", thickness: 10, len: 0.9 }
+      : {};
     const traces = released.map((batch, k) => ({
       type: "heatmap",
+      colorbar,
       name: cohortName(batch),
       meta: batch.cohort,
       x: columns,
@@ -60,18 +67,21 @@
       showscale: k === 0,
       hovertemplate: "%{y} × %{x}: %{z:,.0f}%{text}<extra>" + cohortName(batch) + "</extra>",
     }));
+    // Between panels: the slanted tick labels, then the next panel's title (as for the bars below).
     const layout = {
-      grid: { rows: traces.length, columns: 1, pattern: "independent" },
-      height: 320 * traces.length + 80,
-      margin: { t: traces.length > 1 ? 30 : 10 },
+      grid: { rows: traces.length, columns: 1, pattern: "independent", ygap: narrow ? 0.55 : 0.4 },
+      height: (narrow ? 460 : 340) * traces.length + 80,
+      margin: { t: (narrow ? 50 : 0) + (traces.length > 1 ? 30 : 10) },
     };
     traces.forEach((trace, k) => {
       const suffix = k ? k + 1 : "";
-      layout["xaxis" + suffix] = { type: "category", title: { text: release.joint.fields[1] + " · " + trace.name } };
+      // Each panel is titled by its cohort; the second field's axis is named once, under the last.
+      const last = k === traces.length - 1;
+      layout["xaxis" + suffix] = { type: "category", title: { text: last ? release.joint.fields[1] : "" } };
       layout["yaxis" + suffix] = { type: "category", title: { text: release.joint.fields[0] } };
     });
     layout.annotations = panelTitles(traces);
-    Plotly.newPlot("chart", traces, window.PfsPlot.layout(document.getElementById("chart"), layout), config).then(() =>
+    Plotly.newPlot(element, traces, window.PfsPlot.layout(element, layout), config).then(() =>
       // A heatmap's point index is [row, column].
       followClicks((point) => bucketAt(point.pointIndex[0], point.pointIndex[1]))
     );

@@ -9,8 +9,8 @@
   // A plot's layout on any screen (window.PfsPlot.layout, used by every chart's script): the legend
   // above the plot area in rows (plotly grows the top margin for it), never at the side, where it
   // left a 110 px plot on a phone, nor below, where it covered the x axis's title; every axis makes
-  // room for its own tick labels and title (automargin), so nothing is cut, tick marks outside; on a narrow box smaller
-  // text and tighter margins. A chart's own settings win over these.
+  // room for its own tick labels and title (automargin), so nothing is cut; on a narrow box smaller
+  // text, tighter margins and slanted x labels. A chart's own settings win over these.
   const NARROW = 600;
   function plotLayout(element, layout) {
     const narrow = element.clientWidth < NARROW;
