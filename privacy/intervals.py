@@ -9,7 +9,8 @@ Laplace aggregator noise the exact quantile of that noise instead, privacy.aggre
 Views (post-processing of released numbers: they cost no privacy):
 - "raw": the unbiased estimates, negative ones included: a small true count plus noise can be < 0;
 - "clipped": max(estimate, 0), intervals clipped at 0: no longer unbiased, never negative;
-- "thresholded": estimates whose interval includes 0 are shown as 0 (not distinguishable from zero).
+- "thresholded": estimates whose interval includes 0 (or lies below it) are shown as 0 (not
+  distinguishable from zero), with their interval clipped at 0 so that it holds the 0 shown.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ VIEWS = ("raw", "clipped", "thresholded")
 _VIEW_RULES = {
     "raw": "unbiased estimates as released; negative values are noise around a small true count",
     "clipped": "estimates and interval bounds below 0 are shown as 0 (biased upwards for small counts)",
-    "thresholded": "estimates whose interval includes 0 are shown as 0",
+    "thresholded": "estimates whose interval includes 0 are shown as 0, their interval clipped at 0",
 }
 
 
@@ -65,7 +66,11 @@ def present(estimates: npt.ArrayLike, standard_errors: npt.ArrayLike, *, z: floa
     if view == "clipped":
         estimates, low, high = np.maximum(estimates, 0), np.maximum(low, 0), np.maximum(high, 0)
     elif view == "thresholded":
-        estimates = np.where(low <= 0, 0.0, estimates)
+        # A zeroed bucket keeps an interval around its 0: an interval wholly below 0 beside a 0
+        # (estimate -50, interval [-69, -31]) drew a point outside its own whiskers (issue 31, item 12).
+        zeroed = low <= 0
+        estimates = np.where(zeroed, 0.0, estimates)
+        low, high = np.where(zeroed, 0.0, low), np.where(zeroed, np.maximum(high, 0.0), high)
     return Presented(estimates=estimates, ci_low=low, ci_high=high)
 
 

@@ -38,7 +38,7 @@ from analyses.api.serializers import (
     RoundSerializer,
 )
 from analyses.models import Analysis, Recipe, Round
-from analyses.presenters.releases import PAGE_BUCKETS, release_page
+from analyses.presenters.releases import PAGE_BUCKETS, release_file_name, release_page
 from analyses.reads import release_cache, selectors
 from analyses.reads.recipe_preview import recipe_preview
 from analyses.services.accuracy import recipe_propose
@@ -395,7 +395,7 @@ class ReleaseCsv(APIView):
         round_, view = _released_round(request, pk)
         csv = release_cache.release_csv(selectors.round_release(round_), view)
         response = HttpResponse(csv, content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.csv"'
+        response["Content-Disposition"] = f'attachment; filename="{release_file_name(round_, view, "csv")}"'
         return response
 
 

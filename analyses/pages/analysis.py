@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from analyses import device_rounds
 from analyses.forms.recipe_editor import RecipeForm, recipe_problem_said
 from analyses.models import Analysis, Round
+from analyses.presenters.releases import release_file_name
 from analyses.reads import drilldown, release_cache, selectors
 from analyses.reads.recipe_preview import recipe_preview, spend_digest
 from analyses.rules.roles import check_may_run, check_may_stop
@@ -362,9 +363,10 @@ def release_csv(request: HttpRequest, pk: int) -> HttpResponse:
     round_ = selectors.round_get(user=request.user, pk=pk)
     if round_.status != Round.Status.RELEASED:
         return HttpResponse("No release yet.", status=404, content_type="text/plain")
-    csv = release_cache.release_csv(selectors.round_release(round_), _release_view(request))
-    response = HttpResponse(csv, content_type="text/csv")
-    response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.csv"'
+    view = _release_view(request)
+    csv = release_cache.release_csv(selectors.round_release(round_), view)
+    response = HttpResponse(csv, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{release_file_name(round_, view, "csv")}"'
     return response
 
 
@@ -374,8 +376,9 @@ def release_json(request: HttpRequest, pk: int) -> HttpResponse:
     round_ = selectors.round_get(user=request.user, pk=pk)
     if round_.status != Round.Status.RELEASED:
         return HttpResponse("No release yet.", status=404, content_type="text/plain")
-    content = release_cache.release_json(selectors.round_release(round_), _release_view(request))
+    view = _release_view(request)
+    content = release_cache.release_json(selectors.round_release(round_), view)
     body = json.dumps(content, indent=2, ensure_ascii=False)
     response = HttpResponse(body, content_type="application/json")
-    response["Content-Disposition"] = f'attachment; filename="release-{round_.pk}.json"'
+    response["Content-Disposition"] = f'attachment; filename="{release_file_name(round_, view, "json")}"'
     return response

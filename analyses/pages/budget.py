@@ -89,7 +89,7 @@ def release_compare(request: HttpRequest) -> HttpResponse:
     if not (chosen["a"] and chosen["b"]) and all(v == "" or v.isdecimal() for v in chosen.values()):
         # Nothing chosen yet, or one round (a well-formed id): offer the choice. A Compare button
         # pressed (its form sends "compare") with a round missing says which, not a silent reload.
-        context.update(show_chooser=True, choices=analysis_reads.released_rounds(user=request.user)[:CHOICES])
+        context.update(show_chooser=True, choice_groups=_choice_groups(request, chosen))
         if "compare" in request.GET:
             missing = [key.upper() for key in ("a", "b") if not chosen[key]]
             context["errors"] = {
@@ -105,9 +105,31 @@ def release_compare(request: HttpRequest) -> HttpResponse:
         )
     except ValidationFailed as invalid:
         context["errors"] = invalid.errors
-        context.update(show_chooser=True, choices=analysis_reads.released_rounds(user=request.user)[:CHOICES])
+        context.update(show_chooser=True, choice_groups=_choice_groups(request, chosen))
         return render(request, "analyses/compare.html", context, status=400)
     return render(request, "analyses/compare.html", context)
+
+
+def _choice_groups(request: HttpRequest, chosen: dict[str, str]) -> list[dict[str, Any]]:
+    """The released rounds to choose from, grouped by analysis, newest first in each: the analysis at
+    hand (the one of a round already chosen) first, then the others by their newest round. Listing
+    every round of every analysis in one run buried the rounds one came to compare."""
+    groups: dict[str, list[Round]] = {}
+    for round_ in analysis_reads.released_rounds(user=request.user)[:CHOICES]:
+        groups.setdefault(round_.recipe.analysis.identifier, []).append(round_)
+    at_hand = next(
+        (
+            identifier
+            for identifier, rounds in groups.items()
+            for round_ in rounds
+            if str(round_.pk) in (chosen["a"], chosen["b"])
+        ),
+        None,
+    )
+    ordered = sorted(groups.items(), key=lambda item: item[0] != at_hand)  # stable: newest first otherwise
+    return [
+        {"analysis": identifier, "at_hand": identifier == at_hand, "rounds": rounds} for identifier, rounds in ordered
+    ]
 
 
 def _in_words(comparison: dict[str, Any], rounds: list[Round]) -> dict[str, Any]:

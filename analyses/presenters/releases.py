@@ -10,9 +10,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from typing import Any
 
-from analyses.models import Recipe, Release
+from analyses.models import Recipe, Release, Round
 from analyses.services.releases import ReleaseView, refusals_shown
 from privacy.aggregator_noise import AggregatorLaplace
 from privacy.intervals import view_rule
@@ -56,6 +57,15 @@ def release_as_csv(release: Release, view: ReleaseView | None = None) -> str:
     writer.writeheader()
     writer.writerows(release_table(release, view))
     return out.getvalue()
+
+
+def release_file_name(round_: Round, view: ReleaseView, extension: str) -> str:
+    """A download's file name: the analysis, the round and the view, e.g.
+    ``demo.keyboard-round-12-thresholded-simultaneous.csv``, so two views of one release saved side
+    by side do not overwrite each other (issue 31, item 12). Identifiers are letters, digits, dots,
+    dashes and underscores; anything else becomes a dash, so the name is safe in a header."""
+    analysis = re.sub(r"[^A-Za-z0-9._-]", "-", round_.recipe.analysis.identifier)
+    return f"{analysis}-round-{round_.pk}-{view.view}-{view.intervals}.{extension}"
 
 
 def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[str, Any]:
@@ -109,6 +119,44 @@ def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[s
     if len(batches) == 1 and released:
         summary["buckets"] = released[0]["buckets"]
     return {**summary, "batches": batches}
+
+
+def release_total_over_cohorts(batches: list[dict[str, Any]], *, z: float) -> dict[str, Any] | None:
+    """A split release's total over its released cohorts, as one more batch of ``release_as_json``'s
+    shape (cohort ``""``, as an unsplit release's one batch), so it compares with an unsplit release.
+
+    Per bucket the estimate is the sum of the cohorts' estimates and its standard error
+    sqrt(Σ se²): the cohorts are disjoint sets of devices with independent noise, so their
+    variances add. Its interval is estimate ± z·se. ``derived`` names the cohorts summed and the
+    suppressed ones missing from it (their counts are withheld: with any missing the total
+    undercounts). None when no cohort was released.
+    """
+    released = [batch for batch in batches if not batch["suppressed"]]
+    if not released:
+        return None
+    buckets = []
+    for i, bucket in enumerate(released[0]["buckets"]):
+        estimate = math.fsum(batch["buckets"][i]["estimate"] for batch in released)
+        error = math.sqrt(math.fsum(batch["buckets"][i]["standard_error"] ** 2 for batch in released))
+        buckets.append(
+            {
+                "label": bucket["label"],
+                "estimate": estimate,
+                "standard_error": error,
+                "ci95": [estimate - z * error, estimate + z * error],
+            }
+        )
+    return {
+        "cohort": "",
+        "reports": sum(batch["reports"] for batch in released),
+        "min_cohort": max(batch["min_cohort"] for batch in released),
+        "suppressed": False,
+        "derived": {
+            "from": [batch["cohort"] for batch in released],
+            "missing": [batch["cohort"] for batch in batches if batch["suppressed"]],
+        },
+        "buckets": buckets,
+    }
 
 
 # A release page holds at most this many buckets of every batch: the API's JSON stays a few MB

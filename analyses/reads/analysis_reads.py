@@ -18,7 +18,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from analyses.models import AdaptiveRun, Analysis, Round
-from analyses.presenters.releases import release_as_json
+from analyses.presenters.releases import release_as_json, release_total_over_cohorts
 from analyses.reads import selectors
 from analyses.rules.enforced_policy import EnforcedPolicy
 from analyses.rules.validation import Problems
@@ -376,6 +376,7 @@ def release_compare(*, user: AbstractBaseUser, a: int, b: int) -> dict[str, Any]
     labels = {key: round_.release.content["buckets"] for key, round_ in rounds.items()}
     z = z_value(level=COMPARE_LEVEL, cells=1, intervals="per-bucket")
     batches = {key: {batch["cohort"]: batch for batch in release["batches"]} for key, release in releases.items()}
+    _derive_total(batches, z)
     cohorts = _union(batches["a"], batches["b"])
     return {
         "a": _side(rounds["a"], releases["a"]),
@@ -388,6 +389,17 @@ def release_compare(*, user: AbstractBaseUser, a: int, b: int) -> dict[str, Any]
         ],
         "notes": _compare_notes(rounds["a"], rounds["b"], batches),
     }
+
+
+def _derive_total(batches: dict[str, dict[str, dict]], z: float) -> None:
+    """Where one release is unsplit (its one batch, cohort "") and the other split by cohort, give the
+    split one its total over cohorts (release_total_over_cohorts) as its "" batch, first, to compare
+    with the unsplit one: without it every row of the comparison was "—" (issue 31, item 5)."""
+    for key, other in (("a", "b"), ("b", "a")):
+        if set(batches[other]) == {""} and batches[key] and "" not in batches[key]:
+            total = release_total_over_cohorts(list(batches[key].values()), z=z)
+            if total is not None:
+                batches[key] = {"": total, **batches[key]}
 
 
 def _union(first: Iterable[str], second: Iterable[str]) -> list[str]:
@@ -415,6 +427,7 @@ def _cohort_compare(
 ) -> dict[str, Any]:
     """One cohort's buckets, aligned by label; a side without the bucket (or the batch) is None."""
     sides = {"a": batch_a, "b": batch_b}
+    incomplete = any(batch and batch.get("derived", {}).get("missing") for batch in sides.values())
     estimates = {
         key: {bucket["label"]: bucket for bucket in batch.get("buckets", [])} if batch else {}
         for key, batch in sides.items()
@@ -433,7 +446,9 @@ def _cohort_compare(
         if a is not None and b is not None:
             difference = b["estimate"] - a["estimate"]
             error = math.hypot(a["standard_error"], b["standard_error"])
-            row.update(difference=difference, standard_error=error, significant=abs(difference) > z * error)
+            # A total derived without its suppressed cohorts undercounts: no significance is claimed.
+            significant = None if incomplete else abs(difference) > z * error
+            row.update(difference=difference, standard_error=error, significant=significant)
         buckets.append(row)
     return {
         "cohort": cohort,
@@ -459,6 +474,7 @@ def _batch_state(batch: dict | None) -> dict[str, Any]:
         "suppressed": batch["suppressed"],
         "reports": batch["reports"],
         "reason": batch.get("reason", ""),
+        "derived": batch.get("derived"),
     }
 
 
@@ -487,6 +503,21 @@ def _compare_notes(round_a: Round, round_b: Round, batches: dict) -> list[str]:
         )
     elif set(batches["a"]) != set(batches["b"]):
         notes.append("The releases are split into different cohorts: a cohort found in one only has no difference.")
+    for key in ("a", "b"):
+        derived = batches[key].get("", {}).get("derived")
+        if derived:
+            note = (
+                f"Release {key.upper()} is split by cohort and the other is not: its total over all devices is "
+                f"derived, the sum of its cohorts' estimates ({', '.join(derived['from'])}), with standard "
+                "error the square root of the sum of their variances (the cohorts are disjoint, their noise "
+                "independent), and compared with the other's."
+            )
+            if derived["missing"]:
+                note += (
+                    f" Cohorts {', '.join(derived['missing'])} were suppressed and are not in it: the derived "
+                    "total undercounts, so no difference is called significant."
+                )
+            notes.append(note)
     notes.append(
         "Significance is per bucket at 95% (|B − A| > 1.96 standard errors of the difference): "
         "about one bucket in twenty whose true counts are equal still looks significant by chance."

@@ -30,7 +30,7 @@ from analyses.reads import drilldown
 from analyses.services.releases import ReleaseView
 from privacy.intervals import INTERVALS, VIEWS
 
-RENDERING = 1
+RENDERING = 2
 TIMEOUT = 24 * 3600
 
 T = TypeVar("T")

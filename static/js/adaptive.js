@@ -1,7 +1,8 @@
-// The run page of an adaptive analysis: draws the discovered prefix tree (a sunburst that grows
-// level by level) or each refinement round's histogram, and follows a run that is not finished by
-// polling its status.json and patching the page in place (live.js) when a level is recorded or the
-// status changes.
+// The run page of an adaptive analysis: folds the discovered prefix tree's table into a tree (its
+// 1-grams first, ▸ opens a prefix's extensions; a sunburst of 142 leaves was slivers) and draws
+// the same tree as a sunburst when its <details> opens, or draws each refinement round's histogram;
+// and follows a run that is not finished by polling its status.json and patching the page in
+// place (live.js) when a level is recorded or the status changes.
 // Without JavaScript the page still reads: every chart has a table with the same numbers.
 (function () {
   "use strict";
@@ -38,6 +39,53 @@
     );
   }
 
+  // The table lists the tree depth first; each row names its prefix (data-parent). A row shows
+  // when every prefix above it is open; each prefix row gets a toggle button that says so.
+  function foldTree() {
+    const table = document.getElementById("tree-table");
+    if (!table || table.dataset.folded === "true") return;
+    table.dataset.folded = "true";
+    const rows = [...table.tBodies[0].rows];
+    const byId = new Map(rows.map((row) => [row.dataset.id, row]));
+    const parents = new Set(rows.map((row) => row.dataset.parent).filter(Boolean));
+    const refresh = () =>
+      rows.forEach((row) => {
+        let parent = byId.get(row.dataset.parent);
+        let shown = true;
+        while (parent && shown) {
+          shown = parent.dataset.open === "true";
+          parent = byId.get(parent.dataset.parent);
+        }
+        row.hidden = !shown;
+      });
+    rows.forEach((row) => {
+      const cell = row.cells[0];
+      if (!parents.has(row.dataset.id)) {
+        const spacer = document.createElement("span");
+        spacer.className = "tree-leaf";
+        cell.prepend(spacer);
+        return;
+      }
+      const kids = rows.filter((other) => other.dataset.parent === row.dataset.id).length;
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "tree-toggle";
+      button.setAttribute("aria-label", `${row.dataset.id}: ${kids} extension${kids === 1 ? "" : "s"}`);
+      const show = (open) => {
+        row.dataset.open = String(open);
+        button.setAttribute("aria-expanded", String(open));
+        button.textContent = open ? "▾" : "▸";
+      };
+      show(false);
+      button.addEventListener("click", () => {
+        show(row.dataset.open !== "true");
+        refresh();
+      });
+      cell.prepend(button);
+    });
+    refresh();
+  }
+
   function drawHistograms() {
     document.querySelectorAll(".level-chart").forEach((element) => {
       const level = data.levels[Number(element.dataset.level)];
@@ -64,6 +112,7 @@
   }
 
   function drawCharts() {
+    foldTree(); // the table needs no plotly
     if (!data || typeof Plotly === "undefined") return;
     if (data.kind === "ngram_discovery" && data.tree.length && document.getElementById("tree-chart")) {
       const slider = document.getElementById("tree-level");
@@ -75,10 +124,11 @@
           drawTree(Number(slider.value));
         });
       }
-      drawTree(data.tree.length);
-      // The chart drew: its table, open for readers without JavaScript, folds away (one click opens it).
-      const details = document.getElementById("tree-details");
-      if (details) details.open = false;
+      // Drawn once its <details> is open: plotly sizes a chart by its box, which is 0 while closed.
+      const details = document.getElementById("tree-sunburst");
+      const draw = () => details.open && drawTree(Number(slider.value));
+      details.addEventListener("toggle", draw);
+      draw();
     } else if (data.kind === "bucket_refinement") {
       drawHistograms();
     }

@@ -26,14 +26,33 @@
     };
   }
 
+  // Long bucket labels ("below 20 or missing") on a phone: bars lie down, labels on the y axis,
+  // where they have a line each instead of overlapping under a narrow x axis.
+  const longest = (cohort) => Math.max(0, ...cohort.buckets.map((row) => row.label.length));
+
   document.querySelectorAll(".compare-chart").forEach((element) => {
     const cohort = comparison.cohorts[Number(element.dataset.cohort)];
-    Plotly.newPlot(element, [trace(cohort, "a"), trace(cohort, "b")], {
-      barmode: "group",
-      margin: { t: 30 },
-      xaxis: { title: { text: "bucket" }, type: "category" },
-      yaxis: { title: { text: "estimated devices (95% CI)" } },
-      legend: { orientation: "h" },
-    }, config);
+    const sideways = window.PfsPlot.narrow(element) && cohort.buckets.length * longest(cohort) > 60;
+    const traces = [trace(cohort, "a"), trace(cohort, "b")];
+    const buckets = { title: { text: "bucket" }, type: "category" };
+    const counts = { title: { text: "estimated devices (95% CI)" } };
+    let layout = { barmode: "group", xaxis: buckets, yaxis: counts };
+    if (sideways) {
+      traces.forEach((t) => {
+        [t.x, t.y] = [t.y, t.x];
+        t.orientation = "h";
+        t.error_x = t.error_y;
+        delete t.error_y;
+        t.hovertemplate = "%{y}: %{x:.0f}<extra>%{fullData.name}</extra>";
+      });
+      const rows = cohort.buckets.map((row) => row.label);
+      layout = {
+        barmode: "group",
+        height: Math.max(420, 44 * rows.length + 140),
+        xaxis: counts,
+        yaxis: { ...buckets, categoryorder: "array", categoryarray: [...rows].reverse() },
+      };
+    }
+    Plotly.newPlot(element, window.PfsPlot.traces(element, traces), window.PfsPlot.layout(element, layout), config);
   });
 })();

@@ -520,14 +520,13 @@
         line: { dash: "dot", width: 1, color: "#5b6475" },
       },
     ];
-    const layout = {
-      margin: { t: 20 },
-      height: 400,
+    // The shared layout (layout.js) puts the legend above the plot: below it, it was cut off.
+    const layout = window.PfsPlot.layout(chart, {
+      height: 460,
       xaxis: { type: "log", title: { text: "cohort size n (reports)" } },
       yaxis: { title: { text: `aggregate ε at δ = ${delta}` }, range: [0, top] },
-      legend: { orientation: "h", y: -0.3 },
-    };
-    Plotly.react(chart, traces, layout, { responsive: true, displaylogo: false });
+    });
+    Plotly.react(chart, window.PfsPlot.traces(chart, traces), layout, { responsive: true, displaylogo: false });
   }
 
   function cell(text, header) {

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from analyses.models import Analysis, Round
 from analyses.services.rounds import round_create_and_start
+from tests.e2e.test_charts_on_a_phone_in_chromium import assert_legible
 
 pytestmark = pytest.mark.e2e
 
@@ -54,3 +55,9 @@ def test_a_joint_release_is_drawn_as_a_heatmap_per_locale(demo, live_server, pag
     # Each cohort's panel is titled by its cohort, above it.
     expect(chart.locator(".annotation-text", has_text=re.compile(r"^Cohort .*en_US"))).to_have_count(1)
     expect(page.get_by_text("[30, 40) × hello world </s>").first).to_be_attached()
+    # Legible on a wide screen and on a phone: no text over another, none cut at the edge.
+    assert_legible(page, "chart", 1280)
+    page.set_viewport_size({"width": 390, "height": 900})
+    page.reload()
+    expect(chart.locator(".heatmaplayer").first).to_be_attached(timeout=15_000)
+    assert_legible(page, "chart", 390)

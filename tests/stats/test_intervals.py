@@ -59,6 +59,15 @@ def test_views_state_and_apply_their_rule() -> None:
     assert shown.estimates.tolist() == [0.0, 10.0, 500.0] and shown.ci_low.min() >= 0
     shown = present([-30.0, 10.0, 500.0], [20.0, 20.0, 20.0], z=1.96, view="thresholded")
     assert shown.estimates.tolist() == [0.0, 0.0, 500.0]
+    # Each zeroed bucket's interval holds the 0 shown: [0, max(high, 0)]; a kept one is unchanged.
+    assert shown.ci_low.tolist() == [0.0, 0.0, pytest.approx(500 - 1.96 * 20)]
+    assert shown.ci_high.tolist() == [
+        pytest.approx(-30 + 1.96 * 20),
+        pytest.approx(10 + 1.96 * 20),
+        pytest.approx(500 + 1.96 * 20),
+    ]
+    shown = present([-80.0], [20.0], z=1.96, view="thresholded")
+    assert (shown.estimates[0], shown.ci_low[0], shown.ci_high[0]) == (0.0, 0.0, 0.0)
     shown = present([-30.0], [20.0], z=1.96, view="raw")
     assert shown.estimates.tolist() == [-30.0]
 

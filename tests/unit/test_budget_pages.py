@@ -419,12 +419,19 @@ def test_compare_matches_cohorts_by_key(api, budget_analysis, analyst, django_ca
         )
     for cohort in suppressed:
         assert cohort["a"]["reason"] and all(row["difference"] is None for row in cohort["buckets"])
-    # A release split by locale against a whole one: no cohort in common, nothing differenced.
+    # A release split by locale against a whole one: the split one's total over its released cohorts
+    # is derived and differenced; the locales have no counterpart. Suppressed locales are missing
+    # from that total, so it undercounts and no difference is called significant.
     mixed = api.get(f"/api/compare/?a={a.pk}&b={whole.pk}").json()
-    assert [c["cohort"] for c in mixed["cohorts"]] == [*batches_a, ""]
-    assert mixed["cohorts"][-1]["a"]["present"] is False
-    assert all(row["difference"] is None for c in mixed["cohorts"] for row in c["buckets"])
+    assert [c["cohort"] for c in mixed["cohorts"]] == ["", *batches_a]
+    derived = mixed["cohorts"][0]["a"]["derived"]
+    assert derived["from"] == [c["cohort"] for c in released] and derived["missing"] == [
+        c["cohort"] for c in suppressed
+    ]
+    assert all(row["difference"] is not None and row["significant"] is None for row in mixed["cohorts"][0]["buckets"])
+    assert all(row["difference"] is None for c in mixed["cohorts"][1:] for row in c["buckets"])
     assert any("different cohorts" in note for note in mixed["notes"])
+    assert any("the derived total undercounts" in note for note in mixed["notes"])
 
 
 def test_compare_refuses_a_round_not_released_with_a_clear_400(

@@ -458,7 +458,9 @@ def test_the_release_downloads_as_json(client, analysis, recipe, analyst, django
     round_ = released(analysis, recipe, analyst, django_capture_on_commit_callbacks)
     client.force_login(analyst)
     response = client.get(f"/rounds/{round_.pk}/release.json?intervals=simultaneous")
-    assert response["Content-Disposition"] == f'attachment; filename="release-{round_.pk}.json"'
+    assert (
+        response["Content-Disposition"] == f'attachment; filename="test.ages-round-{round_.pk}-raw-simultaneous.json"'
+    )
     body = json.loads(response.content)
     assert body["round"] == round_.pk and body["intervals"] == "simultaneous" and len(body["buckets"]) == 8
     assert f'href="/rounds/{round_.pk}/release.json?intervals=per-bucket&amp;view=raw">Download JSON' in (
