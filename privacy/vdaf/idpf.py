@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import CipherContext
 
+from privacy.vdaf import field64_arrays
 from privacy.vdaf.errors import DecodeError, VdafError
 from privacy.vdaf.field import Field, Field64, Field255, Vec, next_power_of_2, vec_add, vec_sub
 from privacy.vdaf.xof import (
@@ -37,6 +38,8 @@ Bits = Sequence[bool]
 CorrectionWord = tuple[bytes, tuple[bool, bool], Vec]
 PublicShare = list[CorrectionWord]
 Seeds = npt.NDArray[np.uint8]  # one 16-byte seed per row
+# One row of VALUE_LEN field elements per node or prefix: uint64 for 8-byte fields, Python integers (object) otherwise.
+Values = npt.NDArray[np.uint64] | npt.NDArray[np.object_]
 
 # The IDPF's algorithm class and its two usages in format_dst (Section 8.3.4).
 IDPF_ALGORITHM_CLASS = 1
@@ -111,7 +114,8 @@ class IdpfBBCGGI21:
             # The side whose control bit is set applies the correction: off the path both seeds then agree.
             kept = np.stack([s[k, keep] ^ seed_cw if ctrl[k] else s[k, keep] for k in range(2)])
             ctrl = [bool(t[k, keep]) ^ (ctrl[k] and ctrl_cw[keep]) for k in range(2)]
-            seeds, (w0, w1) = self._convert(hashing, level, kept, values=True)
+            seeds, values = self._convert(hashing, level, kept, values=True)
+            w0, w1 = values.tolist()
             beta = beta_inner[level] if level < self.BITS - 1 else beta_leaf
             if len(beta) != self.VALUE_LEN:
                 raise VdafError("length of beta must match the value length")
@@ -135,6 +139,19 @@ class IdpfBBCGGI21:
         nonce: bytes,
     ) -> list[Vec]:
         """This aggregator's share of the value at each prefix of length level + 1 (in the order given)."""
+        return self.eval_array(agg_id, public_share, key, level, prefixes, ctx, nonce).tolist()
+
+    def eval_array(
+        self,
+        agg_id: int,
+        public_share: PublicShare,
+        key: bytes,
+        level: int,
+        prefixes: Sequence[Bits],
+        ctx: bytes,
+        nonce: bytes,
+    ) -> Values:
+        """``eval`` as an array, one row of VALUE_LEN elements per prefix: uint64 in Field64, Python integers otherwise."""
         if agg_id not in range(self.SHARES):
             raise VdafError("aggregator id out of range")
         if level not in range(self.BITS):
@@ -145,27 +162,32 @@ class IdpfBBCGGI21:
             raise VdafError("incorrect key size")
         if len(nonce) != self.NONCE_SIZE:
             raise VdafError("incorrect nonce size")
-        if any(len(prefix) != level + 1 for prefix in prefixes):
+        if set(map(len, prefixes)) - {level + 1}:
             raise VdafError("incorrect prefix length")
-        if len({tuple(map(bool, prefix)) for prefix in prefixes}) != len(prefixes):
-            raise VdafError("prefixes must be unique")
+        field = self.current_field(level)
+        vectorised = field.MODULUS == Field64.MODULUS
         if not prefixes:
-            return []
-        hashing = _Hashing(ctx, nonce)
-        paths = np.array([[bool(b) for b in prefix] for prefix in prefixes], dtype=bool)
+            return np.zeros((0, self.VALUE_LEN), dtype=np.uint64 if vectorised else object)
+        # One byte per bit (bytes() of a prefix of booleans), read as booleans: no Python work per bit.
+        paths = np.frombuffer(b"".join(map(bytes, prefixes)), dtype=np.uint8).reshape(len(prefixes), level + 1) != 0
         # Sorted, the prefixes that share a node at a depth are consecutive rows: a node starts where a
-        # row differs from the one before it in any bit up to that depth.
-        order = np.lexsort(paths.T[::-1])
+        # row differs from the one before it in any bit up to that depth. Sorting the packed bits gives
+        # the order of the bits.
+        order = np.lexsort(np.packbits(paths, axis=1).T[::-1])
         paths = paths[order]
-        differs = np.zeros(len(paths) - 1, dtype=bool)
+        differs = paths[1:] != paths[:-1]
+        if not differs.any(axis=1).all():
+            raise VdafError("prefixes must be unique")
+        first_difference = differs.argmax(axis=1)  # the depth at which each row leaves the one before
+        hashing = _Hashing(ctx, nonce)
         seeds = np.frombuffer(key, dtype=np.uint8).reshape(1, self.KEY_SIZE)
         ctrl = np.array([bool(agg_id)])
-        node_of_row = np.zeros(len(paths), dtype=np.intp)  # each row's node at the depth walked so far
+        starts = np.zeros(1, dtype=np.intp)  # the first row of each node at the depth walked so far
         for depth in range(level + 1):
-            differs |= paths[1:, depth] != paths[:-1, depth]
-            starts = np.flatnonzero(np.concatenate(([True], differs)))
-            parents, bits = node_of_row[starts], paths[starts, depth].astype(np.intp)
-            node_of_row = np.concatenate(([0], np.cumsum(differs)))
+            new_starts = np.concatenate(([0], np.flatnonzero(first_difference <= depth) + 1))
+            parents = np.searchsorted(starts, new_starts, side="right") - 1
+            bits = paths[new_starts, depth].astype(np.intp)
+            starts = new_starts
             seed_cw, ctrl_cw, w_cw = public_share[depth]
             s, t = self._extend(hashing, depth, seeds)
             corrected = ctrl[:, None]
@@ -173,13 +195,21 @@ class IdpfBBCGGI21:
             t = t ^ (corrected & np.array(ctrl_cw, dtype=bool))
             ctrl = t[parents, bits]
             seeds, values = self._convert(hashing, depth, s[parents, bits], values=depth == level)
-        field = self.current_field(level)
-        p = field.MODULUS
-        shares: list[Vec] = [[] for _ in prefixes]
-        for row, node in zip(order.tolist(), node_of_row.tolist(), strict=True):
-            y = vec_add(field, values[node], w_cw) if ctrl[node] else values[node]
-            shares[row] = y if agg_id == 0 else [-x % p for x in y]
-        return shares
+        # The prefixes are distinct and of this depth: each row is a node of its own, in order.
+        rows, row_ctrl = values, ctrl[:, None]
+        if vectorised:
+            shares = np.where(row_ctrl, field64_arrays.add(rows, np.array(w_cw, dtype=np.uint64)), rows)
+            if agg_id == 1:
+                shares = field64_arrays.neg(shares)
+        else:
+            p = field.MODULUS
+            rows = rows.astype(object)
+            shares = np.where(row_ctrl, (rows + np.array(w_cw, dtype=object)) % p, rows)
+            if agg_id == 1:
+                shares = -shares % p
+        out = np.empty_like(shares)
+        out[order] = shares
+        return out
 
     # -- Auxiliary functions (Section 8.3.4), over many seeds at once --------------------------------
 
@@ -205,8 +235,11 @@ class IdpfBBCGGI21:
         stream[:, :, 0] &= 0xFE
         return stream, t
 
-    def _convert(self, hashing: _Hashing, level: int, seeds: Seeds, *, values: bool) -> tuple[Seeds, list[Vec]]:
-        """Each seed's next seed and, if ``values``, its VALUE_LEN field elements (rejection sampled)."""
+    def _convert(self, hashing: _Hashing, level: int, seeds: Seeds, *, values: bool) -> tuple[Seeds, Values]:
+        """Each seed's next seed and, if ``values``, its VALUE_LEN field elements (rejection sampled).
+
+        The elements are uint64 for a field of 8-byte elements, Python integers (dtype object) otherwise.
+        """
         field = self.current_field(level)
         value_bytes = field.ENCODED_SIZE * self.VALUE_LEN if values else 0
         stream = self._stream(
@@ -214,20 +247,27 @@ class IdpfBBCGGI21:
         )
         next_seeds = stream[:, :16].copy()
         if not values:
-            return next_seeds, []
+            return next_seeds, np.zeros((0, self.VALUE_LEN), dtype=object)
         size = field.ENCODED_SIZE
         mask = next_power_of_2(field.MODULUS) - 1
-        out: list[Vec] = []
         raw = stream[:, 16 : 16 + value_bytes]
-        for i in range(len(seeds)):
-            chunk = raw[i].tobytes()
-            vec = [int.from_bytes(chunk[j : j + size], "little") & mask for j in range(0, value_bytes, size)]
-            if any(x >= field.MODULUS for x in vec):
-                # A rejected draw (about 2**-32 per Field64 element): read on from the same stream, as the spec does.
-                xof = self._xof(level, seeds[i].tobytes(), hashing.convert_dst, hashing.nonce)
-                xof.next(16)
-                vec = xof.next_vec(field, self.VALUE_LEN)
-            out.append(vec)
+        if size == 8:
+            out = np.ascontiguousarray(raw).view("<u8").astype(np.uint64) & np.uint64(mask)
+            rejected = np.flatnonzero((out >= np.uint64(field.MODULUS)).any(axis=1)).tolist()
+        else:
+            out = np.array(
+                [
+                    [int.from_bytes(chunk[j : j + size], "little") & mask for j in range(0, value_bytes, size)]
+                    for chunk in map(bytes, raw)
+                ],
+                dtype=object,
+            ).reshape(len(seeds), self.VALUE_LEN)
+            rejected = [i for i, vec in enumerate(out.tolist()) if any(x >= field.MODULUS for x in vec)]
+        for i in rejected:
+            # A rejected draw (about 2**-32 per Field64 element): read on from the same stream, as the spec does.
+            xof = self._xof(level, seeds[i].tobytes(), hashing.convert_dst, hashing.nonce)
+            xof.next(16)
+            out[i] = xof.next_vec(field, self.VALUE_LEN)
         return next_seeds, out
 
     def _xof(self, level: int, seed: bytes, dst: bytes, nonce: bytes) -> XofFixedKeyAes128 | XofTurboShake128:

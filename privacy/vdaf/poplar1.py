@@ -22,8 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from privacy.vdaf import field64_arrays
 from privacy.vdaf.errors import DecodeError, MeasurementError, VdafError, VerifyError
-from privacy.vdaf.field import Field, Vec, vec_add, vec_sub
+from privacy.vdaf.field import Field, Field64, Vec, vec_add, vec_sub
 from privacy.vdaf.idpf import IdpfBBCGGI21, PublicShare
 from privacy.vdaf.xof import XofTurboShake128, format_dst
 
@@ -150,7 +153,7 @@ class Poplar1:
         key, corr_seed, corr_inner, corr_leaf = input_share
         field = self.idpf.current_field(level)
         p = field.MODULUS
-        values = self.idpf.eval(agg_id, public_share, key, level, prefixes, ctx, nonce)
+        values = self.idpf.eval_array(agg_id, public_share, key, level, prefixes, ctx, nonce)
 
         if level < self.BITS - 1:
             # This level's (a, b, c): the stream read up to it, as the spec's fast-forward does.
@@ -160,20 +163,28 @@ class Poplar1:
             a, b, c = self._corr_leaf(ctx, agg_id, corr_seed, nonce)
             big_a, big_b = corr_leaf
 
-        verify_rand = self.xof.expand_into_vec(
-            field,
-            verify_key,
-            self.domain_separation_tag(USAGE_VERIFY_RAND, ctx),
-            nonce + level.to_bytes(2, "big"),
-            len(prefixes),
+        verify_rand = self.xof(
+            verify_key, self.domain_separation_tag(USAGE_VERIFY_RAND, ctx), nonce + level.to_bytes(2, "big")
         )
-        sketch = [a, b, c]
-        out_share = []
-        for r, (data, auth) in zip(verify_rand, values, strict=True):
-            sketch[0] += data * r
-            sketch[1] += data * r * r
-            sketch[2] += auth * r
-            out_share.append(data)
+        if values.dtype == np.uint64:
+            # Field64: every prefix at once (privacy.vdaf.field64_arrays).
+            r = _next_array64(verify_rand, len(prefixes))
+            data, auth = values[:, 0], values[:, 1]
+            data_r = field64_arrays.mul(data, r)
+            sketch = [
+                a + field64_arrays.total(data_r),
+                b + field64_arrays.total(field64_arrays.mul(data_r, r)),
+                c + field64_arrays.total(field64_arrays.mul(auth, r)),
+            ]
+            out_share = data.tolist()
+        else:
+            sketch = [a, b, c]
+            out_share = []
+            for r_i, (data_i, auth_i) in zip(verify_rand.next_vec(field, len(prefixes)), values.tolist(), strict=True):
+                sketch[0] += data_i * r_i
+                sketch[1] += data_i * r_i * r_i
+                sketch[2] += auth_i * r_i
+                out_share.append(data_i)
         verify_mem = [big_a, big_b, agg_id, *out_share]
         return (STEP_EVALUATE, level, verify_mem), [x % p for x in sketch]
 
@@ -357,3 +368,16 @@ class Poplar1:
                 raise DecodeError("trailing bits in prefix")
             prefixes.append(tuple(bool(chunk[i // 8] >> (7 - i % 8) & 1) for i in range(level + 1)))
         return level, prefixes
+
+
+def _next_array64(xof: XofTurboShake128, length: int) -> field64_arrays.Elements:
+    """``xof.next_vec(Field64, length)`` as a uint64 array, read in one piece.
+
+    Field64 elements are 8 bytes with nothing masked; a draw >= p (about 2**-32 each) is rejected, and
+    then the spec's element-by-element reading is replayed from where the piece ends.
+    """
+    draws = np.frombuffer(xof.next(8 * length), dtype="<u8").astype(np.uint64)
+    kept = draws[draws < np.uint64(Field64.MODULUS)]
+    if len(kept) == length:
+        return kept
+    return np.concatenate([kept, np.array(xof.next_vec(Field64, length - len(kept)), dtype=np.uint64)])
