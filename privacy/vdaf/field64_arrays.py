@@ -72,3 +72,12 @@ def total(a: Elements) -> int:
     low = int((a & _LOW).sum(dtype=np.uint64))
     high = int((a >> _SHIFT).sum(dtype=np.uint64))
     return (low + (high << 32)) % P
+
+
+def column_totals(a: Elements) -> Elements:
+    """sum(a, axis=0) mod p: the 32-bit halves summed apart, exact below 2**32 rows, then combined mod p."""
+    if a.shape[0] >= 2**32:
+        raise ValueError("too many rows to sum exactly")
+    low = (a & _LOW).sum(axis=0, dtype=np.uint64) % _P
+    high = (a >> _SHIFT).sum(axis=0, dtype=np.uint64) % _P
+    return add(low, mul(high, np.uint64(2**32)))

@@ -59,3 +59,10 @@ def test_verify_rand_read_in_one_piece_skips_rejected_draws_as_the_spec_does() -
     expected = _next_vec(_Stream(data), Field64, 10)
     assert _next_array64(_Stream(data), 10).tolist() == expected
     assert len(expected) == 10 and 2**64 - 1 not in expected
+
+
+def test_column_totals_are_the_sums_mod_p() -> None:
+    left, right = _operands()
+    rows = [left, right, [P - 1] * len(left)]
+    expected = [sum(column) % P for column in zip(*rows, strict=True)]
+    assert field64_arrays.column_totals(np.array(rows, dtype=np.uint64)).tolist() == expected
