@@ -88,12 +88,12 @@ def prepare_all(vdaf: Poplar1, verify_key: bytes, agg_param, reports: list[Repor
     return vdaf.unshard(agg_param, agg_shares, len(reports))
 
 
-def candidate_prefixes(measurements: list[tuple[bool, ...]], level: int, count: int, rng: random.Random) -> list:
+def candidate_prefixes(measurements: list[tuple[bool, ...]], level: int, count: int, rng: random.Random) -> tuple:
     """The prefixes of the first measurements at this level, topped up with random ones: sorted, distinct."""
     prefixes = {m[: level + 1] for m in measurements[: count // 2]}
     while len(prefixes) < count:
         prefixes.add(tuple(rng.random() < 0.5 for _ in range(level + 1)))
-    return sorted(prefixes)
+    return tuple(sorted(prefixes))  # a tuple: the IDPF keeps its walk plan for the next report
 
 
 def main() -> None:

@@ -391,7 +391,7 @@ def measure_time(args: argparse.Namespace, measured: dict) -> dict:
     levels, previous = [], []
     for step, asking in enumerate(walk.asked, 1):
         length = step * args.bits_per_step
-        agg_param = (length - 1, [prefix_bits(int(p), length) for p in asking])
+        agg_param = (length - 1, tuple(prefix_bits(int(p), length) for p in asking))
         assert vdaf.is_valid(agg_param, previous), f"step {step}: not a valid Poplar1 walk"
         start, cpu = time.perf_counter(), time.process_time()
         counts = prepare_all(vdaf, verify_key, agg_param, reports)
@@ -408,7 +408,7 @@ def measure_time(args: argparse.Namespace, measured: dict) -> dict:
     # depth for all of a report's nodes) against everything else, under cProfile (which slows Python more).
     costliest = max(range(len(levels)), key=lambda i: levels[i]["wall"])
     length = (costliest + 1) * args.bits_per_step
-    agg_param = (length - 1, [prefix_bits(int(p), length) for p in walk.asked[costliest]])
+    agg_param = (length - 1, tuple(prefix_bits(int(p), length) for p in walk.asked[costliest]))
     profiler = cProfile.Profile()
     profiler.runcall(prepare_all, vdaf, verify_key, agg_param, reports[:1])
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]

@@ -40,6 +40,9 @@ PublicShare = list[CorrectionWord]
 Seeds = npt.NDArray[np.uint8]  # one 16-byte seed per row
 # One row of VALUE_LEN field elements per node or prefix: uint64 for 8-byte fields, Python integers (object) otherwise.
 Values = npt.NDArray[np.uint64] | npt.NDArray[np.object_]
+# The prefixes' sorted order, their bits in that order (rows × depth) and, for each row after the first,
+# the depth at which it leaves the row before it.
+_WalkPlan = tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_], npt.NDArray[np.intp]]
 
 # The IDPF's algorithm class and its two usages in format_dst (Section 8.3.4).
 IDPF_ALGORITHM_CLASS = 1
@@ -76,6 +79,9 @@ class IdpfBBCGGI21:
             raise ValueError("VALUE_LEN must be positive")
         self.BITS = bits
         self.VALUE_LEN = value_len
+        # The last tuple of prefixes walked and its plan: every report of a collection is evaluated at
+        # the same aggregation parameter. Kept only for tuples of tuples, which cannot change under it.
+        self._last_plan: tuple[tuple[Bits, ...], _WalkPlan] | None = None
 
     def current_field(self, level: int) -> type[Field]:
         return self.field_inner if level < self.BITS - 1 else self.field_leaf
@@ -168,17 +174,7 @@ class IdpfBBCGGI21:
         vectorised = field.MODULUS == Field64.MODULUS
         if not prefixes:
             return np.zeros((0, self.VALUE_LEN), dtype=np.uint64 if vectorised else object)
-        # One byte per bit (bytes() of a prefix of booleans), read as booleans: no Python work per bit.
-        paths = np.frombuffer(b"".join(map(bytes, prefixes)), dtype=np.uint8).reshape(len(prefixes), level + 1) != 0
-        # Sorted, the prefixes that share a node at a depth are consecutive rows: a node starts where a
-        # row differs from the one before it in any bit up to that depth. Sorting the packed bits gives
-        # the order of the bits.
-        order = np.lexsort(np.packbits(paths, axis=1).T[::-1])
-        paths = paths[order]
-        differs = paths[1:] != paths[:-1]
-        if not differs.any(axis=1).all():
-            raise VdafError("prefixes must be unique")
-        first_difference = differs.argmax(axis=1)  # the depth at which each row leaves the one before
+        order, paths, first_difference = self._walk_plan(level, prefixes)
         hashing = _Hashing(ctx, nonce)
         seeds = np.frombuffer(key, dtype=np.uint8).reshape(1, self.KEY_SIZE)
         ctrl = np.array([bool(agg_id)])
@@ -210,6 +206,29 @@ class IdpfBBCGGI21:
         out = np.empty_like(shares)
         out[order] = shares
         return out
+
+    def _walk_plan(self, level: int, prefixes: Sequence[Bits]) -> _WalkPlan:
+        """The prefixes' sorted order, their bits in that order and where each leaves the one before it."""
+        last = self._last_plan
+        if last is not None and last[0] is prefixes:
+            return last[1]
+        # One byte per bit (bytes() of a prefix of booleans), read as booleans: no Python work per bit.
+        paths = np.frombuffer(b"".join(map(bytes, prefixes)), dtype=np.uint8).reshape(len(prefixes), level + 1) != 0
+        # Sorted, the prefixes that share a node at a depth are consecutive rows: a node starts where a
+        # row differs from the one before it in any bit up to that depth. Sorting the packed bits gives
+        # the order of the bits.
+        order = np.lexsort(np.packbits(paths, axis=1).T[::-1])
+        paths = paths[order]
+        differs = paths[1:] != paths[:-1]
+        if not differs.any(axis=1).all():
+            raise VdafError("prefixes must be unique")
+        first_difference = differs.argmax(axis=1)  # the depth at which each row leaves the one before
+        for array in (order, paths, first_difference):
+            array.flags.writeable = False  # shared by every report evaluated at these prefixes
+        plan = (order, paths, first_difference)
+        if isinstance(prefixes, tuple) and all(type(prefix) is tuple for prefix in prefixes):
+            self._last_plan = (prefixes, plan)
+        return plan
 
     # -- Auxiliary functions (Section 8.3.4), over many seeds at once --------------------------------
 

@@ -108,6 +108,21 @@ def test_a_batched_walk_gives_each_prefix_what_a_walk_of_that_prefix_alone_gives
         assert batched == alone
 
 
+def test_a_tuple_of_prefixes_walked_again_for_another_report_gives_what_a_fresh_walk_gives() -> None:
+    """The walk's plan of a tuple of prefixes is kept for the next report: it must not leak one report's values."""
+    rng = random.Random(11)
+    idpf, fresh = IdpfBBCGGI21(16, 2), IdpfBBCGGI21(16, 2)
+    level = 9
+    prefixes = tuple(dict.fromkeys(tuple(rng.random() < 0.5 for _ in range(level + 1)) for _ in range(60)))
+    for nonce in (NONCE, bytes(16)):
+        alpha = tuple(rng.random() < 0.5 for _ in range(16))
+        public_share, keys = idpf.gen(alpha, [[1, 5]] * 15, [1, 9], CTX, nonce, rng.randbytes(32))
+        for agg_id in range(2):
+            again = idpf.eval(agg_id, public_share, keys[agg_id], level, prefixes, CTX, nonce)
+            assert again == fresh.eval(agg_id, public_share, keys[agg_id], level, list(prefixes), CTX, nonce)
+        assert idpf._last_plan is not None and idpf._last_plan[0] is prefixes
+
+
 def test_another_nonce_evaluates_to_garbage_not_to_beta() -> None:
     """The fixed AES keys depend on the nonce: the keys of one report do not evaluate under another's."""
     idpf = IdpfBBCGGI21(4, 2)
