@@ -147,9 +147,11 @@ def main() -> None:
         "work** (other engineers' tests and benches): the CPU column is the steadier one.",
         "",
         f"{args.reports:,} reports of {BITS}-bit strings, one process, one report at a time (the per-report path "
-        "of `privacy.vdaf.poplar1`: Python integers for the fields, numpy and one AES call per tree level for "
-        "the IDPF). Prepare: both aggregators' two rounds (verify_init, the two messages, verify_next twice) on "
-        "the decoded messages, then aggregate and unshard, the counts checked against the measurements.",
+        "of `privacy.vdaf.poplar1`: the IDPF walked over all of a level's prefixes at once, one AES call per "
+        "tree depth, Field64 values and the sketch as numpy uint64 arrays, the leaf level's Field255 as Python "
+        "integers). Prepare: both aggregators' two rounds (verify_init, the two messages, verify_next twice) on "
+        "the decoded messages, then aggregate and unshard, the counts checked against the measurements. The "
+        "prefixes are one tuple per level, so the IDPF sorts them once for all reports.",
         "",
         "| step | reports | reports/s (wall) | reports/s (CPU) | ms/report (wall) | notes |",
         "|---|---:|---:|---:|---:|---|",
@@ -163,8 +165,9 @@ def main() -> None:
         "- **Preparation** walks each candidate prefix's path once per distinct node: its cost grows with the "
         "level (the depth walked) and with the number of distinct nodes on the way, one AES call per depth for "
         "all of them. The leaf level hashes with TurboSHAKE128 per node and computes in Field255.",
-        "- The fixed AES keys depend on each report's nonce, so one AES call cannot span reports: the "
-        "remaining per-report cost is Python and numpy overhead per level, not AES.",
+        "- The fixed AES keys depend on each report's nonce, so one AES call cannot span reports: with 100 "
+        "prefixes the remaining per-report cost is the fixed Python and numpy overhead of each depth walked, "
+        "not AES and not the prefixes (`bench/results/poplar1_recall.md` times tens of thousands of them).",
         "",
     ]
     args.out.write_text("\n".join(lines))

@@ -3,7 +3,8 @@
 A field element is a plain ``int`` in ``[0, MODULUS)`` and a vector is a ``list[int]``; the field is a
 class whose class methods do the arithmetic that needs the modulus. Python's integers make this the
 simplest exact representation, and it is several times faster than wrapping each element in an
-object. ``privacy.vdaf.limbs`` holds the numpy form of Field128 used to verify many reports at once.
+object. ``privacy.vdaf.limbs`` holds the numpy form of Field128 used to verify many reports at once,
+``privacy.vdaf.field64_arrays`` that of Field64 used by Poplar1 over many prefixes at once.
 
 Polynomials are kept in the Lagrange basis over the first ``n`` powers of the principal ``n``-th root of
 unity (Section 6.1.3.2), as the FLP of Section 7.3 sends them.

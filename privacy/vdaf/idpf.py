@@ -10,7 +10,9 @@ XofFixedKeyAes128 does the hashing at inner levels, XofTurboShake128 at the last
 The walk is batched: ``eval`` visits every distinct node the candidate prefixes pass through once, one
 level at a time, hashing all of a level's nodes in one AES call (``privacy.vdaf.xof.hash_blocks``);
 ``gen`` hashes both aggregators' seeds together. Only nodes at the evaluated level have their values
-computed: above it, ``convert``'s first block (the next seed) is all the walk needs.
+computed: above it, ``convert``'s first block (the next seed) is all the walk needs. The values are
+read, corrected and negated as arrays: uint64 in Field64 (``privacy.vdaf.field64_arrays``), Python
+integers in an object array in Field255, which has no numpy form here.
 """
 
 from __future__ import annotations
