@@ -193,7 +193,9 @@ def test_the_helper_killed_mid_job_and_restarted_counts_each_report_exactly_once
 
     def ingest() -> None:
         try:
-            reports_ingest(collection_key=KEY, chunk=250)
+            # Twenty jobs of 100: many still to go when the helper dies, however fast the first ran
+            # (with eight, a busy machine let the ingestion finish before the kill landed).
+            reports_ingest(collection_key=KEY, chunk=100)
         except helper_client.HelperUnavailable as error:
             errors.append(error)
         finally:
@@ -201,7 +203,7 @@ def test_the_helper_killed_mid_job_and_restarted_counts_each_report_exactly_once
 
     worker = threading.Thread(target=ingest)
     worker.start()
-    # Killed once it has committed two of the eight jobs: the next is then on its way or in its hands.
+    # Killed once it has committed two of the twenty jobs: the next is then on its way or in its hands.
     deadline = time.monotonic() + 60
     while helper.rows("SELECT COUNT(*) FROM aggregation_helperjob")[0][0] < 2 and time.monotonic() < deadline:
         time.sleep(0.01)

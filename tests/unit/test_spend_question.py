@@ -130,14 +130,16 @@ def test_round_started_is_said_while_it_runs_and_not_on_its_finished_page(
     client.force_login(analyst)
     with django_capture_on_commit_callbacks(execute=False):  # not run yet: the round is queued
         started = client.post("/analyses/test.ages/", {**FORM, "action": "run-confirmed", "ask_before_spending": "1"})
-    assert "Round 1 started" in client.get(started["Location"]).content.decode()
+    queued = Round.objects.get()
+    assert f"Round {queued.pk} started: devices answer" in client.get(started["Location"]).content.decode()
 
     with django_capture_on_commit_callbacks(execute=True):  # run at once: released before the page is read
         started = client.post(
             "/analyses/test.ages/",
             {**FORM, "epsilon": "0.5", "action": "run-confirmed", "ask_before_spending": "1"},
         )
-    assert Round.objects.get(pk=2).status == Round.Status.RELEASED
+    released = Round.objects.exclude(pk=queued.pk).get()
+    assert released.status == Round.Status.RELEASED
     page = client.get(started["Location"]).content.decode()
-    assert "Round 2 started and has finished (released): what it came to is below." in page
+    assert f"Round {released.pk} started and has finished (released): what it came to is below." in page
     assert "devices answer as they are asked" not in page and 'id="release-reports"' in page
