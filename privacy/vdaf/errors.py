@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class VdafError(ValueError):
     """Base class of every error this package raises on purpose."""
@@ -17,3 +19,14 @@ class MeasurementError(VdafError):
 
 class VerifyError(VdafError):
     """The aggregators reject a report: a proof check or the joint randomness check failed."""
+
+
+def verify_init_checked(vdaf: Any, verify_key: bytes, nonce: bytes, agg_id: int) -> None:
+    """The checks every VDAF's verify_init starts with (draft-20, Section 5.8): the verification
+    key's and the nonce's sizes, and an aggregator id among the VDAF's shares."""
+    if len(verify_key) != vdaf.VERIFY_KEY_SIZE:
+        raise VdafError("incorrect verify_key size")
+    if len(nonce) != vdaf.NONCE_SIZE:
+        raise VdafError("incorrect nonce size")
+    if agg_id not in range(vdaf.SHARES):
+        raise VdafError("agg_id out of range")

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from privacy.vdaf import field64_arrays
-from privacy.vdaf.errors import DecodeError, MeasurementError, VdafError, VerifyError
+from privacy.vdaf.errors import DecodeError, MeasurementError, VdafError, VerifyError, verify_init_checked
 from privacy.vdaf.field import Field, Field64, Vec, vec_add, vec_sub
 from privacy.vdaf.idpf import IdpfBBCGGI21, PublicShare
 from privacy.vdaf.xof import XofTurboShake128, format_dst
@@ -143,12 +143,7 @@ class Poplar1:
         input_share: InputShare,
     ) -> tuple[VerifyState, VerifierShare]:
         """This aggregator's output share, kept in its state, and its share of the masked sketch."""
-        if len(verify_key) != self.VERIFY_KEY_SIZE:
-            raise VdafError("incorrect verify_key size")
-        if len(nonce) != self.NONCE_SIZE:
-            raise VdafError("incorrect nonce size")
-        if agg_id not in range(self.SHARES):
-            raise VdafError("agg_id out of range")
+        verify_init_checked(self, verify_key, nonce, agg_id)
         level, prefixes = agg_param
         key, corr_seed, corr_inner, corr_leaf = input_share
         field = self.idpf.current_field(level)

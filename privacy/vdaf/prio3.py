@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from privacy.vdaf.circuits import Count, Histogram, MultihotCountVec, Sum, SumVec
-from privacy.vdaf.errors import DecodeError, VdafError, VerifyError
+from privacy.vdaf.errors import DecodeError, VdafError, VerifyError, verify_init_checked
 from privacy.vdaf.field import Field, Vec, vec_add, vec_sub
 from privacy.vdaf.flp import Flp, Valid
 from privacy.vdaf.xof import XofTurboShake128, format_dst
@@ -165,12 +165,7 @@ class Prio3:
         input_share: InputShare,
     ) -> tuple[VerifyState, VerifierShare]:
         """This aggregator's verification state and verifier share for one report."""
-        if len(verify_key) != self.VERIFY_KEY_SIZE:
-            raise VdafError("incorrect verify_key size")
-        if len(nonce) != self.NONCE_SIZE:
-            raise VdafError("incorrect nonce size")
-        if not 0 <= agg_id < self.SHARES:
-            raise VdafError("agg_id out of range")
+        verify_init_checked(self, verify_key, nonce, agg_id)
         meas_share, proofs_share, blind = self.expand_input_share(ctx, agg_id, input_share)
         out_share = self.flp.truncate(meas_share)
 
