@@ -158,10 +158,14 @@ class TaskConfig:
     noise_epsilon: float | None
     noise_delta: float | None
     token_key: dict[str, str] | None
+    # Poplar1 only: the levels of the prefix tree released in all (the noise is calibrated for them).
+    # Optional in the message (a Prio3 task sends null), so the message version stays 1.
+    levels: int | None = None
 
     @classmethod
     def parse(cls, body: bytes) -> TaskConfig:
-        data = _object(body, {f.name for f in cls.__dataclass_fields__.values()})
+        data = _object(body, {f.name for f in cls.__dataclass_fields__.values()} - {"levels"}, {"levels"})
+        levels = data.get("levels")
         token_key = data["token_key"]
         if token_key is not None:
             _fields(token_key, {"n", "e"}, set(), "token_key")
@@ -179,6 +183,7 @@ class TaskConfig:
             noise_epsilon=_number(data["noise_epsilon"], "noise_epsilon"),
             noise_delta=_number(data["noise_delta"], "noise_delta", zero=True),  # 0: the discrete Laplace
             token_key=token_key,
+            levels=None if levels is None else _int(levels, "levels", low=1),
         )
 
 

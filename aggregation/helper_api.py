@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from aggregation import dap, helper_service
+from aggregation import dap, dap_poplar1, heavy_hitters_helper, helper_service
 from pfs_base.api_errors import error_body
 from pfs_base.errors import Conflict, NotAllowed
 
@@ -42,16 +42,19 @@ def _collection_of(body: bytes) -> str | None:
     return key if isinstance(key, str) else None
 
 
-def _endpoint(message: str, *methods: str) -> Callable:
-    """The checks every endpoint shares, then ``handle(collection_key, body, method, **path) -> HttpResponse``."""
+def _endpoint(message: str | dict[str, str], *methods: str) -> Callable:
+    """The checks every endpoint shares, then ``handle(collection_key, body, method, **path) -> HttpResponse``.
+
+    ``message``: the message the body must be, or one per method."""
 
     def wrap(handle: Callable[..., HttpResponse]) -> Callable:
         @csrf_exempt
         @require_http_methods(list(methods))
         def view(request: HttpRequest, task_id: str, **path: str) -> HttpResponse:
             kind = dap.media_type_parse(request.headers.get("Content-Type", ""))
-            if kind != (message, dap.VERSION):
-                return _refusal(415, f"Send {dap.media_type(message)}.", "unsupported_media_type")
+            wanted = message if isinstance(message, str) else message[request.method]
+            if kind != (wanted, dap.VERSION):
+                return _refusal(415, f"Send {dap.media_type(wanted)}.", "unsupported_media_type")
             # Read from the stream, not request.body: Django's smaller limit for form data
             # (DATA_UPLOAD_MAX_MEMORY_SIZE) is not this protocol's.
             body = request.read(MAX_BODY + 1)
@@ -74,6 +77,8 @@ def _endpoint(message: str, *methods: str) -> Callable:
                 return _refusal(400, str(error), "invalid_message")
             except helper_service.UnknownTask as error:
                 return _refusal(404, str(error), "unrecognized_task")
+            except heavy_hitters_helper.UnknownJob as error:
+                return _refusal(404, str(error), "unrecognized_aggregation_job")
             except Conflict as error:
                 return _refusal(409, str(error), "conflict")
             except helper_service.StatementRefused as error:
@@ -114,3 +119,24 @@ def simulated_shares(collection: str, body: bytes, method: str) -> HttpResponse:
 @_endpoint(dap.SHARE_REQ, "POST")
 def aggregate_shares(collection: str, body: bytes, method: str) -> HttpResponse:
     return _answer(helper_service.aggregate_share(collection, body), dap.SHARE_RESP)
+
+
+# ------------------------------------------------------------------ Poplar1 (heavy hitters)
+
+
+@_endpoint(dap_poplar1.REPORTS, "POST")
+def poplar1_reports(collection: str, body: bytes, method: str) -> HttpResponse:
+    heavy_hitters_helper.reports_store(collection, dap_poplar1.Poplar1ReportsReq.parse(body))
+    return HttpResponse(status=204)
+
+
+@_endpoint({"PUT": dap_poplar1.JOB_INIT, "POST": dap_poplar1.JOB_CONTINUE}, "PUT", "POST")
+def poplar1_job(collection: str, body: bytes, method: str, job_id: str) -> HttpResponse:
+    # PUT starts the job (DAP's AggregationJobInitReq), POST continues it (AggregationJobContinueReq).
+    step = heavy_hitters_helper.job_init if method == "PUT" else heavy_hitters_helper.job_continue
+    return _answer(step(collection, job_id, body), dap_poplar1.JOB_RESP)
+
+
+@_endpoint(dap_poplar1.SHARE_REQ, "POST")
+def poplar1_aggregate_shares(collection: str, body: bytes, method: str) -> HttpResponse:
+    return _answer(heavy_hitters_helper.aggregate_share(collection, body), dap_poplar1.SHARE_RESP)

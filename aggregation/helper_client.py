@@ -102,7 +102,7 @@ def _send(method: str, path: str, body: bytes | None, headers: dict[str, str]) -
     raise HelperUnavailable(f"the helper at {settings.HELPER_URL} did not answer {method} {path}: {problem}")
 
 
-def _call(method: str, collection: str, path: str, message: str, body: bytes, *, expect: tuple[int, ...]) -> bytes:
+def call(method: str, collection: str, path: str, message: str, body: bytes, *, expect: tuple[int, ...]) -> bytes:
     headers = {
         "Content-Type": dap.media_type(message),
         "Authorization": f"Bearer {dap.auth_token(settings.PFS_AGGREGATOR_AUTH_SECRET, collection)}",
@@ -135,13 +135,14 @@ def task_provision(rules: CollectionRules) -> None:
         noise_epsilon=rules.noise_epsilon,
         noise_delta=rules.noise_delta,
         token_key=rules.token_key,
+        levels=rules.levels,
     )
-    _call("PUT", config.collection, "", dap.TASK_CONFIG, dap.encode(config), expect=(200, 201))
+    call("PUT", config.collection, "", dap.TASK_CONFIG, dap.encode(config), expect=(200, 201))
 
 
 def task_delete(collection: str) -> None:
     body = dap.encode(_CollectionOnly(collection))
-    _call("DELETE", collection, "", dap.TASK_CONFIG, body, expect=(204, 404))
+    call("DELETE", collection, "", dap.TASK_CONFIG, body, expect=(204, 404))
 
 
 @dataclass(frozen=True)
@@ -151,9 +152,7 @@ class _CollectionOnly:
 
 def job_run(job: str, request: dap.AggregationJobInitReq) -> dap.AggregationJobResp:
     """Run one aggregation job at the helper: its answer to each report, in the request's order."""
-    body = _call(
-        "PUT", request.collection, f"/aggregation_jobs/{job}", dap.JOB_INIT, dap.encode(request), expect=(200,)
-    )
+    body = call("PUT", request.collection, f"/aggregation_jobs/{job}", dap.JOB_INIT, dap.encode(request), expect=(200,))
     resp = dap.AggregationJobResp.parse(body)
     if [r.report_id for r in resp.verify_resps] != [i.report_id for i in request.verify_inits]:
         # DAP: the leader abandons a job whose answer does not list the same reports in order.
@@ -162,7 +161,7 @@ def job_run(job: str, request: dap.AggregationJobInitReq) -> dap.AggregationJobR
 
 
 def simulated_put(request: dap.SimulatedSharesReq) -> None:
-    _call("POST", request.collection, "/simulated_shares", dap.SIMULATED, dap.encode(request), expect=(204,))
+    call("POST", request.collection, "/simulated_shares", dap.SIMULATED, dap.encode(request), expect=(204,))
 
 
 @contextmanager
@@ -185,7 +184,7 @@ def simulated_put_beside(request: dap.SimulatedSharesReq) -> Iterator[None]:
 
 
 def aggregate_shares(request: dap.AggregateShareReq) -> dap.AggregateShareResp:
-    body = _call("POST", request.collection, "/aggregate_shares", dap.SHARE_REQ, dap.encode(request), expect=(200,))
+    body = call("POST", request.collection, "/aggregate_shares", dap.SHARE_REQ, dap.encode(request), expect=(200,))
     return dap.AggregateShareResp.parse(body)
 
 

@@ -64,6 +64,7 @@ from privacy.report_vdaf import input_share_sizes, report_nonce
 from privacy.vdaf.field import Field128
 
 STORE = HELPER.store
+POPLAR1 = "poplar1"  # aggregation.heavy_hitters.VDAF
 
 
 class UnknownTask(LookupError):
@@ -78,6 +79,8 @@ def _rules(collection_key: str) -> CollectionRules:
     rules = CollectionRules.objects.using(STORE).filter(key=collection_key).first()
     if rules is None:
         raise UnknownTask(f"the helper has no task for collection {collection_key}")
+    if rules.vdaf == POPLAR1:  # its reports are verified level by level (aggregation.heavy_hitters_helper)
+        raise NotAllowed("a Poplar1 collection takes no Prio3 job, share or release")
     return rules
 
 
@@ -91,6 +94,7 @@ def _config_fields(config: dap.TaskConfig) -> dict:
         "noise_epsilon": config.noise_epsilon,
         "noise_delta": config.noise_delta,
         "token_key": config.token_key,
+        "levels": config.levels,
     }
 
 
@@ -103,8 +107,15 @@ def task_provision(config: dap.TaskConfig) -> bool:
     noise or swap the token key of a collection once the helper has it)."""
     from privacy.report_vdaf import KINDS  # the kinds a device can be asked for
 
-    if config.vdaf not in KINDS:
+    if config.vdaf == POPLAR1:
+        # Poplar1's counts are exact without the aggregators' noise: the helper takes no such task,
+        # nor one whose number of levels (what its noise is calibrated for) is open.
+        if config.noise_epsilon is None or not config.noise_delta or config.levels is None:
+            raise NotAllowed("a Poplar1 task needs aggregator noise (epsilon, delta > 0) and its number of levels")
+    elif config.vdaf not in KINDS:
         raise NotAllowed(f"unknown report kind {config.vdaf!r}")
+    elif config.levels is not None:
+        raise NotAllowed("levels: only a Poplar1 task has levels")
     if config.token_key is None and not settings.PFS_HELPER_ACCEPT_SIMULATED:
         raise NotAllowed("this helper takes no simulated fleet's collection (PFS_HELPER_ACCEPT_SIMULATED is off)")
     fields = _config_fields(config)

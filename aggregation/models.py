@@ -131,6 +131,9 @@ class CollectionRules(models.Model):
     # provisioned with it (aggregation.dap.TaskConfig); None: a simulated fleet's collection, which
     # takes simulated shares only and never a device's report.
     token_key = models.JSONField(null=True, blank=True)
+    # Poplar1 only (vdaf "poplar1"): how many levels of the prefix tree the aggregators release in
+    # all; each one's noise is calibrated so that they compose within (noise_epsilon, noise_delta).
+    levels = models.PositiveSmallIntegerField(null=True, blank=True)
     closed = models.BooleanField(default=False, help_text="Aggregated: later reports are rejected.")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -297,3 +300,75 @@ class IssuedToken(models.Model):
 
     def __str__(self) -> str:
         return f"token issued in {self.collection_key}"
+
+
+class Poplar1Report(models.Model):
+    """One aggregator's part of one Poplar1 report (aggregation.heavy_hitters), in its own store.
+
+    Unlike a Prio3 report, summed into the batch's share once verified, a Poplar1 report is verified
+    again at each level of the prefix tree the collector walks, so each aggregator keeps its input
+    share until the collection is discarded. ``last_level``: the deepest level it was verified at
+    (-1: none); a level at or above it is refused, as Poplar1's is_valid says (its correlated
+    randomness is used once per level). ``refused``: it failed a sketch once, and counts nowhere again.
+    """
+
+    collection_key = models.CharField(max_length=200)
+    report_id = models.CharField(max_length=64)
+    nonce = models.BinaryField()
+    public_share = models.BinaryField()
+    input_share = models.BinaryField(help_text="This aggregator's input share only.")
+    last_level = models.SmallIntegerField(default=-1)
+    refused = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=arrival_coarse)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["collection_key", "report_id"], name="unique_poplar1_report")]
+
+    def __str__(self) -> str:
+        return f"poplar1 report {self.report_id} of {self.collection_key}"
+
+
+class Poplar1Level(models.Model):
+    """One level of a Poplar1 collection at one aggregator: the one aggregation parameter it was
+    opened with, the sum of the output shares it accepted, and, once released, its noised share and
+    the released counts (kept: the next level's prefixes must extend one released with at least the
+    minimum cohort)."""
+
+    collection_key = models.CharField(max_length=200)
+    level = models.PositiveSmallIntegerField()
+    agg_param = models.BinaryField(help_text="Poplar1's encoded aggregation parameter (level, prefixes).")
+    agg_share = models.BinaryField(default=b"", blank=True, help_text="Sum of the accepted output shares.")
+    reports = models.PositiveIntegerField(default=0)
+    released = models.BooleanField(default=False)
+    release_digest = models.CharField(max_length=64, default="", blank=True)
+    release = models.BinaryField(default=b"", blank=True, help_text="The answer that released it.")
+    counts = models.JSONField(null=True, blank=True, help_text="The released counts, by prefix.")
+    created_at = models.DateTimeField(default=arrival_coarse)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["collection_key", "level"], name="unique_poplar1_level")]
+
+    def __str__(self) -> str:
+        return f"poplar1 level {self.level} of {self.collection_key}"
+
+
+class Poplar1Job(models.Model):
+    """A Poplar1 aggregation job the helper has run (its own store only): its two steps' requests and
+    answers, kept so that a retry gets the same bytes, and between them the helper's state (its
+    output shares and sketch check shares, by report)."""
+
+    collection_key = models.CharField(max_length=200)
+    job = models.CharField(max_length=100)
+    level = models.PositiveSmallIntegerField()
+    init_digest = models.CharField(max_length=64)
+    init_response = models.BinaryField()
+    state = models.BinaryField(default=b"", blank=True)
+    continue_digest = models.CharField(max_length=64, default="", blank=True)
+    continue_response = models.BinaryField(default=b"", blank=True)
+    created_at = models.DateTimeField(default=arrival_coarse)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["collection_key", "job"], name="unique_poplar1_job")]
+
+    def __str__(self) -> str:
+        return f"poplar1 job {self.job} of {self.collection_key}"

@@ -25,12 +25,25 @@ ISSUER = "issuer"
 HELPER = "helper"
 ISSUER_MODELS = frozenset({("aggregation", "tokenissuerkey"), ("aggregation", "issuedtoken")})
 HELPER_ONLY_MODELS = frozenset(
-    {("aggregation", "helpershare"), ("aggregation", "helperjob"), ("aggregation", "helperrelease")}
+    {
+        ("aggregation", "helpershare"),
+        ("aggregation", "helperjob"),
+        ("aggregation", "helperrelease"),
+        ("aggregation", "poplar1job"),
+    }
 )
 # The aggregator tables both aggregators keep, each in its own store, with its own rows.
 HELPER_MODELS = HELPER_ONLY_MODELS | {
     ("aggregation", name)
-    for name in ("collection", "collectionrules", "aggregatorkey", "spenttoken", "reportrejection")
+    for name in (
+        "collection",
+        "collectionrules",
+        "aggregatorkey",
+        "spenttoken",
+        "reportrejection",
+        "poplar1report",
+        "poplar1level",
+    )
 }
 
 

@@ -27,6 +27,13 @@ urlpatterns = [
     path("tasks/<str:task_id>/aggregation_jobs/<str:job_id>", helper_api.aggregation_job, name="helper-job"),
     path("tasks/<str:task_id>/simulated_shares", helper_api.simulated_shares, name="helper-simulated-shares"),
     path("tasks/<str:task_id>/aggregate_shares", helper_api.aggregate_shares, name="helper-aggregate-shares"),
+    path("tasks/<str:task_id>/poplar1_reports", helper_api.poplar1_reports, name="helper-poplar1-reports"),
+    path("tasks/<str:task_id>/poplar1_jobs/<str:job_id>", helper_api.poplar1_job, name="helper-poplar1-job"),
+    path(
+        "tasks/<str:task_id>/poplar1_aggregate_shares",
+        helper_api.poplar1_aggregate_shares,
+        name="helper-poplar1-aggregate-shares",
+    ),
 ]
 
 handler404 = not_found

@@ -158,7 +158,7 @@ def test_the_leader_cannot_reconfigure_a_task_the_helper_has(rules, helper, chan
 def _config(rules: CollectionRules) -> dap.TaskConfig:
     captured = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(helper_client, "_call", lambda *args, **kwargs: captured.append(args[4]))
+        patch.setattr(helper_client, "call", lambda *args, **kwargs: captured.append(args[4]))
         helper_client.task_provision(rules)
     return dap.TaskConfig.parse(captured[0])
 

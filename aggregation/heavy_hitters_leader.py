@@ -1,0 +1,231 @@
+"""The leader's part of a Poplar1 collection (aggregation.heavy_hitters): it opens the collection at
+both aggregators, takes reports, and runs a level of the prefix tree with the helper over HTTP.
+
+``level_run`` is one level of a walk: the leader checks the level against its own record (the
+same rules the helper enforces on its own), verifies the reports in jobs of ``JOB_REPORTS`` with
+the helper (aggregation.dap_poplar1: init, then continue; the helper decides each sketch itself,
+and so does the leader), then releases the level: its own noised share goes to the helper with the
+request for the helper's, and the counts are their sum. A job's id is the digest of what it holds,
+and the leader commits a job's result only after the helper's answer, so a leader that stops
+mid-level and runs the level again sends the helper the same job, which the helper answers as
+before: no report is counted twice or lost. The leader keeps its noised share before it asks, so
+the release's retry is the same request too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from aggregation import dap, dap_poplar1, helper_client
+from aggregation import heavy_hitters as hh
+from aggregation.models import CollectionRules, Poplar1Level, Poplar1Report
+from aggregation.reports import PROOF_INVALID
+from pfs_base.errors import NotAllowed
+from privacy.heavy_hitters import level_sigma
+from privacy.vdaf.errors import VdafError
+from privacy.vdaf.poplar1 import AggParam, Poplar1
+
+STORE = "default"
+JOB_REPORTS = 500
+
+
+@dataclass(frozen=True)
+class LevelRelease:
+    """A released level: its counts by prefix (0s and 1s), noised by both aggregators; the reports
+    verified at it; the noise each aggregator added (its sigma); the reports either refused, by reason."""
+
+    level: int
+    counts: dict[str, int]
+    reports: int
+    sigma: float
+    refused: dict[str, int]
+
+
+def collection_open(
+    *, collection_key: str, bits: int, min_cohort: int, epsilon: float, delta: float, levels: int
+) -> CollectionRules:
+    """A simulated fleet's Poplar1 collection at the leader, and the helper's task for it."""
+    rules = CollectionRules.objects.create(
+        key=collection_key,
+        length=bits,
+        min_cohort=min_cohort,
+        weight_bound=1,
+        vdaf=hh.VDAF,
+        noise_epsilon=epsilon,
+        noise_delta=delta,
+        levels=levels,
+    )
+    level_sigma(epsilon, delta, levels)  # ValueError now, not at the first release
+    helper_client.task_provision(rules)
+    return rules
+
+
+def simulated_reports(rules: CollectionRules, measurements: list[tuple[bool, ...]]) -> int:
+    """Shard each measurement as a device would (privacy.vdaf.poplar1) and hand the helper its shares
+    (in requests of at most dap_poplar1.MAX_JOB_REPORTS), then keep the leader's; how many."""
+    vdaf = hh.vdaf_of(rules)
+    ctx = hh.context(rules.key)
+    mine, theirs = [], []
+    for measurement in measurements:
+        nonce = hh.nonce_new()
+        public, shares = vdaf.shard(ctx, measurement, nonce, secrets.token_bytes(vdaf.RAND_SIZE))
+        encoded = vdaf.encode_public_share(public)
+        mine.append((nonce, encoded, vdaf.encode_input_share(shares[hh.LEADER])))
+        theirs.append(
+            dap_poplar1.Poplar1Report(
+                report_id=nonce.hex(),
+                public_share=dap.b64(encoded),
+                input_share=dap.b64(vdaf.encode_input_share(shares[hh.HELPER])),
+            )
+        )
+    for start in range(0, len(theirs), dap_poplar1.MAX_JOB_REPORTS):
+        request = dap_poplar1.Poplar1ReportsReq(
+            collection=rules.key, reports=theirs[start : start + dap_poplar1.MAX_JOB_REPORTS]
+        )
+        helper_client.call(
+            "POST", rules.key, "/poplar1_reports", dap_poplar1.REPORTS, dap.encode(request), expect=(204,)
+        )
+    Poplar1Report.objects.using(STORE).bulk_create(
+        Poplar1Report(collection_key=rules.key, report_id=nonce.hex(), nonce=nonce, public_share=p, input_share=s)
+        for nonce, p, s in mine
+    )
+    return len(mine)
+
+
+def level_run(collection_key: str, agg_param: AggParam) -> LevelRelease:
+    """Verify every report at ``agg_param`` with the helper and release the level's noised counts."""
+    rules = CollectionRules.objects.using(STORE).get(key=collection_key)
+    vdaf = hh.vdaf_of(rules)
+    encoded = vdaf.encode_agg_param(agg_param)
+    agg_param = hh.agg_param_decode(vdaf, encoded)
+    with transaction.atomic(using=STORE):
+        hh.level_refusal(STORE, rules, agg_param, encoded)
+        hh.level_open(STORE, rules, agg_param, encoded)
+    refused: dict[str, int] = {}
+    eligible = Poplar1Report.objects.using(STORE).filter(
+        collection_key=collection_key, refused=False, last_level__lt=agg_param[0]
+    )
+    while ids := list(eligible.order_by("report_id").values_list("report_id", flat=True)[:JOB_REPORTS]):
+        for reason, count in _job(rules, vdaf, agg_param, encoded, ids).items():
+            refused[reason] = refused.get(reason, 0) + count
+    return _release(rules, vdaf, agg_param, refused)
+
+
+def _job(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, encoded: bytes, ids: list[str]) -> dict[str, int]:
+    """One job of the level with the helper; the leader's part committed once the helper answered."""
+    level = agg_param[0]
+    job = hashlib.sha256(f"{rules.key}|{level}|{','.join(ids)}".encode()).hexdigest()[:32]
+    prepared, _ = hh.prepare(STORE, rules, hh.LEADER, agg_param, ids)
+    refused = list(prepared.refused.items())
+    sent = [rid for rid in ids if rid in prepared.states]
+    ctx = hh.context(rules.key)
+    field = vdaf.idpf.current_field(level)
+    answers = _step(
+        rules.key,
+        job,
+        "PUT",
+        dap_poplar1.JOB_INIT,
+        dap_poplar1.Poplar1JobInitReq(
+            collection=rules.key,
+            agg_param=dap.b64(encoded),
+            shares=[
+                dap_poplar1.Poplar1Share(rid, dap.b64(vdaf.encode_verifier_share(agg_param, prepared.shares[rid])))
+                for rid in sent
+            ],
+        ),
+        sent,
+    )
+    outputs, seconds = {}, []
+    for rid in sent:
+        answer = answers[rid]
+        if answer.type != dap.CONTINUE:
+            refused.append((rid, answer.report_error or "helper_rejected"))
+            continue
+        payload = dap.unb64(answer.payload, "payload")
+        cut = 3 * field.ENCODED_SIZE
+        try:
+            message = vdaf.decode_verifier_message(agg_param, payload[:cut])
+            theirs = vdaf.decode_verifier_share(agg_param, payload[cut:])
+            state, mine = vdaf.verify_next(ctx, prepared.states[rid], message)
+        except VdafError:
+            refused.append((rid, PROOF_INVALID))
+            continue
+        # The helper gets the leader's second share of every report, whatever the leader decides:
+        # it decides on its own, and a report either refuses is refused by both.
+        seconds.append(dap_poplar1.Poplar1Share(rid, dap.b64(vdaf.encode_verifier_share(agg_param, mine))))
+        if len(theirs) == 1 and hh.sketch_check(vdaf, agg_param, [mine, theirs]):
+            outputs[rid] = vdaf.verify_next(ctx, state, None)
+    finished: set[str] = set()
+    if seconds:
+        ids_second = [share.report_id for share in seconds]
+        answers = _step(
+            rules.key,
+            job,
+            "POST",
+            dap_poplar1.JOB_CONTINUE,
+            dap_poplar1.Poplar1JobContinueReq(collection=rules.key, shares=seconds),
+            ids_second,
+        )
+        finished = {rid for rid in ids_second if answers[rid].type == dap_poplar1.FINISH and rid in outputs}
+        refused += [
+            (rid, PROOF_INVALID if rid not in outputs else answers[rid].report_error or "helper_rejected")
+            for rid in ids_second
+            if rid not in finished
+        ]
+    with transaction.atomic(using=STORE):
+        row = Poplar1Level.objects.using(STORE).select_for_update().get(collection_key=rules.key, level=level)
+        row.agg_share = hh.share_add(vdaf, agg_param, bytes(row.agg_share), [outputs[rid] for rid in sorted(finished)])
+        row.reports += len(finished)
+        row.save(update_fields=["agg_share", "reports"])
+        reports = Poplar1Report.objects.using(STORE).filter(collection_key=rules.key)
+        reports.filter(report_id__in=ids).update(last_level=level)
+        failed = [rid for rid, reason in refused if reason == PROOF_INVALID]
+        reports.filter(report_id__in=failed).update(refused=True)
+    counts: dict[str, int] = {}
+    for _, reason in refused:
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
+def _step(collection: str, job: str, method: str, message: str, request, ids: list[str]) -> dict:
+    if not ids:
+        return {}
+    body = helper_client.call(method, collection, f"/poplar1_jobs/{job}", message, dap.encode(request), expect=(200,))
+    resp = dap_poplar1.Poplar1JobResp.parse(body)
+    if [r.report_id for r in resp.resps] != ids:
+        # As DAP says: a job whose answer lists other reports, or in another order, is abandoned.
+        raise helper_client.HelperRefused(
+            200, "invalid_message", "the helper answered for other reports than the job's"
+        )
+    return {r.report_id: r for r in resp.resps}
+
+
+def _release(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, refused: dict[str, int]) -> LevelRelease:
+    level = agg_param[0]
+    with transaction.atomic(using=STORE):
+        row = Poplar1Level.objects.using(STORE).select_for_update().get(collection_key=rules.key, level=level)
+        if row.reports < rules.min_cohort:
+            raise NotAllowed(
+                f"level {level} holds {row.reports} verified reports, fewer than the minimum cohort of {rules.min_cohort}"
+            )
+        if not row.release:  # the leader's noised share, drawn once and kept: a retry asks the same
+            row.release = vdaf.encode_agg_share(
+                agg_param, hh.noised_share(vdaf, rules, agg_param, bytes(row.agg_share))
+            )
+            row.save(update_fields=["release"])
+    request = dap_poplar1.Poplar1ShareReq(
+        collection=rules.key, level=level, reports=row.reports, leader_share=dap.b64(bytes(row.release))
+    )
+    body = helper_client.call(
+        "POST", rules.key, "/poplar1_aggregate_shares", dap_poplar1.SHARE_REQ, dap.encode(request), expect=(200,)
+    )
+    answer = dap_poplar1.Poplar1ShareResp.parse(body)
+    helper = vdaf.decode_agg_share(agg_param, dap.unb64(answer.helper_share, "helper_share"))
+    counts = hh.released_counts(vdaf, agg_param, [vdaf.decode_agg_share(agg_param, bytes(row.release)), helper])
+    Poplar1Level.objects.using(STORE).filter(pk=row.pk).update(released=True, counts=counts, agg_share=b"")
+    sigma = level_sigma(rules.noise_epsilon, rules.noise_delta, rules.levels)
+    return LevelRelease(level=level, counts=counts, reports=row.reports, sigma=sigma, refused=refused)

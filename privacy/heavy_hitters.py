@@ -1,0 +1,67 @@
+"""Heavy hitters with Poplar1: what a device's string becomes, and the noise each aggregator adds per level.
+
+A device's word (or n-gram) is its UTF-8 bytes, cut to ``bits // 8`` bytes and padded with zero
+bytes, read most significant bit first: Poplar1's measurement (privacy.vdaf.poplar1). A prefix of
+``8 k`` bits is a word's first k bytes, so the tree is walked a byte at a time and every level's
+candidates read as text.
+
+The release of one level is a histogram of the candidate prefixes: one device's string lies under
+at most one of them. Under replacement (one device's string changed) two counts move by 1, so
+each aggregator adds N_Z(0, sigma^2) to every count and its noise alone carries the guarantee: the
+level's privacy loss distribution is the discrete Gaussian's with shift 1 composed twice (as
+privacy.aggregator_noise argues for a histogram), and the L levels of a walk compose adaptively
+(privacy.pld). ``level_sigma`` is the smallest sigma whose L levels compose within the collection's
+(epsilon, delta): what every aggregator must add, whatever the other one does.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from privacy import pld
+
+# The walk goes a byte a step: every level it releases ends on a byte, so its candidates are text.
+BITS_PER_STEP = 8
+
+
+def word_bits(word: str, bits: int) -> tuple[bool, ...]:
+    """The word's Poplar1 measurement: its UTF-8 bytes (at most bits // 8, cut), zero-padded, MSB first."""
+    if bits <= 0 or bits % 8:
+        raise ValueError("bits must be a positive multiple of 8")
+    data = word.encode()[: bits // 8].ljust(bits // 8, b"\0")
+    value = int.from_bytes(data, "big")
+    return tuple(bool(value >> (bits - 1 - i) & 1) for i in range(bits))
+
+
+def prefix_text(prefix: tuple[bool, ...]) -> str:
+    """A prefix's text: its whole bytes, up to the padding (an undecodable byte reads as U+FFFD)."""
+    whole = len(prefix) - len(prefix) % 8
+    value = 0
+    for bit in prefix[:whole]:
+        value = value << 1 | int(bit)
+    return value.to_bytes(whole // 8, "big").split(b"\0")[0].decode(errors="replace")
+
+
+def prefix_extend(prefix: tuple[bool, ...], byte: int) -> tuple[bool, ...]:
+    """``prefix`` followed by the 8 bits of ``byte``."""
+    return prefix + tuple(bool(byte >> (7 - i) & 1) for i in range(8))
+
+
+def walk_epsilon(sigma: float, levels: int, delta: float) -> float:
+    """Epsilon at ``delta`` of ``levels`` released levels, each aggregator adding N_Z(0, sigma^2) to each count."""
+    return pld.composed_epsilon([(pld.discrete_gaussian(sigma, 1), 2 * levels)], delta)
+
+
+@functools.lru_cache(maxsize=256)
+def level_sigma(epsilon: float, delta: float, levels: int) -> float:
+    """The smallest sigma (to a relative 1e-3, rounded up) whose ``levels`` compose within (epsilon, delta)."""
+    if not (epsilon > 0 and 0 < delta < 1 and levels >= 1):
+        raise ValueError("epsilon must be positive, delta in (0, 1) and levels at least 1")
+    low, high = 0.25, 0.5
+    while walk_epsilon(high, levels, delta) > epsilon:
+        low, high = high, 2 * high
+    while high / low > 1.001:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if walk_epsilon(middle, levels, delta) > epsilon else (low, middle)
+    return high
