@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 from privacy import pld
 
@@ -65,3 +66,62 @@ def level_sigma(epsilon: float, delta: float, levels: int) -> float:
         middle = math.sqrt(low * high)
         low, high = (middle, high) if walk_epsilon(middle, levels, delta) > epsilon else (low, middle)
     return high
+
+
+# ------------------------------------------------------------------ the walk: which prefixes to ask next
+
+END = 0  # the padding byte: a prefix that ends in it is a whole word
+
+
+@dataclass(frozen=True)
+class WalkPlan:
+    """How a walk chooses its questions: a byte a level, ``bits // 8`` levels at most.
+
+    ``alphabet``: the bytes a word may hold, tried after every kept prefix (with END, which closes a
+    word); ``z``: a prefix is kept when its noisy count is at least z standard deviations of the two
+    aggregators' noise (sigma sqrt 2) and at least the minimum cohort; ``max_per_level``: the most
+    prefixes kept at a level, the largest counts first.
+    """
+
+    bits: int
+    alphabet: bytes
+    z: float = 4.0
+    max_per_level: int = 32
+
+    def __post_init__(self) -> None:
+        if self.bits <= 0 or self.bits % BITS_PER_STEP:
+            raise ValueError("bits must be a positive multiple of 8")
+        if not self.alphabet or END in self.alphabet:
+            raise ValueError("the alphabet is the non-empty set of a word's bytes, without the end byte")
+        if self.z <= 0 or self.max_per_level < 1:
+            raise ValueError("z must be positive and max_per_level at least 1")
+
+    @property
+    def levels(self) -> int:
+        return self.bits // BITS_PER_STEP
+
+    def threshold(self, sigma: float, min_cohort: int) -> float:
+        """The noisy count a prefix needs to be kept."""
+        return max(float(min_cohort), self.z * sigma * math.sqrt(2.0))
+
+    def first(self) -> list[tuple[bool, ...]]:
+        """The first level's candidates: every first byte of a word (no word is empty)."""
+        return sorted(prefix_extend((), byte) for byte in set(self.alphabet))
+
+    def next(self, kept: list[tuple[bool, ...]]) -> list[tuple[bool, ...]]:
+        """The next level's candidates: each kept prefix that is not a whole word, followed by each
+        byte of the alphabet or by END."""
+        bytes_next = sorted(set(self.alphabet) | {END})
+        return sorted(prefix_extend(prefix, byte) for prefix in kept if not finished(prefix) for byte in bytes_next)
+
+    def keep(self, counts: dict[tuple[bool, ...], int], threshold: float) -> list[tuple[bool, ...]]:
+        """The prefixes kept from a level's noisy counts: at least ``threshold``, the largest
+        ``max_per_level`` (ties broken by the prefix, so the choice is a function of the counts)."""
+        above = [prefix for prefix, count in counts.items() if count >= threshold]
+        above.sort(key=lambda prefix: (-counts[prefix], prefix))
+        return sorted(above[: self.max_per_level])
+
+
+def finished(prefix: tuple[bool, ...]) -> bool:
+    """Whether a prefix of whole bytes ends in END: the word it spells is complete."""
+    return len(prefix) >= BITS_PER_STEP and not any(prefix[-BITS_PER_STEP:])
