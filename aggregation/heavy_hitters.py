@@ -10,7 +10,8 @@ its aggregate share, and the counts are their sum.
 
 Each aggregator refuses, on its own, whatever would let the collector learn more than the noise
 allows (``level_refusal``): a level at or below one opened before (a report's correlated randomness
-is used once per level, Poplar1's is_valid), a second prefix set at an open level, more levels
+is used once per level, Poplar1's is_valid), a level more than a byte below the one before (or, first,
+below the first byte), a second prefix set at an open level, more levels
 than the noise was calibrated for, a level released twice, and prefixes that do not extend a prefix
 released with at least the minimum cohort at the level before (a prefix set chosen to isolate a
 device under a rare prefix). A release needs at least the minimum cohort of reports.
@@ -30,7 +31,7 @@ from aggregation.models import CollectionRules, Poplar1Level, Poplar1Report
 from aggregation.reports import SHARE_MALFORMED
 from pfs_base.errors import Conflict, NotAllowed
 from privacy.gaussian import sample_discrete_gaussian
-from privacy.heavy_hitters import level_sigma
+from privacy.heavy_hitters import BITS_PER_STEP, level_sigma
 from privacy.vdaf.errors import VdafError
 from privacy.vdaf.poplar1 import AggParam, Poplar1, Prefix
 
@@ -99,6 +100,15 @@ def level_refusal(store: str, rules: CollectionRules, agg_param: AggParam, encod
     deepest = levels.aggregate(deepest=Max("level"))["deepest"]
     if deepest is not None and level <= deepest:
         raise NotAllowed(f"level {level} is not below level {deepest}, asked before: a level is never revisited")
+    # At most a byte deeper than the level before (the first: within the first byte), so that the
+    # minimum-cohort rule below holds at every byte of a prefix: no leap from a popular first byte
+    # straight to a guessed whole string.
+    if level - (-1 if deepest is None else deepest) > BITS_PER_STEP:
+        raise NotAllowed(
+            f"level {level} is more than {BITS_PER_STEP} bits below "
+            + ("the root" if deepest is None else f"level {deepest}")
+            + ": the walk goes down at most a byte a level"
+        )
     if levels.filter(released=False).exists():
         raise NotAllowed("the level before is not released yet: one level at a time")
     if rules.levels is not None and levels.count() >= rules.levels:

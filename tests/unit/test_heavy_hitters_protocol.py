@@ -212,13 +212,34 @@ def test_a_report_replayed_at_its_level_in_another_job_is_rejected(collection) -
 
 
 def test_a_shallower_level_after_a_deeper_one_is_refused_by_both(collection) -> None:
+    leader.level_run(collection.key, _param("a", "c"))
     leader.level_run(collection.key, _param("ab", "cd"))
     before = _helper_state(collection.key)
     with pytest.raises(NotAllowed, match="never revisited"):
-        leader.level_run(collection.key, _param("a", "c"))
+        leader.level_run(collection.key, (11, [_prefix("a")[:7] + (False,) * 5]))
     with pytest.raises(helper_client.HelperRefused, match="never revisited"):
-        _job(collection, "lower", _param("a", "c"))
+        _job(collection, "lower", (11, [_prefix("a")[:7] + (False,) * 5]))
     assert _helper_state(collection.key) == before
+
+
+def test_a_leap_of_more_than_a_byte_is_refused_by_both(collection) -> None:
+    """From the root straight to whole strings, or from a popular first byte to guessed whole
+    strings: each byte of a prefix must be released with the minimum cohort on the way down."""
+    with pytest.raises(NotAllowed, match="more than 8 bits below the root"):
+        leader.level_run(collection.key, _param("ab", "cd"))
+    with pytest.raises(helper_client.HelperRefused, match="more than 8 bits below the root"):
+        _job(collection, "leap", _param("ab", "cd"))
+    rules = leader.collection_open(
+        collection_key="hh/t/leap", bits=24, min_cohort=MIN_COHORT, epsilon=EPSILON, delta=DELTA, levels=2
+    )
+    leader.simulated_reports(rules, [word_bits(word, 24) for word in WORDS])
+    leader.level_run(rules.key, _param("a", "c"))
+    before = _helper_state(rules.key)
+    with pytest.raises(NotAllowed, match="more than 8 bits below level 7"):
+        leader.level_run(rules.key, _param("abc", "cde"))
+    with pytest.raises(helper_client.HelperRefused, match="more than 8 bits below level 7"):
+        _job(rules, "leap", _param("abc", "cde"))
+    assert _helper_state(rules.key) == before
 
 
 def test_more_levels_than_the_noise_covers_are_refused_by_both(db) -> None:
