@@ -38,6 +38,9 @@ FINISH = "finish"
 # work and a level's noise are bounded, whatever a leader sends.
 MAX_JOB_REPORTS = 2000
 MAX_PREFIXES = 4096
+# The most output-share elements (reports x prefixes) one job holds between its two steps: the
+# helper keeps them, so a job's memory is bounded too (the leader sizes its jobs under it).
+MAX_JOB_ELEMENTS = 1 << 20
 
 
 def _list(value: Any, name: str, *, limit: int) -> list:

@@ -27,7 +27,7 @@ import numpy as np
 from django.db.models import Max
 
 from aggregation.dap_poplar1 import MAX_PREFIXES
-from aggregation.models import CollectionRules, Poplar1Level, Poplar1Report
+from aggregation.models import CollectionRules, Poplar1Job, Poplar1Level, Poplar1Report
 from aggregation.reports import SHARE_MALFORMED
 from pfs_base.errors import Conflict, NotAllowed
 from privacy.gaussian import sample_discrete_gaussian
@@ -228,6 +228,18 @@ def released_counts(vdaf: Poplar1, agg_param: AggParam, shares: list[list[int]])
 def share_add(vdaf: Poplar1, agg_param: AggParam, agg_share: bytes, out_shares: list[list[int]]) -> bytes:
     total = vdaf.merge(agg_param, [vdaf.decode_agg_share(agg_param, agg_share), *out_shares])
     return vdaf.encode_agg_share(agg_param, total)
+
+
+def reports_drop_when_spent(store: str, rules: CollectionRules) -> bool:
+    """Once the collection's last level is released, this aggregator's input shares of its reports
+    (and the helper's jobs) are deleted: no question is left that they could answer. True if dropped."""
+    released = Poplar1Level.objects.using(store).filter(collection_key=rules.key, released=True).count()
+    if rules.levels is None or released < rules.levels:
+        return False
+    Poplar1Report.objects.using(store).filter(collection_key=rules.key).delete()
+    if store != "default":
+        Poplar1Job.objects.using(store).filter(collection_key=rules.key).delete()
+    return True
 
 
 def state_dump(states: dict[str, tuple[list[int], list[int]]]) -> bytes:

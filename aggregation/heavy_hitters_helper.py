@@ -32,6 +32,7 @@ from aggregation.aggregators import HELPER
 from aggregation.helper_service import UnknownTask
 from aggregation.models import CollectionRules, Poplar1Job, Poplar1Level, Poplar1Report
 from aggregation.reports import PROOF_INVALID, SHARE_MALFORMED
+from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed
 from privacy.vdaf.errors import VdafError
 
@@ -126,6 +127,11 @@ def job_init(collection_key: str, job: str, body: bytes) -> bytes:
             if replay is not None:
                 return replay
             agg_param = hh.agg_param_decode(vdaf, encoded)
+            if len(request.shares) * len(agg_param[1]) > dap_poplar1.MAX_JOB_ELEMENTS:
+                raise NotAllowed(
+                    f"a job of {len(request.shares):,} reports x {len(agg_param[1]):,} prefixes holds more than "
+                    f"{dap_poplar1.MAX_JOB_ELEMENTS:,} output-share elements: send smaller jobs"
+                )
             hh.level_refusal(STORE, rules, agg_param, encoded, floor=settings.PFS_HELPER_MIN_COHORT_FLOOR)
             hh.level_open(STORE, rules, agg_param, encoded)
             resps, state = _first_step(rules, vdaf, agg_param, request)
@@ -232,6 +238,11 @@ def job_continue(collection_key: str, job: str, body: bytes) -> bytes:
         )
         row.continue_digest, row.continue_response, row.state = digest, answer, b""
         row.save(update_fields=["continue_digest", "continue_response", "state"])
+    rejected: dict[str, int] = {}
+    for resp in dap_poplar1.Poplar1JobResp.parse(answer).resps:
+        if resp.type == dap.REJECT:
+            rejected[resp.report_error] = rejected.get(resp.report_error, 0) + 1
+    metrics.helper_job_counted(accepted=len(accepted), rejected=rejected)
     return answer
 
 
@@ -285,4 +296,5 @@ def aggregate_share(collection_key: str, body: bytes) -> bytes:
         level.counts = hh.released_counts(vdaf, agg_param, [leader, mine])
         level.agg_share = b""
         level.save(update_fields=["released", "release_digest", "release", "counts", "agg_share"])
+        hh.reports_drop_when_spent(STORE, rules)
     return answer

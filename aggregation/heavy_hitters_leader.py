@@ -96,6 +96,15 @@ def simulated_reports(rules: CollectionRules, measurements: list[tuple[bool, ...
     return len(mine)
 
 
+def collection_finish(collection_key: str) -> None:
+    """The walk is over: both aggregators drop the collection's input shares (the helper's through
+    its task's DELETE), and neither takes a report or a level of it again."""
+    helper_client.task_delete(collection_key)
+    with transaction.atomic(using=STORE):
+        CollectionRules.objects.using(STORE).filter(key=collection_key).update(closed=True)
+        Poplar1Report.objects.using(STORE).filter(collection_key=collection_key).delete()
+
+
 def level_run(collection_key: str, agg_param: AggParam) -> LevelRelease:
     """Verify every report at ``agg_param`` with the helper and release the level's noised counts."""
     rules = CollectionRules.objects.using(STORE).get(key=collection_key)
@@ -109,7 +118,9 @@ def level_run(collection_key: str, agg_param: AggParam) -> LevelRelease:
     eligible = Poplar1Report.objects.using(STORE).filter(
         collection_key=collection_key, refused=False, last_level__lt=agg_param[0]
     )
-    while ids := list(eligible.order_by("report_id").values_list("report_id", flat=True)[:JOB_REPORTS]):
+    # Jobs the helper takes: at most MAX_JOB_ELEMENTS output-share elements each.
+    size = max(1, min(JOB_REPORTS, dap_poplar1.MAX_JOB_ELEMENTS // len(agg_param[1])))
+    while ids := list(eligible.order_by("report_id").values_list("report_id", flat=True)[:size]):
         for reason, count in _job(rules, vdaf, agg_param, encoded, ids).items():
             refused[reason] = refused.get(reason, 0) + count
     return _release(rules, vdaf, agg_param, refused)
@@ -226,6 +237,8 @@ def _release(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, refused
     answer = dap_poplar1.Poplar1ShareResp.parse(body)
     helper = vdaf.decode_agg_share(agg_param, dap.unb64(answer.helper_share, "helper_share"))
     counts = hh.released_counts(vdaf, agg_param, [vdaf.decode_agg_share(agg_param, bytes(row.release)), helper])
-    Poplar1Level.objects.using(STORE).filter(pk=row.pk).update(released=True, counts=counts, agg_share=b"")
+    with transaction.atomic(using=STORE):
+        Poplar1Level.objects.using(STORE).filter(pk=row.pk).update(released=True, counts=counts, agg_share=b"")
+        hh.reports_drop_when_spent(STORE, rules)
     sigma = level_sigma(rules.noise_epsilon, rules.noise_delta, rules.levels)
     return LevelRelease(level=level, counts=counts, reports=row.reports, sigma=sigma, refused=refused)

@@ -80,15 +80,27 @@ def _endpoint(message: str | dict[str, str], *methods: str) -> Callable:
             except heavy_hitters_helper.UnknownJob as error:
                 return _refusal(404, str(error), "unrecognized_aggregation_job")
             except Conflict as error:
+                _refusal_logged(task_id, request, error)
                 return _refusal(409, str(error), "conflict")
             except helper_service.StatementRefused as error:
+                _refusal_logged(task_id, request, error)
                 return _refusal(403, str(error), "issuer_statement_invalid")
             except NotAllowed as error:
+                _refusal_logged(task_id, request, error)
                 return _refusal(403, str(error), "not_allowed")
 
         return view
 
     return wrap
+
+
+def _refusal_logged(task_id: str, request: HttpRequest, error: Exception) -> None:
+    """A rule of the helper's refused the leader's request: its operator sees which, and why."""
+    logger.warning(
+        "helper: refused the leader's request: %s",
+        error,
+        extra={"dap_task": task_id, "path": request.path, "method": request.method},
+    )
 
 
 def _answer(body: bytes, message: str, status: int = 200) -> HttpResponse:

@@ -42,6 +42,8 @@ from aggregation.models import (
     HelperJob,
     HelperRelease,
     HelperShare,
+    Poplar1Job,
+    Poplar1Report,
     ReportRejection,
     SpentToken,
 )
@@ -143,6 +145,9 @@ def task_discard(collection_key: str) -> None:
         HelperShare.objects.using(STORE).filter(collection__key=collection_key).delete()
         Collection.objects.using(STORE).filter(key=collection_key).delete()
         HelperJob.objects.using(STORE).filter(collection_key=collection_key).delete()
+        # A Poplar1 collection's input shares and jobs; the record of its released levels stays.
+        Poplar1Report.objects.using(STORE).filter(collection_key=collection_key).delete()
+        Poplar1Job.objects.using(STORE).filter(collection_key=collection_key).delete()
 
 
 # ------------------------------------------------------------------ aggregation jobs

@@ -6,7 +6,7 @@ count them (aggregation.heavy_hitters_leader.level_run). What is kept is a funct
 counts only (post-processing), and each level's candidates extend kept prefixes, whose counts are
 above the minimum cohort: the aggregators' own rule for the next level. A walk ends when nothing is
 kept or its levels are spent; every planned level was charged when the collection was opened, so
-an early end spends nothing less and leaks nothing more.
+an early end spends nothing less and leaks nothing more. Then both aggregators drop the reports.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from aggregation.heavy_hitters import prefix_key
-from aggregation.heavy_hitters_leader import level_run
+from aggregation.heavy_hitters_leader import collection_finish, level_run
 from aggregation.models import CollectionRules
 from privacy.heavy_hitters import WalkPlan, finished, level_sigma, prefix_text
 from privacy.vdaf.poplar1 import Prefix
@@ -71,4 +71,6 @@ def heavy_hitters_walk(collection_key: str, plan: WalkPlan) -> Walk:
             if finished(prefix) or last:
                 walk.words[prefix_text(prefix)] = counts[prefix]
         candidates = plan.next(kept)
+    # Nothing more will be asked: neither aggregator keeps the devices' shares any longer.
+    collection_finish(collection_key)
     return walk

@@ -47,9 +47,9 @@ def test_a_walk_through_two_processes_counts_with_both_noises(helper) -> None:  
     assert first.reports == 200 and _near(first, "a", 120) and _near(first, "c", 60) and _near(first, "z", 0)
     second = leader.level_run(rules.key, _param("ab", "cd"))
     assert second.reports == 200 and _near(second, "ab", 120) and _near(second, "cd", 60)
-    # The helper's store: its own shares of the 200 reports, both levels released, nothing else.
-    assert helper.rows("SELECT COUNT(*), MIN(last_level) FROM aggregation_poplar1report") == [(200, 15)]
+    # The helper's store: both levels released, and, the collection's levels spent, no share left.
     assert helper.rows("SELECT level, released FROM aggregation_poplar1level ORDER BY level") == [(7, 1), (15, 1)]
+    assert helper.rows("SELECT COUNT(*) FROM aggregation_poplar1report") == [(0,)]
 
 
 @pytest.mark.django_db(transaction=True)  # the level runs in a thread of its own: committed rows

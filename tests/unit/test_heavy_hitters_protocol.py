@@ -89,9 +89,11 @@ def test_a_walk_counts_each_prefix_with_both_aggregators_noise(collection) -> No
     second = leader.level_run(collection.key, _param("ab", "ac", "cd", "ce"))
     _within(second.counts, {"ab": 20, "ac": 8, "cd": 15, "ce": 0}, sigma)
     assert {prefix_text(_prefix("ab")), prefix_text(_prefix("cd"))} == {"ab", "cd"}
-    # The helper learnt the released counts and nothing else: its state after the walk.
+    # The helper learnt the released counts and nothing else; once the collection's last level is
+    # released, neither aggregator keeps a share of a device's word.
     levels, reports, jobs = _helper_state(collection.key)
-    assert levels == [(7, True), (15, True)] and reports == [(15, False)] * len(WORDS) and jobs == 2
+    assert levels == [(7, True), (15, True)] and reports == [] and jobs == 0
+    assert not Poplar1Report.objects.filter(collection_key=collection.key).exists()
 
 
 def test_the_noise_is_what_the_collections_budget_allows_and_no_less() -> None:
@@ -175,6 +177,8 @@ def _job(collection, job: str, agg_param, ids=None) -> dap_poplar1.Poplar1JobRes
             vdaf.decode_input_share(hh.LEADER, bytes(row.input_share)),
         )
         shares.append(dap_poplar1.Poplar1Share(row.report_id, dap.b64(vdaf.encode_verifier_share(agg_param, share))))
+    # Once a collection's levels are spent its reports are gone: a made-up one asks all the same.
+    shares = shares or [dap_poplar1.Poplar1Share("00" * 16, dap.b64(bytes(24)))]
     request = dap_poplar1.Poplar1JobInitReq(
         collection=collection.key, agg_param=dap.b64(vdaf.encode_agg_param(agg_param)), shares=shares
     )
@@ -405,3 +409,15 @@ def test_a_simulated_report_replayed_with_other_shares_is_a_conflict(collection)
     with pytest.raises(helper_client.HelperRefused, match="used once") as refused:
         _send(collection, "POST", "/poplar1_reports", dap_poplar1.REPORTS, request)
     assert refused.value.status == 409
+
+
+def test_a_job_too_large_for_the_helpers_memory_is_refused_and_the_leader_sizes_its_jobs_under_it(
+    collection, monkeypatch
+) -> None:
+    monkeypatch.setattr(dap_poplar1, "MAX_JOB_ELEMENTS", 20)  # 10 reports of 2 prefixes
+    ids = sorted(Poplar1Report.objects.filter(collection_key=collection.key).values_list("report_id", flat=True))
+    with pytest.raises(helper_client.HelperRefused, match="send smaller jobs") as refused:
+        _job(collection, "big", _param("a", "c"), ids[:11])
+    assert refused.value.status == 403 and _helper_state(collection.key)[0] == []
+    release = leader.level_run(collection.key, _param("a", "c"))
+    assert release.reports == len(WORDS) and Poplar1Job.objects.using(HELPER).count() == 5  # 44 reports, 10 a job

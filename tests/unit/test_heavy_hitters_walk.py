@@ -18,7 +18,8 @@ import pytest
 
 from aggregation import heavy_hitters as hh
 from aggregation import heavy_hitters_leader as leader
-from aggregation.models import Poplar1Level
+from aggregation import helper_client
+from aggregation.models import Poplar1Level, Poplar1Report
 from analyses.services.heavy_hitters import heavy_hitters_walk
 from privacy.heavy_hitters import WalkPlan, finished, prefix_extend, prefix_text, word_bits
 
@@ -69,6 +70,9 @@ def test_a_walk_finds_the_frequent_words_and_none_of_the_rare_ones(db) -> None:
     assert set(walk.levels[2].kept) == set(FREQUENT)
     # The aggregators released exactly those levels, and the collection's levels are spent.
     assert list(Poplar1Level.objects.filter(collection_key=rules.key).values_list("level", flat=True)) == [7, 15, 23]
+    # The walk is over: neither aggregator keeps a share of a device's word.
+    for store in ("default", "helper"):
+        assert not Poplar1Report.objects.using(store).filter(collection_key=rules.key).exists(), store
 
 
 def test_a_walk_ends_when_nothing_is_kept(db) -> None:
@@ -80,6 +84,10 @@ def test_a_walk_ends_when_nothing_is_kept(db) -> None:
     walk = heavy_hitters_walk(rules.key, WalkPlan(bits=BITS, alphabet=b"abc", z=4.0))
     # No first byte of a rare word is in this alphabet: nothing above the threshold, one level asked.
     assert walk.words == {} and len(walk.levels) == 1 and walk.levels[0].kept == {}
+    for store in ("default", "helper"):
+        assert not Poplar1Report.objects.using(store).filter(collection_key=rules.key).exists(), store
+    with pytest.raises(helper_client.HelperRefused, match="takes no more reports"):
+        leader.simulated_reports(rules, [word_bits("abc", BITS)])
 
 
 def test_a_plan_asks_each_kept_prefix_once_per_byte_and_closes_words() -> None:
