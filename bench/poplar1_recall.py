@@ -80,6 +80,7 @@ from analyses.adaptive.levels import next_ngram_tree, ngram_level  # noqa: E402
 from devices.synthetic import TOKENS, generate_shard  # noqa: E402
 from privacy import pld  # noqa: E402
 from privacy.gaussian import sample_discrete_gaussian  # noqa: E402
+from privacy.heavy_hitters import level_sigma, walk_epsilon  # noqa: E402
 from privacy.mechanisms import AsymmetricOHE  # noqa: E402
 from privacy.ngrams import PrefixTreeType, Sequences, choose_per_device, windows  # noqa: E402
 
@@ -147,23 +148,13 @@ def exact_counts(codes: CodeArray, length: int, candidates: CodeArray) -> IntArr
 
 
 def poplar1_epsilon(sigma: float, steps: int, delta: float = DELTA) -> float:
-    """Total epsilon at ``delta`` of ``steps`` walk steps, each aggregator adding N_Z(0, sigma^2) to each count.
-
-    A step's release is a histogram of the candidates under replacement: two coordinates move by 1,
-    each with its own noise (privacy/aggregator_noise.py), so its PLD is the discrete Gaussian's with
-    shift 1 composed twice; the steps compose adaptively (Zhu, Dong, Wang 2022; privacy/pld.py)."""
-    return pld.composed_epsilon([(pld.discrete_gaussian(sigma, 1), 2 * steps)], delta)
+    """Total epsilon at ``delta`` of ``steps`` walk steps (privacy.heavy_hitters.walk_epsilon, what the aggregators use)."""
+    return walk_epsilon(sigma, steps, delta)
 
 
 def poplar1_sigma(total_epsilon: float, steps: int, delta: float = DELTA) -> float:
-    """The smallest sigma (to a relative 1e-3, rounded up) whose ``steps`` compose within ``total_epsilon``."""
-    low, high = 0.5, 1.0
-    while poplar1_epsilon(high, steps, delta) > total_epsilon:
-        low, high = high, 2 * high
-    while high / low > 1.001:
-        middle = math.sqrt(low * high)
-        low, high = (middle, high) if poplar1_epsilon(middle, steps, delta) > total_epsilon else (low, middle)
-    return high
+    """Each aggregator's sigma for ``steps`` steps within ``total_epsilon`` (privacy.heavy_hitters.level_sigma)."""
+    return level_sigma(total_epsilon, delta, steps)
 
 
 def local_epsilon(epsilon0: float, reports: int, rounds: int, delta: float = DELTA) -> float:

@@ -96,14 +96,6 @@ def test_a_walk_counts_each_prefix_with_both_aggregators_noise(collection) -> No
     assert not Poplar1Report.objects.filter(collection_key=collection.key).exists()
 
 
-def test_the_noise_is_what_the_collections_budget_allows_and_no_less() -> None:
-    sigma = level_sigma(EPSILON, DELTA, LEVELS)
-    from privacy.heavy_hitters import walk_epsilon
-
-    assert walk_epsilon(sigma, LEVELS, DELTA) <= EPSILON < walk_epsilon(sigma / 1.002, LEVELS, DELTA)
-    assert level_sigma(EPSILON, DELTA, 2 * LEVELS) > sigma  # more levels, more noise each
-
-
 def test_the_first_level_closes_the_collection_to_new_reports(collection) -> None:
     leader.level_run(collection.key, _param("a", "c"))
     with pytest.raises(helper_client.HelperRefused, match="takes no more reports"):

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from devices.synthetic import TOKENS
-from privacy.aggregator_noise import AggregatorGaussian
 from privacy.shuffling import amplified_epsilon
 from privacy.vdaf.poplar1 import Poplar1
 
@@ -87,20 +86,6 @@ def test_a_walk_with_negligible_noise_finds_every_word_with_its_count() -> None:
 
     assert walk.found == {"hello": 3.0, "world": 2.0, "help": 1.0, "i": 1.0, "together": 1.0}
     assert walk.candidates[0] == 256
-
-
-def test_one_step_costs_the_epsilon_aggregator_noise_is_calibrated_to() -> None:
-    # One step is aggregator_noise.py's histogram release: its sigma for (1, 1e-6) composes to epsilon 1 by PLD.
-    sigma = AggregatorGaussian(1.0, 1e-6).sigma
-
-    assert recall_bench.poplar1_epsilon(sigma, 1) == pytest.approx(1.0, abs=1e-3)
-
-
-def test_poplar1_sigma_is_the_smallest_noise_within_the_total_epsilon() -> None:
-    sigma = recall_bench.poplar1_sigma(2.0, 8)
-
-    assert recall_bench.poplar1_epsilon(sigma, 8) <= 2.0
-    assert recall_bench.poplar1_epsilon(sigma / 1.002, 8) > 2.0
 
 
 def test_one_local_round_costs_what_the_shuffling_bound_gives() -> None:
