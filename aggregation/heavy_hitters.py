@@ -209,13 +209,20 @@ def sketch_check(vdaf: Poplar1, agg_param: AggParam, shares: list[list[int]]) ->
 def noised_share(vdaf: Poplar1, rules: CollectionRules, agg_param: AggParam, agg_share: bytes) -> list[int]:
     """This aggregator's aggregate share of the level with its own noise, calibrated so that the
     collection's levels compose within its (epsilon, delta) whatever the other aggregator adds."""
-    if rules.noise_epsilon is None or not rules.noise_delta or rules.levels is None:
-        raise NotAllowed("a Poplar1 collection is released only with aggregator noise over a set number of levels")
-    sigma = level_sigma(rules.noise_epsilon, rules.noise_delta, rules.levels)
+    sigma = noise_sigma(rules)
     share = vdaf.decode_agg_share(agg_param, agg_share)
     noise = sample_discrete_gaussian(sigma**2, len(share), noise_rng())
     p = vdaf.idpf.current_field(agg_param[0]).MODULUS
     return [(value + int(e)) % p for value, e in zip(share, noise, strict=True)]
+
+
+def noise_sigma(rules: CollectionRules) -> float:
+    """This aggregator's sigma a level: as it computed it when it took the collection, or now."""
+    if rules.noise_epsilon is None or not rules.noise_delta or rules.levels is None:
+        raise NotAllowed("a Poplar1 collection is released only with aggregator noise over a set number of levels")
+    if rules.noise_sigma is not None:
+        return rules.noise_sigma
+    return level_sigma(rules.noise_epsilon, rules.noise_delta, rules.levels)
 
 
 def released_counts(vdaf: Poplar1, agg_param: AggParam, shares: list[list[int]]) -> dict[str, int]:

@@ -30,7 +30,7 @@ from privacy.vdaf.errors import VdafError
 from privacy.vdaf.poplar1 import AggParam, Poplar1
 
 STORE = "default"
-JOB_REPORTS = 500
+JOB_REPORTS = 200  # a job well within the helper's request timeout, even at the leaf level (Field255)
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ def collection_open(
         noise_epsilon=epsilon,
         noise_delta=delta,
         levels=levels,
+        noise_sigma=level_sigma(epsilon, delta, levels),  # ValueError now, not at the first release
     )
-    level_sigma(epsilon, delta, levels)  # ValueError now, not at the first release
     helper_client.task_provision(rules)
     return rules
 
@@ -240,5 +240,4 @@ def _release(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, refused
     with transaction.atomic(using=STORE):
         Poplar1Level.objects.using(STORE).filter(pk=row.pk).update(released=True, counts=counts, agg_share=b"")
         hh.reports_drop_when_spent(STORE, rules)
-    sigma = level_sigma(rules.noise_epsilon, rules.noise_delta, rules.levels)
-    return LevelRelease(level=level, counts=counts, reports=row.reports, sigma=sigma, refused=refused)
+    return LevelRelease(level=level, counts=counts, reports=row.reports, sigma=hh.noise_sigma(rules), refused=refused)

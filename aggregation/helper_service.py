@@ -62,6 +62,7 @@ from aggregation.verification import AggregatorVerification, VerifyConfig, outpu
 from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed
 from pfs_device import hpke, tokens, wire
+from privacy.heavy_hitters import level_sigma
 from privacy.report_vdaf import input_share_sizes, report_nonce
 from privacy.vdaf.field import Field128
 
@@ -109,11 +110,16 @@ def task_provision(config: dap.TaskConfig) -> bool:
     noise or swap the token key of a collection once the helper has it)."""
     from privacy.report_vdaf import KINDS  # the kinds a device can be asked for
 
+    sigma = None
     if config.vdaf == POPLAR1:
         # Poplar1's counts are exact without the aggregators' noise: the helper takes no such task,
         # nor one whose number of levels (what its noise is calibrated for) is open.
         if config.noise_epsilon is None or not config.noise_delta or config.levels is None:
             raise NotAllowed("a Poplar1 task needs aggregator noise (epsilon, delta > 0) and its number of levels")
+        try:  # the helper's own calibration, once, never the leader's word
+            sigma = level_sigma(config.noise_epsilon, config.noise_delta, config.levels)
+        except ValueError as error:
+            raise NotAllowed(f"a Poplar1 task's noise: {error}") from None
     elif config.vdaf not in KINDS:
         raise NotAllowed(f"unknown report kind {config.vdaf!r}")
     elif config.levels is not None:
@@ -126,7 +132,7 @@ def task_provision(config: dap.TaskConfig) -> bool:
         if existing is None:
             try:
                 with transaction.atomic(using=STORE):
-                    CollectionRules.objects.using(STORE).create(key=config.collection, **fields)
+                    CollectionRules.objects.using(STORE).create(key=config.collection, noise_sigma=sigma, **fields)
                 return True
             except IntegrityError:  # provisioned at the same moment by a retry: compare with it
                 existing = CollectionRules.objects.using(STORE).get(key=config.collection)

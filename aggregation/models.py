@@ -134,6 +134,9 @@ class CollectionRules(models.Model):
     # Poplar1 only (vdaf "poplar1"): how many levels of the prefix tree the aggregators release in
     # all; each one's noise is calibrated so that they compose within (noise_epsilon, noise_delta).
     levels = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Poplar1 only: the sigma of this aggregator's noise a level, computed by the aggregator itself
+    # from (noise_epsilon, noise_delta, levels) when it takes the collection (seconds of PLD work).
+    noise_sigma = models.FloatField(null=True, blank=True)
     closed = models.BooleanField(default=False, help_text="Aggregated: later reports are rejected.")
     created_at = models.DateTimeField(auto_now_add=True)
 
