@@ -81,3 +81,12 @@ def column_totals(a: Elements) -> Elements:
     low = (a & _LOW).sum(axis=0, dtype=np.uint64) % _P
     high = (a >> _SHIFT).sum(axis=0, dtype=np.uint64) % _P
     return add(low, mul(high, np.uint64(2**32)))
+
+
+def row_totals(a: Elements) -> Elements:
+    """sum(a, axis=-1) mod p: one sum per row (per report in Poplar1's batched sketch), exact as column_totals."""
+    if a.shape[-1] >= 2**32:
+        raise ValueError("too many columns to sum exactly")
+    low = (a & _LOW).sum(axis=-1, dtype=np.uint64) % _P
+    high = (a >> _SHIFT).sum(axis=-1, dtype=np.uint64) % _P
+    return add(low, mul(high, np.uint64(2**32)))

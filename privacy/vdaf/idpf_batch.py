@@ -1,0 +1,193 @@
+"""The IDPF walk of ``privacy.vdaf.idpf`` for many reports at once, all at the same level and prefixes.
+
+A collection evaluates every report at one aggregation parameter, so the tree's shape (which node
+each prefix passes through at each depth) is the same for all of them: only the seeds, control bits
+and correction words differ. Here they are arrays with a leading axis of reports, and every step of
+a depth (selecting the children, applying the corrections, reading the values) is one numpy
+operation for all the reports. The fixed AES keys derive from each report's nonce, so AES stays one
+call per report per depth (covering all of its nodes); the last level's TurboSHAKE128, whose input
+carries the nonce, hashes every node of every report in one go (``privacy.vdaf.turboshake_arrays``).
+
+Only the child a prefix takes is hashed: block b of a seed's extend stream is hash(seed xor le128(b)),
+so the sibling nobody asked for costs nothing. Seeds are pairs of little-endian uint64 halves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+from cryptography.hazmat.primitives.ciphers import CipherContext
+
+from privacy.vdaf import field64_arrays
+from privacy.vdaf.errors import VdafError
+from privacy.vdaf.field import Field64, next_power_of_2
+from privacy.vdaf.idpf import Bits, IdpfBBCGGI21, PublicShare, Values, _Hashing
+from privacy.vdaf.turboshake_arrays import turboshake128
+
+Halves = npt.NDArray[np.uint64]  # (..., 2): a 16-byte block as two little-endian uint64
+# Reports × nodes per chunk: more only grows the temporaries past the cache without saving calls.
+ROWS_PER_CHUNK = 1 << 15
+
+
+def eval_batch(
+    idpf: IdpfBBCGGI21,
+    agg_id: int,
+    public_shares: Sequence[PublicShare],
+    keys: Sequence[bytes],
+    level: int,
+    prefixes: Sequence[Bits],
+    ctx: bytes,
+    nonces: Sequence[bytes],
+) -> Values:
+    """``idpf.eval_array`` of each report, stacked: reports × prefixes × VALUE_LEN, the same checks first."""
+    if not len(public_shares) == len(keys) == len(nonces):
+        raise VdafError("one public share, key and nonce per report")
+    if agg_id not in range(idpf.SHARES):
+        raise VdafError("aggregator id out of range")
+    if level not in range(idpf.BITS):
+        raise VdafError("level out of range")
+    if any(len(public_share) != idpf.BITS for public_share in public_shares):
+        raise VdafError("public share must hold BITS correction words")
+    if any(len(key) != idpf.KEY_SIZE for key in keys):
+        raise VdafError("incorrect key size")
+    if any(len(nonce) != idpf.NONCE_SIZE for nonce in nonces):
+        raise VdafError("incorrect nonce size")
+    if set(map(len, prefixes)) - {level + 1}:
+        raise VdafError("incorrect prefix length")
+    vectorised = idpf.current_field(level).MODULUS == Field64.MODULUS
+    dtype = np.uint64 if vectorised else object
+    if not prefixes or not keys:
+        return np.zeros((len(keys), len(prefixes), idpf.VALUE_LEN), dtype=dtype)
+    plan = idpf._walk_plan(level, prefixes)
+    step = max(1, ROWS_PER_CHUNK // len(prefixes))
+    chunks = [
+        _walk(idpf, agg_id, public_shares[i : i + step], keys[i : i + step], level, plan, ctx, nonces[i : i + step])
+        for i in range(0, len(keys), step)
+    ]
+    return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+
+
+def _walk(idpf, agg_id, public_shares, keys, level, plan, ctx, nonces) -> Values:  # noqa: ANN001 - see eval_batch
+    order, paths, first_difference = plan
+    reports = len(keys)
+    hashings = [_Hashing(ctx, nonce) for nonce in nonces]
+    seed_cws = np.frombuffer(
+        b"".join(cw[0] for public_share in public_shares for cw in public_share[: level + 1]), dtype="<u8"
+    ).reshape(reports, level + 1, 2)
+    ctrl_cws = np.array([[cw[1] for cw in public_share[: level + 1]] for public_share in public_shares], dtype=bool)
+    seeds = np.frombuffer(b"".join(keys), dtype="<u8").reshape(reports, 1, 2)
+    ctrl = np.full((reports, 1), bool(agg_id))
+    starts = np.zeros(1, dtype=np.intp)
+    last_tree_level = idpf.BITS - 1
+    for depth in range(level + 1):
+        new_starts = np.concatenate(([0], np.flatnonzero(first_difference <= depth) + 1))
+        parents = np.searchsorted(starts, new_starts, side="right") - 1
+        bits = paths[new_starts, depth].astype(np.intp)
+        starts = new_starts
+        if depth < last_tree_level:
+            blocks = seeds[:, parents]
+            blocks[:, :, 0] ^= bits.astype(np.uint64)  # the child's block: seed xor le128(bit)
+            s = _aes(hashings, "extend_cipher", blocks)
+        else:
+            both = _turboshake(hashings, "extend_dst", seeds, 2).reshape(reports, -1, 2, 2)
+            s = both[:, parents, bits]
+        t = (s[:, :, 0] & np.uint64(1)).astype(bool)
+        s[:, :, 0] &= ~np.uint64(1)
+        corrected = ctrl[:, parents]
+        s ^= corrected[:, :, None] * seed_cws[:, depth, None, :]
+        ctrl = t ^ (corrected & ctrl_cws[:, depth, bits])
+        seeds, values = _convert(idpf, hashings, depth, s, values=depth == level)
+    return _corrected_values(idpf, agg_id, public_shares, level, values, ctrl, order)
+
+
+def _aes(hashings: Sequence[_Hashing], which: str, blocks: Halves) -> Halves:
+    """hash(x) = AES(sigma(x)) xor sigma(x) of every block of each report, under that report's cipher."""
+    sigma = np.empty(blocks.shape, dtype="<u8")
+    sigma[..., 0] = blocks[..., 1]
+    sigma[..., 1] = blocks[..., 1] ^ blocks[..., 0]
+    per_report = sigma[0].nbytes
+    # One output buffer for all the reports; update_into wants 15 bytes of room past each report's
+    # blocks, which the next report's (or the spare last block) provides before being written.
+    out = np.empty(sigma.size + 2, dtype="<u8")
+    source, target = memoryview(sigma.reshape(-1).view(np.uint8)), memoryview(out.view(np.uint8))
+    for r, hashing in enumerate(hashings):
+        cipher: CipherContext = getattr(hashing, which)
+        cipher.update_into(
+            source[r * per_report : (r + 1) * per_report], target[r * per_report : (r + 1) * per_report + 15]
+        )
+    return out[:-2].reshape(sigma.shape) ^ sigma
+
+
+def _turboshake(hashings: Sequence[_Hashing], which: str, seeds: Halves, blocks: int) -> Halves:
+    """The first ``blocks`` blocks of XofTurboShake128(seed, dst, nonce) of every seed of every report, at once."""
+    reports, nodes = seeds.shape[:2]
+    dst = getattr(hashings[0], which)
+    head = len(dst).to_bytes(2, "little") + dst + bytes([16])
+    messages = np.empty((reports, nodes, len(head) + 16 + 16), dtype=np.uint8)
+    messages[:, :, : len(head)] = np.frombuffer(head, dtype=np.uint8)
+    messages[:, :, len(head) : len(head) + 16] = seeds.view(np.uint8).reshape(reports, nodes, 16)
+    nonces = np.frombuffer(b"".join(hashing.nonce for hashing in hashings), dtype=np.uint8)
+    messages[:, :, len(head) + 16 :] = nonces.reshape(reports, 1, 16)
+    out = turboshake128(messages.reshape(reports * nodes, -1), 1, 16 * blocks)
+    return out.view("<u8").reshape(reports, nodes, 2 * blocks)
+
+
+def _convert(idpf: IdpfBBCGGI21, hashings, depth: int, seeds: Halves, *, values: bool) -> tuple[Halves, Values]:  # noqa: ANN001
+    """Each node's next seed and, at the evaluated level, its VALUE_LEN elements (rejection sampled)."""
+    field = idpf.current_field(depth)
+    value_bytes = field.ENCODED_SIZE * idpf.VALUE_LEN if values else 0
+    blocks = 1 + -(-value_bytes // 16)
+    reports, nodes = seeds.shape[:2]
+    if depth < idpf.BITS - 1:
+        counters = np.zeros((blocks, 2), dtype=np.uint64)
+        counters[:, 0] = np.arange(blocks, dtype=np.uint64)
+        stream = _aes(hashings, "convert_cipher", seeds[:, :, None, :] ^ counters).reshape(reports, nodes, 2 * blocks)
+    else:
+        stream = _turboshake(hashings, "convert_dst", seeds, blocks)
+    next_seeds = np.ascontiguousarray(stream[:, :, :2])
+    if not values:
+        return next_seeds, np.zeros((0,), dtype=object)
+    raw = np.ascontiguousarray(stream[:, :, 2:]).view(np.uint8)[:, :, :value_bytes]
+    size, p = field.ENCODED_SIZE, field.MODULUS
+    if size == 8:
+        out = raw.view("<u8").astype(np.uint64)  # Field64's mask keeps all 64 bits
+        rejected = np.argwhere((out >= np.uint64(p)).any(axis=2))
+    else:
+        mask = next_power_of_2(p) - 1
+        flat = raw.reshape(-1, size).tobytes()
+        ints = [int.from_bytes(flat[i : i + size], "little") & mask for i in range(0, len(flat), size)]
+        out = np.empty(len(ints), dtype=object)
+        out[:] = ints
+        out = out.reshape(reports, nodes, idpf.VALUE_LEN)
+        rejected = np.argwhere(np.array([x >= p for x in ints], dtype=bool).reshape(reports, nodes, -1).any(axis=2))
+    for r, i in rejected.tolist():
+        # A rejected draw: that node's stream read on, as the spec's element-by-element reading does.
+        xof = idpf._xof(depth, seeds[r, i].tobytes(), hashings[r].convert_dst, hashings[r].nonce)
+        xof.next(16)
+        out[r, i] = xof.next_vec(field, idpf.VALUE_LEN)
+    if out.dtype == np.uint64 and p != Field64.MODULUS:
+        out = out.astype(object)  # uint64 arithmetic is Field64's only (privacy.vdaf.field64_arrays)
+    return next_seeds, out
+
+
+def _corrected_values(idpf, agg_id, public_shares, level, values, ctrl, order) -> Values:  # noqa: ANN001
+    """The value correction where the control bit is set, aggregator 1's negated, back in the prefixes' order."""
+    field = idpf.current_field(level)
+    row_ctrl = ctrl[:, :, None]
+    if values.dtype == np.uint64:
+        w_cw = np.array([public_share[level][2] for public_share in public_shares], dtype=np.uint64)[:, None, :]
+        shares = np.where(row_ctrl, field64_arrays.add(values, w_cw), values)
+        if agg_id == 1:
+            shares = field64_arrays.neg(shares)
+    else:
+        p = field.MODULUS
+        w_cw = np.empty((len(public_shares), 1, idpf.VALUE_LEN), dtype=object)
+        w_cw[:, 0, :] = [list(public_share[level][2]) for public_share in public_shares]
+        shares = np.where(row_ctrl, (values + w_cw) % p, values)
+        if agg_id == 1:
+            shares = -shares % p
+    out = np.empty_like(shares)
+    out[:, order] = shares
+    return out

@@ -1,0 +1,99 @@
+"""Poplar1's verify_init for many reports at one aggregation parameter (``Poplar1.verify_init_batch``).
+
+An aggregator prepares every report of a collection at the same level and prefixes. Report by
+report, the fixed cost of each numpy step of the IDPF walk and of the sketch is paid once per report;
+here it is paid once per batch: the walk is ``privacy.vdaf.idpf_batch`` and the sketch sums are 2-D
+arrays, one row per report. What stays per report is what depends on a report's own keys: its XOF
+streams (correlated randomness, the verification randomness) and its AES calls. The result is, report
+for report, what ``Poplar1.verify_init`` returns: the same checks first, the same values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from privacy.vdaf import field64_arrays
+from privacy.vdaf.errors import VdafError, verify_init_checked
+from privacy.vdaf.idpf import PublicShare
+from privacy.vdaf.idpf_batch import eval_batch
+
+if TYPE_CHECKING:
+    from privacy.vdaf.poplar1 import AggParam, InputShare, Poplar1, VerifierShare, VerifyState
+
+
+def verify_init_batch(
+    vdaf: Poplar1,
+    verify_key: bytes,
+    ctx: bytes,
+    agg_id: int,
+    agg_param: AggParam,
+    nonces: Sequence[bytes],
+    public_shares: Sequence[PublicShare],
+    input_shares: Sequence[InputShare],
+) -> list[tuple[VerifyState, VerifierShare]]:
+    """``vdaf.verify_init`` of each report (nonces[i], public_shares[i], input_shares[i]), in order."""
+    from privacy.vdaf.poplar1 import STEP_EVALUATE, USAGE_CORR_INNER, USAGE_VERIFY_RAND, _next_array64
+
+    if not len(nonces) == len(public_shares) == len(input_shares):
+        raise VdafError("one nonce, public share and input share per report")
+    for nonce in nonces:
+        verify_init_checked(vdaf, verify_key, nonce, agg_id)
+    level, prefixes = agg_param
+    field = vdaf.idpf.current_field(level)
+    p = field.MODULUS
+    values = eval_batch(
+        vdaf.idpf, agg_id, public_shares, [share[0] for share in input_shares], level, prefixes, ctx, nonces
+    )
+    inner = level < vdaf.BITS - 1
+    offsets, corrections = [], []
+    corr_dst = vdaf.domain_separation_tag(USAGE_CORR_INNER, ctx)
+    for nonce, (_, corr_seed, corr_inner, corr_leaf) in zip(nonces, input_shares, strict=True):
+        # Each report's own XOF streams: nothing to share across reports.
+        if inner:
+            # The stream read up to this level as one array (the spec's fast-forward), not element by element.
+            xof = vdaf.xof(corr_seed, corr_dst, bytes([agg_id]) + nonce)
+            a, b, c = _next_array64(xof, 3 * (level + 1))[3 * level :].tolist()
+            big_a, big_b = corr_inner[2 * level : 2 * level + 2]
+        else:
+            a, b, c = vdaf._corr_leaf(ctx, agg_id, corr_seed, nonce)
+            big_a, big_b = corr_leaf
+        offsets.append((a, b, c))
+        corrections.append((big_a, big_b))
+    dst = vdaf.domain_separation_tag(USAGE_VERIFY_RAND, ctx)
+    binder = level.to_bytes(2, "big")
+    rand_xofs = [vdaf.xof(verify_key, dst, nonce + binder) for nonce in nonces]
+    data, auth = values[:, :, 0], values[:, :, 1]
+    if values.dtype == np.uint64:
+        r = np.array([_next_array64(xof, len(prefixes)) for xof in rand_xofs], dtype=np.uint64)
+        r = r.reshape(len(nonces), len(prefixes))
+        abc = np.array(offsets, dtype=np.uint64).reshape(len(nonces), 3)
+        data_r = field64_arrays.mul(data, r)
+        sketches = np.stack(
+            [
+                field64_arrays.add(abc[:, 0], field64_arrays.row_totals(data_r)),
+                field64_arrays.add(abc[:, 1], field64_arrays.row_totals(field64_arrays.mul(data_r, r))),
+                field64_arrays.add(abc[:, 2], field64_arrays.row_totals(field64_arrays.mul(auth, r))),
+            ],
+            axis=1,
+        ).tolist()
+    else:
+        r = np.empty((len(nonces), len(prefixes)), dtype=object)
+        for i, xof in enumerate(rand_xofs):
+            r[i] = xof.next_vec(field, len(prefixes))
+        abc = np.empty((len(nonces), 3), dtype=object)
+        if offsets:
+            abc[:] = offsets
+        data_r = data * r
+        # Python integers: the products are summed exactly and reduced once per report.
+        sketches = np.stack(
+            [abc[:, 0] + data_r.sum(axis=1), abc[:, 1] + (data_r * r).sum(axis=1), abc[:, 2] + (auth * r).sum(axis=1)],
+            axis=1,
+        )
+        sketches = (sketches % p).tolist()
+    return [
+        ((STEP_EVALUATE, level, [big_a, big_b, agg_id, *out_share]), sketch)
+        for (big_a, big_b), out_share, sketch in zip(corrections, data.tolist(), sketches, strict=True)
+    ]

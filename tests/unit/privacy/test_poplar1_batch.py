@@ -1,0 +1,174 @@
+"""Poplar1's batched preparation (privacy.vdaf.poplar1_batch, idpf_batch, turboshake_arrays): report for report what
+the per-report verify_init returns, honest and malformed reports alike, at inner (Field64) and leaf (Field255) levels."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from Crypto.Hash import TurboSHAKE128
+
+from privacy.vdaf import field64_arrays, idpf_batch
+from privacy.vdaf.errors import VdafError
+from privacy.vdaf.field import Field, Field64
+from privacy.vdaf.idpf import IdpfBBCGGI21
+from privacy.vdaf.idpf_batch import eval_batch
+from privacy.vdaf.poplar1 import Poplar1
+from privacy.vdaf.turboshake_arrays import turboshake128
+
+CTX = b"pfs studio tests"
+BITS = 12
+
+
+@pytest.mark.parametrize("size", [0, 1, 59, 166, 167, 168, 300])
+def test_turboshake_arrays_match_pycryptodome(size: int) -> None:
+    """One block and several, absorbed and squeezed, across the rate's edges."""
+    rng = random.Random(size)
+    messages = np.frombuffer(rng.randbytes(7 * size), dtype=np.uint8).reshape(7, size)
+    for domain, length in [(1, 32), (1, 80), (2, 168), (1, 400)]:
+        out = turboshake128(messages, domain, length)
+        for message, row in zip(messages, out, strict=True):
+            assert row.tobytes() == TurboSHAKE128.new(domain=domain, data=message.tobytes()).read(length)
+
+
+def test_row_totals_are_the_sums_mod_p() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, Field64.MODULUS, size=(5, 333), dtype=np.uint64, endpoint=False)
+    assert field64_arrays.row_totals(a).tolist() == [sum(row) % Field64.MODULUS for row in a.tolist()]
+
+
+def _reports(vdaf: Poplar1, count: int, rng: random.Random) -> list:
+    reports = []
+    for _ in range(count):
+        nonce = rng.randbytes(vdaf.NONCE_SIZE)
+        measurement = tuple(rng.random() < 0.5 for _ in range(vdaf.BITS))
+        public_share, input_shares = vdaf.shard(CTX, measurement, nonce, rng.randbytes(vdaf.RAND_SIZE))
+        reports.append((nonce, public_share, input_shares))
+    # A malformed report: a client's wrong seed correction word at every level (the sketch must fail it later).
+    nonce, public_share, input_shares = reports[0]
+    tampered = [(bytes(16 - len(cw[0])) + bytes(b ^ 1 for b in cw[0]), cw[1], cw[2]) for cw in public_share]
+    return [*reports, (nonce, tampered, input_shares)]
+
+
+def _prefixes(level: int, count: int, rng: random.Random) -> tuple:
+    return tuple(sorted({tuple(rng.random() < 0.5 for _ in range(level + 1)) for _ in range(count)}))
+
+
+@pytest.mark.parametrize("level", [0, 5, BITS - 2, BITS - 1], ids=["root", "inner", "last inner", "leaf"])
+@pytest.mark.parametrize("agg_id", [0, 1])
+def test_the_batch_returns_what_verify_init_returns_report_by_report(level: int, agg_id: int) -> None:
+    rng = random.Random(level * 2 + agg_id)
+    vdaf = Poplar1(BITS)
+    verify_key = rng.randbytes(vdaf.VERIFY_KEY_SIZE)
+    reports = _reports(vdaf, 6, rng)
+    for agg_param in [(level, _prefixes(level, 30, rng)), (level, ())]:
+        got = vdaf.verify_init_batch(
+            verify_key,
+            CTX,
+            agg_id,
+            agg_param,
+            [nonce for nonce, _, _ in reports],
+            [public_share for _, public_share, _ in reports],
+            [input_shares[agg_id] for _, _, input_shares in reports],
+        )
+        expected = [
+            vdaf.verify_init(verify_key, CTX, agg_id, agg_param, nonce, public_share, input_shares[agg_id])
+            for nonce, public_share, input_shares in reports
+        ]
+        assert got == expected
+
+
+def test_the_batch_prepares_to_the_right_counts_and_the_malformed_report_fails_its_sketch() -> None:
+    rng = random.Random(7)
+    vdaf = Poplar1(BITS)
+    verify_key = rng.randbytes(vdaf.VERIFY_KEY_SIZE)
+    reports = _reports(vdaf, 5, rng)
+    for level in (4, BITS - 1):
+        agg_param = (level, _prefixes(level, 50, rng))
+        batches = [
+            vdaf.verify_init_batch(
+                verify_key,
+                CTX,
+                agg_id,
+                agg_param,
+                [r[0] for r in reports],
+                [r[1] for r in reports],
+                [r[2][agg_id] for r in reports],
+            )
+            for agg_id in range(2)
+        ]
+        outcomes = []
+        for pair in zip(*batches, strict=True):
+            message = vdaf.verifier_shares_to_message(CTX, agg_param, [share for _, share in pair])
+            round_two = [vdaf.verify_next(CTX, state, message) for state, _ in pair]
+            try:
+                vdaf.verifier_shares_to_message(CTX, agg_param, [share for _, share in round_two])
+                outcomes.append(True)
+            except VdafError:
+                outcomes.append(False)
+        assert outcomes == [True] * 5 + [False]
+
+
+def test_the_batch_refuses_what_verify_init_refuses() -> None:
+    rng = random.Random(8)
+    vdaf = Poplar1(BITS)
+    verify_key = rng.randbytes(vdaf.VERIFY_KEY_SIZE)
+    (nonce, public_share, input_shares), *_ = _reports(vdaf, 1, rng)
+    agg_param = (3, _prefixes(3, 5, rng))
+    for nonces, public_shares, shares, key in [
+        ([nonce[:-1]], [public_share], [input_shares[0]], verify_key),
+        ([nonce], [public_share[:-1]], [input_shares[0]], verify_key),
+        ([nonce], [public_share], [(input_shares[0][0][:-1], *input_shares[0][1:])], verify_key),
+        ([nonce], [public_share], [input_shares[0]], verify_key[:-1]),
+        ([nonce, nonce], [public_share], [input_shares[0]], verify_key),
+    ]:
+        with pytest.raises(VdafError):
+            vdaf.verify_init_batch(key, CTX, 0, agg_param, nonces, public_shares, shares)
+    with pytest.raises(VdafError):
+        vdaf.verify_init_batch(
+            verify_key, CTX, 0, (3, _prefixes(2, 5, rng)), [nonce], [public_share], [input_shares[0]]
+        )
+
+
+def test_reports_split_into_chunks_give_the_same_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(9)
+    vdaf = Poplar1(BITS)
+    reports = _reports(vdaf, 7, rng)
+    prefixes = _prefixes(6, 20, rng)
+    args = ([r[1] for r in reports], [r[2][1][0] for r in reports], 6, prefixes, CTX, [r[0] for r in reports])
+    whole = eval_batch(vdaf.idpf, 1, *args)
+    monkeypatch.setattr(idpf_batch, "ROWS_PER_CHUNK", 2 * len(prefixes))
+    assert np.array_equal(eval_batch(vdaf.idpf, 1, *args), whole)
+
+
+class _HalfRejecting(Field):
+    """A prime just above 2**63 in 8 bytes: about half of the 64-bit draws are rejected."""
+
+    MODULUS = 2**63 + 29
+    ENCODED_SIZE = 8
+
+
+class _HalfRejectingIdpf(IdpfBBCGGI21):
+    field_inner = _HalfRejecting
+    field_leaf = _HalfRejecting
+
+
+@pytest.mark.parametrize("level", [2, 3], ids=["AES level", "TurboSHAKE level"])
+def test_the_batched_walk_reads_on_past_rejected_draws_as_the_per_report_walk_does(level: int) -> None:
+    rng = random.Random(level)
+    idpf = _HalfRejectingIdpf(4, 2)
+    p = _HalfRejecting.MODULUS
+    public_shares = [
+        [(rng.randbytes(16), (rng.random() < 0.5, rng.random() < 0.5), [rng.randrange(p), rng.randrange(p)])] * 4
+        for _ in range(5)
+    ]
+    keys, nonces = [rng.randbytes(16) for _ in range(5)], [rng.randbytes(16) for _ in range(5)]
+    prefixes = _prefixes(level, 16, rng)
+    for agg_id in range(2):
+        got = eval_batch(idpf, agg_id, public_shares, keys, level, prefixes, CTX, nonces)
+        expected = [
+            idpf.eval_array(agg_id, public_share, key, level, prefixes, CTX, nonce).tolist()
+            for public_share, key, nonce in zip(public_shares, keys, nonces, strict=True)
+        ]
+        assert got.tolist() == expected
