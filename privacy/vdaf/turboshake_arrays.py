@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 RATE = 168  # bytes: TurboSHAKE128's capacity is 256 bits
 ROUNDS = 12
-_CHUNK = 2048  # messages permuted together: the state's arrays then stay in the core's cache
+_CHUNK = 1024  # messages permuted together: the state's arrays then stay in the core's cache
 
 
 def _rc_bit(t: int) -> int:
@@ -47,25 +47,44 @@ def _rho_offsets() -> list[int]:
 # Keccak-p[1600, 12] runs the last twelve rounds of Keccak-f[1600]: ir from 12 to 23.
 _RC = [np.uint64(_round_constant(ir)) for ir in range(24 - ROUNDS, 24)]
 _ROT = np.array(_rho_offsets(), dtype=np.uint64)[:, None]
-_ROT_BACK = np.uint64(64) - _ROT  # a shift by 64 gives 0 in numpy, so lane 0's rotation by 0 holds
 # pi: the new lane x + 5y is the old lane (x + 3y) mod 5 + 5x.
 _PI = np.array([(x + 3 * y) % 5 + 5 * x for y in range(5) for x in range(5)], dtype=np.intp)
+_ROT_PI = _ROT[_PI]  # pi then rho: the rotation each gathered lane takes
+_BACK_PI = np.uint64(64) - _ROT_PI  # a shift by 64 gives 0 in numpy, so lane 0's rotation by 0 holds
+# chi reads lanes x + 1 and x + 2 of the same row; theta's column parities x - 1 and x + 1.
 _NEXT_X = np.array([(i // 5) * 5 + (i % 5 + 1) % 5 for i in range(25)], dtype=np.intp)
 _NEXT2_X = np.array([(i // 5) * 5 + (i % 5 + 2) % 5 for i in range(25)], dtype=np.intp)
+_PREV_COLUMN = np.array([4, 0, 1, 2, 3], dtype=np.intp)
+_NEXT_COLUMN = np.array([1, 2, 3, 4, 0], dtype=np.intp)
 _ONE, _63 = np.uint64(1), np.uint64(63)
 
 
 def permute(lanes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """Keccak-p[1600, 12] of each column of ``lanes`` (25 × n, lane x + 5y in row x + 5y)."""
+    """Keccak-p[1600, 12] of each column of ``lanes`` (25 × n, lane x + 5y in row x + 5y); ``lanes`` is overwritten.
+
+    In-place operations where numpy allows: the state is a few hundred kilobytes, and every pass
+    over it that allocates costs as much as the arithmetic.
+    """
     a = lanes
     for rc in _RC:
         rows = a.reshape(5, 5, -1)  # [y, x]
-        c = rows[0] ^ rows[1] ^ rows[2] ^ rows[3] ^ rows[4]
-        right = np.roll(c, -1, axis=0)
-        d = np.roll(c, 1, axis=0) ^ ((right << _ONE) | (right >> _63))
-        a = (rows ^ d).reshape(25, -1)
-        a = ((a << _ROT) | (a >> _ROT_BACK))[_PI]
-        a = a ^ (~a[_NEXT_X] & a[_NEXT2_X])
+        c = rows[0] ^ rows[1]
+        c ^= rows[2]
+        c ^= rows[3]
+        c ^= rows[4]
+        right = c[_NEXT_COLUMN]
+        d = c[_PREV_COLUMN]
+        d ^= right << _ONE
+        d ^= right >> _63
+        rows ^= d
+        gathered = a[_PI]
+        a = gathered << _ROT_PI
+        gathered >>= _BACK_PI
+        a |= gathered
+        chi = a[_NEXT_X]
+        np.invert(chi, out=chi)
+        chi &= a[_NEXT2_X]
+        a ^= chi
         a[0] ^= rc
     return a
 
