@@ -15,6 +15,7 @@ so the sibling nobody asked for costs nothing. Seeds are pairs of little-endian 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +23,7 @@ from cryptography.hazmat.primitives.ciphers import CipherContext
 
 from privacy.vdaf import field64_arrays
 from privacy.vdaf.errors import VdafError
-from privacy.vdaf.field import Field64, next_power_of_2
+from privacy.vdaf.field import Field, Field64, next_power_of_2
 from privacy.vdaf.idpf import Bits, IdpfBBCGGI21, PublicShare, Values, _Hashing, _WalkPlan
 from privacy.vdaf.turboshake_arrays import turboshake128
 
@@ -190,17 +191,8 @@ def _convert(idpf: IdpfBBCGGI21, hashings, depth: int, seeds: Halves, *, values:
         return next_seeds, np.zeros((0,), dtype=object)
     raw = np.ascontiguousarray(stream[:, :, 2:]).view(np.uint8)[:, :, :value_bytes]
     size, p = field.ENCODED_SIZE, field.MODULUS
-    if size == 8:
-        out = raw.view("<u8").astype(np.uint64)  # Field64's mask keeps all 64 bits
-        rejected = np.argwhere((out >= np.uint64(p)).any(axis=2))
-    else:
-        mask = next_power_of_2(p) - 1
-        flat = raw.reshape(-1, size).tobytes()
-        ints = [int.from_bytes(flat[i : i + size], "little") & mask for i in range(0, len(flat), size)]
-        out = np.empty(len(ints), dtype=object)
-        out[:] = ints
-        out = out.reshape(reports, nodes, idpf.VALUE_LEN)
-        rejected = np.argwhere(np.array([x >= p for x in ints], dtype=bool).reshape(reports, nodes, -1).any(axis=2))
+    out, rejected_draws = decode_draws(raw.reshape(reports, nodes, idpf.VALUE_LEN, size), field)
+    rejected = np.argwhere(rejected_draws.any(axis=2))
     for r, i in rejected.tolist():
         # A rejected draw: that node's stream read on, as the spec's element-by-element reading does.
         xof = idpf._xof(depth, seeds[r, i].tobytes(), hashings[r].convert_dst, hashings[r].nonce)
@@ -209,6 +201,25 @@ def _convert(idpf: IdpfBBCGGI21, hashings, depth: int, seeds: Halves, *, values:
     if out.dtype == np.uint64 and p != Field64.MODULUS:
         out = out.astype(object)  # uint64 arithmetic is Field64's only (privacy.vdaf.field64_arrays)
     return next_seeds, out
+
+
+def decode_draws(raw: npt.NDArray[np.uint8], field: type[Field]) -> tuple[Values, npt.NDArray[np.bool_]]:
+    """Draws of ``field`` from XOF output (last axis: one element's ENCODED_SIZE bytes): the masked integers
+    and which of them rejection sampling refuses (>= MODULUS; the caller reads on as the spec does).
+
+    uint64 for 8-byte fields; otherwise Python integers (dtype object), converted in one C-level pass:
+    each element's bytes as one numpy item, then int.from_bytes mapped over them.
+    """
+    size, p = field.ENCODED_SIZE, field.MODULUS
+    mask = np.frombuffer((next_power_of_2(p) - 1).to_bytes(size, "little"), dtype=np.uint8)
+    masked = np.ascontiguousarray(raw & mask)
+    if size == 8:
+        out = masked.view("<u8")[..., 0].astype(np.uint64)
+        return out, out >= np.uint64(p)
+    items = masked.view(f"V{size}")[..., 0]
+    out = np.empty(items.shape, dtype=object)
+    out.reshape(-1)[:] = list(map(int.from_bytes, items.reshape(-1).tolist(), repeat("little")))
+    return out, np.asarray(out >= p, dtype=bool)
 
 
 def _corrected_values(idpf, agg_id, public_shares, level, values, ctrl, order) -> Values:  # noqa: ANN001

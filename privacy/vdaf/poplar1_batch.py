@@ -14,11 +14,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from privacy.vdaf import field64_arrays
 from privacy.vdaf.errors import VdafError, verify_init_checked
+from privacy.vdaf.field import Field
 from privacy.vdaf.idpf import PublicShare
-from privacy.vdaf.idpf_batch import eval_batch
+from privacy.vdaf.idpf_batch import decode_draws, eval_batch
+from privacy.vdaf.xof import XofTurboShake128
 
 if TYPE_CHECKING:
     from privacy.vdaf.poplar1 import AggParam, InputShare, Poplar1, VerifierShare, VerifyState
@@ -80,9 +83,7 @@ def verify_init_batch(
             axis=1,
         ).tolist()
     else:
-        r = np.empty((len(nonces), len(prefixes)), dtype=object)
-        for i, xof in enumerate(rand_xofs):
-            r[i] = xof.next_vec(field, len(prefixes))
+        r = _next_arrays(rand_xofs, field, len(prefixes))
         abc = np.empty((len(nonces), 3), dtype=object)
         if offsets:
             abc[:] = offsets
@@ -97,3 +98,15 @@ def verify_init_batch(
         ((STEP_EVALUATE, level, [big_a, big_b, agg_id, *out_share]), sketch)
         for (big_a, big_b), out_share, sketch in zip(corrections, data.tolist(), sketches, strict=True)
     ]
+
+
+def _next_arrays(xofs: Sequence[XofTurboShake128], field: type[Field], length: int) -> npt.NDArray[np.object_]:
+    """``xof.next_vec(field, length)`` of each XOF, one row each: every stream read in one piece and
+    decoded for all of them at once; a row with a rejected draw reads on from where its piece ended."""
+    size = field.ENCODED_SIZE
+    raw = np.frombuffer(b"".join(xof.next(size * length) for xof in xofs), dtype=np.uint8)
+    draws, rejected = decode_draws(raw.reshape(len(xofs), length, size), field)
+    for i in np.flatnonzero(rejected.any(axis=1)).tolist():
+        kept = draws[i][~rejected[i]].tolist()
+        draws[i] = kept + xofs[i].next_vec(field, length - len(kept))
+    return draws

@@ -15,7 +15,9 @@ from privacy.vdaf.field import Field, Field64
 from privacy.vdaf.idpf import IdpfBBCGGI21
 from privacy.vdaf.idpf_batch import eval_batch
 from privacy.vdaf.poplar1 import Poplar1
+from privacy.vdaf.poplar1_batch import _next_arrays
 from privacy.vdaf.turboshake_arrays import turboshake128
+from privacy.vdaf.xof import XofTurboShake128
 
 CTX = b"pfs studio tests"
 BITS = 12
@@ -149,18 +151,28 @@ class _HalfRejecting(Field):
     ENCODED_SIZE = 8
 
 
+class _HalfRejecting32(Field):
+    """A modulus just above 2**255 in 32 bytes (nothing masked): about half of the draws are rejected, as
+    Field255's almost never are."""
+
+    MODULUS = 2**255 + 95
+    ENCODED_SIZE = 32
+
+
 class _HalfRejectingIdpf(IdpfBBCGGI21):
     field_inner = _HalfRejecting
-    field_leaf = _HalfRejecting
+    field_leaf = _HalfRejecting32
 
 
 @pytest.mark.parametrize("level", [2, 3], ids=["AES level", "TurboSHAKE level"])
 def test_the_batched_walk_reads_on_past_rejected_draws_as_the_per_report_walk_does(level: int) -> None:
     rng = random.Random(level)
     idpf = _HalfRejectingIdpf(4, 2)
-    p = _HalfRejecting.MODULUS
     public_shares = [
-        [(rng.randbytes(16), (rng.random() < 0.5, rng.random() < 0.5), [rng.randrange(p), rng.randrange(p)])] * 4
+        [
+            (rng.randbytes(16), (rng.random() < 0.5, rng.random() < 0.5), [rng.randrange(p), rng.randrange(p)])
+            for p in [_HalfRejecting.MODULUS] * 3 + [_HalfRejecting32.MODULUS]
+        ]
         for _ in range(5)
     ]
     keys, nonces = [rng.randbytes(16) for _ in range(5)], [rng.randbytes(16) for _ in range(5)]
@@ -172,3 +184,14 @@ def test_the_batched_walk_reads_on_past_rejected_draws_as_the_per_report_walk_do
             for public_share, key, nonce in zip(public_shares, keys, nonces, strict=True)
         ]
         assert got.tolist() == expected
+
+
+@pytest.mark.parametrize("field", [_HalfRejecting, _HalfRejecting32])
+def test_reading_many_streams_at_once_reads_on_past_rejected_draws(field: type[Field]) -> None:
+    seeds = [bytes([i]) * 32 for i in range(6)]
+
+    def xofs() -> list[XofTurboShake128]:
+        return [XofTurboShake128(seed, b"dst", b"binder") for seed in seeds]
+
+    got = _next_arrays(xofs(), field, 20)
+    assert got.tolist() == [xof.next_vec(field, 20) for xof in xofs()]
