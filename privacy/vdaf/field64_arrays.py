@@ -90,3 +90,35 @@ def row_totals(a: Elements) -> Elements:
     low = (a & _LOW).sum(axis=-1, dtype=np.uint64) % _P
     high = (a >> _SHIFT).sum(axis=-1, dtype=np.uint64) % _P
     return add(low, mul(high, np.uint64(2**32)))
+
+
+# Products of 16-bit limbs are below 2**32, and 2**21 of them sum below 2**53: exact in float64.
+_MAX_DOT_LENGTH = 2**21
+_LIMB_WEIGHTS = [np.uint64(pow(2, 16 * shift, P)) for shift in range(7)]
+
+
+def row_dots(lefts: list[Elements], rights: list[Elements]) -> Elements:
+    """sum(x * y, axis=-1) mod p for every x in ``lefts`` and y in ``rights`` (each rows × n): rows × len(lefts) × len(rights).
+
+    Poplar1's sketch is three such sums per report over tens of thousands of prefixes. A modular
+    product per element costs a score of numpy passes; here each element is split into its four
+    16-bit limbs (a view, no arithmetic), the limb products are summed exactly by one float64 matrix
+    product per row (BLAS), and only the few sums are reduced mod p.
+    """
+    rows, n = lefts[0].shape
+    if n >= _MAX_DOT_LENGTH:
+        raise ValueError("too many columns to sum exactly")
+
+    def limbs(elements: list[Elements]) -> npt.NDArray[np.float64]:
+        """rows × n × 4·len(elements): the 16-bit limbs of each, lowest first."""
+        stacked = np.stack([np.asarray(x, dtype="<u8") for x in elements], axis=2)
+        return stacked.view("<u2").reshape(rows, n, 4 * len(elements)).astype(np.float64)
+
+    sums = np.matmul(limbs(lefts).transpose(0, 2, 1), limbs(rights))  # rows × 4k × 4m, integers < 2**53
+    sums = sums.astype(np.uint64).reshape(rows, len(lefts), 4, len(rights), 4)
+    out = np.zeros((rows, len(lefts), len(rights)), dtype=np.uint64)
+    for shift, weight in enumerate(_LIMB_WEIGHTS):
+        # The limb products of weight 2**(16 * shift): at most four sums below 2**53, so no overflow.
+        same = sum(sums[:, :, a, :, shift - a] for a in range(max(0, shift - 3), min(shift, 3) + 1))
+        out = add(out, mul(same % _P, weight))
+    return out

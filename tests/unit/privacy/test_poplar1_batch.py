@@ -40,6 +40,26 @@ def test_row_totals_are_the_sums_mod_p() -> None:
     assert field64_arrays.row_totals(a).tolist() == [sum(row) % Field64.MODULUS for row in a.tolist()]
 
 
+def test_row_dots_are_the_dot_products_mod_p_even_at_the_largest_elements() -> None:
+    rng = np.random.default_rng(2)
+    p = Field64.MODULUS
+    a = rng.integers(0, p, size=(3, 500), dtype=np.uint64)
+    b = rng.integers(0, p, size=(3, 500), dtype=np.uint64)
+    top = np.full((3, 500), p - 1, dtype=np.uint64)
+    out = field64_arrays.row_dots([a, top], [b, top, a])
+    for r in range(3):
+        for i, x in enumerate([a, top]):
+            for j, y in enumerate([b, top, a]):
+                assert int(out[r, i, j]) == sum(u * v for u, v in zip(x[r].tolist(), y[r].tolist(), strict=True)) % p
+
+
+def test_an_empty_batch_gives_no_results() -> None:
+    vdaf = Poplar1(BITS)
+    for level in (3, BITS - 1):
+        prefixes = _prefixes(level, 4, random.Random(level))
+        assert vdaf.verify_init_batch(bytes(32), CTX, 0, (level, prefixes), [], [], []) == []
+
+
 def _reports(vdaf: Poplar1, count: int, rng: random.Random) -> list:
     reports = []
     for _ in range(count):
