@@ -149,16 +149,20 @@ def _aes(hashings: Sequence[_Hashing], which: str, sigma: Halves) -> Halves:
     return hashed
 
 
-def _sigma(seeds: Halves, blocks: int) -> Halves:
-    """sigma(seed xor le128(i)) for i < blocks, of every seed: (hi, hi xor lo xor i), one block per row."""
-    if blocks == 1:
+def _sigma(seeds: Halves, blocks: int, first: int = 0) -> Halves:
+    """sigma(seed xor le128(i)) for first <= i < blocks, of every seed: (hi, hi xor lo xor i), one block per row."""
+    if blocks - first == 1:
         sigma = np.empty_like(seeds)
         sigma[..., 0] = seeds[..., 1]
         np.bitwise_xor(seeds[..., 0], seeds[..., 1], out=sigma[..., 1])
+        if first:
+            sigma[..., 1] ^= np.uint64(first)
         return sigma
-    sigma = np.empty((*seeds.shape[:-1], blocks, 2), dtype=np.uint64)
-    sigma[..., 0] = seeds[..., 1, None]
-    sigma[..., 1] = (seeds[..., 1] ^ seeds[..., 0])[..., None] ^ np.arange(blocks, dtype=np.uint64)
+    sigma = np.empty((*seeds.shape[:-1], blocks - first, 2), dtype=np.uint64)
+    mixed = seeds[..., 1] ^ seeds[..., 0]
+    for i in range(first, blocks):  # a few blocks: a pass over all the nodes each (numpy is slow on short last axes)
+        sigma[..., i - first, 0] = seeds[..., 1]
+        np.bitwise_xor(mixed, np.uint64(i), out=sigma[..., i - first, 1])
     return sigma
 
 
@@ -177,30 +181,36 @@ def _turboshake(hashings: Sequence[_Hashing], which: str, seeds: Halves, blocks:
 
 
 def _convert(idpf: IdpfBBCGGI21, hashings, depth: int, seeds: Halves, *, values: bool) -> tuple[Halves, Values]:  # noqa: ANN001
-    """Each node's next seed and, at the evaluated level, its VALUE_LEN elements (rejection sampled)."""
+    """Each node's next seed or, at the evaluated level, its VALUE_LEN elements (rejection sampled).
+
+    At the evaluated level the walk stops: the next seed (the stream's first block) is not needed,
+    and under AES it is not hashed.
+    """
     field = idpf.current_field(depth)
     value_bytes = field.ENCODED_SIZE * idpf.VALUE_LEN if values else 0
     blocks = 1 + -(-value_bytes // 16)
     reports, nodes = seeds.shape[:2]
     if depth < idpf.BITS - 1:
-        stream = _aes(hashings, "convert_cipher", _sigma(seeds, blocks)).reshape(reports, nodes, 2 * blocks)
+        first = int(values)
+        stream = _aes(hashings, "convert_cipher", _sigma(seeds, blocks, first))
+        stream = stream.reshape(reports, nodes, 2 * (blocks - first))
     else:
+        first = 0
         stream = _turboshake(hashings, "convert_dst", seeds, blocks)
-    next_seeds = np.ascontiguousarray(stream[:, :, :2])
     if not values:
-        return next_seeds, np.zeros((0,), dtype=object)
-    raw = np.ascontiguousarray(stream[:, :, 2:]).view(np.uint8)[:, :, :value_bytes]
+        return stream, np.zeros((0,), dtype=object)
+    raw = np.ascontiguousarray(stream[:, :, 2 * (1 - first) :]).view(np.uint8)[:, :, :value_bytes]
     size, p = field.ENCODED_SIZE, field.MODULUS
     out, rejected_draws = decode_draws(raw.reshape(reports, nodes, idpf.VALUE_LEN, size), field)
-    rejected = np.argwhere(rejected_draws.any(axis=2))
-    for r, i in rejected.tolist():
-        # A rejected draw: that node's stream read on, as the spec's element-by-element reading does.
-        xof = idpf._xof(depth, seeds[r, i].tobytes(), hashings[r].convert_dst, hashings[r].nonce)
-        xof.next(16)
-        out[r, i] = xof.next_vec(field, idpf.VALUE_LEN)
+    if rejected_draws.any():
+        for r, i in np.argwhere(rejected_draws.any(axis=2)).tolist():
+            # A rejected draw: that node's stream read on, as the spec's element-by-element reading does.
+            xof = idpf._xof(depth, seeds[r, i].tobytes(), hashings[r].convert_dst, hashings[r].nonce)
+            xof.next(16)
+            out[r, i] = xof.next_vec(field, idpf.VALUE_LEN)
     if out.dtype == np.uint64 and p != Field64.MODULUS:
         out = out.astype(object)  # uint64 arithmetic is Field64's only (privacy.vdaf.field64_arrays)
-    return next_seeds, out
+    return np.zeros((reports, 0, 2), dtype=np.uint64), out
 
 
 def decode_draws(raw: npt.NDArray[np.uint8], field: type[Field]) -> tuple[Values, npt.NDArray[np.bool_]]:
@@ -211,10 +221,15 @@ def decode_draws(raw: npt.NDArray[np.uint8], field: type[Field]) -> tuple[Values
     each element's bytes as one numpy item, then int.from_bytes mapped over them.
     """
     size, p = field.ENCODED_SIZE, field.MODULUS
-    mask = np.frombuffer((next_power_of_2(p) - 1).to_bytes(size, "little"), dtype=np.uint8)
-    masked = np.ascontiguousarray(raw & mask)
+    mask = (next_power_of_2(p) - 1).to_bytes(size, "little")
+    masked = np.ascontiguousarray(raw)
+    partial = [j for j, byte in enumerate(mask) if byte != 0xFF]  # the mask is 2**k - 1: its top byte at most
+    if partial:
+        masked = masked.copy()
+        for j in partial:
+            masked[..., j] &= mask[j]
     if size == 8:
-        out = masked.view("<u8")[..., 0].astype(np.uint64)
+        out = masked.view("<u8")[..., 0].astype(np.uint64, copy=not masked.flags.writeable)  # callers patch it
         return out, out >= np.uint64(p)
     items = masked.view(f"V{size}")[..., 0]
     out = np.empty(items.shape, dtype=object)
@@ -225,19 +240,26 @@ def decode_draws(raw: npt.NDArray[np.uint8], field: type[Field]) -> tuple[Values
 def _corrected_values(idpf, agg_id, public_shares, level, values, ctrl, order) -> Values:  # noqa: ANN001
     """The value correction where the control bit is set, aggregator 1's negated, back in the prefixes' order."""
     field = idpf.current_field(level)
-    row_ctrl = ctrl[:, :, None]
     if values.dtype == np.uint64:
-        w_cw = np.array([public_share[level][2] for public_share in public_shares], dtype=np.uint64)[:, None, :]
-        shares = np.where(row_ctrl, field64_arrays.add(values, w_cw), values)
-        if agg_id == 1:
-            shares = field64_arrays.neg(shares)
-    else:
-        p = field.MODULUS
-        w_cw = np.empty((len(public_shares), 1, idpf.VALUE_LEN), dtype=object)
-        w_cw[:, 0, :] = [list(public_share[level][2]) for public_share in public_shares]
-        shares = np.where(row_ctrl, (values + w_cw) % p, values)
-        if agg_id == 1:
-            shares = -shares % p
+        w_cw = np.array([public_share[level][2] for public_share in public_shares], dtype=np.uint64)
+        shares = np.empty_like(values)
+        for k in range(idpf.VALUE_LEN):  # column by column: numpy is slow on a last axis of 2
+            column = values[:, :, k]
+            fixed = np.where(ctrl, field64_arrays.add(column, w_cw[:, k, None]), column)
+            shares[:, :, k] = field64_arrays.neg(fixed) if agg_id == 1 else fixed
+        # Each prefix's row moved as one item back to the prefixes' order.
+        rows = shares.view(f"V{8 * idpf.VALUE_LEN}")[..., 0]
+        out = np.empty_like(rows)
+        out[:, order] = rows
+        return out.view(np.uint64).reshape(shares.shape)
+    p = field.MODULUS
+    w_cw = np.empty((len(public_shares), idpf.VALUE_LEN), dtype=object)
+    w_cw[:] = [list(public_share[level][2]) for public_share in public_shares]
+    shares = values.copy()
+    reports, nodes = np.nonzero(ctrl)  # only the nodes whose control bit is set are corrected
+    shares[reports, nodes] = (values[reports, nodes] + w_cw[reports]) % p
+    if agg_id == 1:
+        shares = -shares % p
     out = np.empty_like(shares)
     out[:, order] = shares
     return out
