@@ -105,6 +105,7 @@ def row_totals(a: Elements) -> Elements:
 
 # Products of 16-bit limbs are below 2**32, and 2**21 of them sum below 2**53: exact in float64.
 _MAX_DOT_LENGTH = 2**21
+_DOT_CHUNK = 4096
 _LIMB_WEIGHTS = [np.uint64(pow(2, 16 * shift, P)) for shift in range(7)]
 
 
@@ -123,10 +124,13 @@ def row_dots(lefts: list[Elements], rights: list[Elements]) -> Elements:
     def limbs(elements: list[Elements]) -> npt.NDArray[np.float64]:
         """rows × n × 4·len(elements): the 16-bit limbs of each, lowest first."""
         stacked = np.stack([np.asarray(x, dtype="<u8") for x in elements], axis=2)
-        return stacked.view("<u2").reshape(rows, n, 4 * len(elements)).astype(np.float64)
+        return stacked.view("<u2").reshape(rows, stacked.shape[1], 4 * len(elements)).astype(np.float64)
 
-    sums = np.matmul(limbs(lefts).transpose(0, 2, 1), limbs(rights))  # rows × 4k × 4m, integers < 2**53
-    sums = sums.astype(np.uint64).reshape(rows, len(lefts), 4, len(rights), 4)
+    sums = np.zeros((rows, 4 * len(lefts), 4 * len(rights)))
+    for start in range(0, n, _DOT_CHUNK):  # a slice of the columns at a time, to stay in the core's cache
+        part = slice(start, start + _DOT_CHUNK)
+        sums += np.matmul(limbs([x[:, part] for x in lefts]).transpose(0, 2, 1), limbs([y[:, part] for y in rights]))
+    sums = sums.astype(np.uint64).reshape(rows, len(lefts), 4, len(rights), 4)  # integers below 2**53: exact
     out = np.zeros((rows, len(lefts), len(rights)), dtype=np.uint64)
     for shift, weight in enumerate(_LIMB_WEIGHTS):
         # The limb products of weight 2**(16 * shift): at most four sums below 2**53, so no overflow.
