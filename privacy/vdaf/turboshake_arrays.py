@@ -51,9 +51,7 @@ _ROT = np.array(_rho_offsets(), dtype=np.uint64)[:, None]
 _PI = np.array([(x + 3 * y) % 5 + 5 * x for y in range(5) for x in range(5)], dtype=np.intp)
 _ROT_PI = _ROT[_PI]  # pi then rho: the rotation each gathered lane takes
 _BACK_PI = np.uint64(64) - _ROT_PI  # a shift by 64 gives 0 in numpy, so lane 0's rotation by 0 holds
-# chi reads lanes x + 1 and x + 2 of the same row; theta's column parities x - 1 and x + 1.
-_NEXT_X = np.array([(i // 5) * 5 + (i % 5 + 1) % 5 for i in range(25)], dtype=np.intp)
-_NEXT2_X = np.array([(i // 5) * 5 + (i % 5 + 2) % 5 for i in range(25)], dtype=np.intp)
+# theta reads the column parities x - 1 and x + 1.
 _PREV_COLUMN = np.array([4, 0, 1, 2, 3], dtype=np.intp)
 _NEXT_COLUMN = np.array([1, 2, 3, 4, 0], dtype=np.intp)
 _ONE, _63 = np.uint64(1), np.uint64(63)
@@ -63,9 +61,10 @@ def permute(lanes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """Keccak-p[1600, 12] of each column of ``lanes`` (25 × n, lane x + 5y in row x + 5y); ``lanes`` is overwritten.
 
     In-place operations where numpy allows: the state is a few hundred kilobytes, and every pass
-    over it that allocates costs as much as the arithmetic.
+    over it that allocates costs as much as the arithmetic. chi goes column by column (x), on slices
+    rather than gathered copies of the state.
     """
-    a = lanes
+    a, out = lanes, np.empty_like(lanes)
     for rc in _RC:
         rows = a.reshape(5, 5, -1)  # [y, x]
         c = rows[0] ^ rows[1]
@@ -78,14 +77,16 @@ def permute(lanes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         d ^= right >> _63
         rows ^= d
         gathered = a[_PI]
-        a = gathered << _ROT_PI
+        b = gathered << _ROT_PI
         gathered >>= _BACK_PI
-        a |= gathered
-        chi = a[_NEXT_X]
-        np.invert(chi, out=chi)
-        chi &= a[_NEXT2_X]
-        a ^= chi
-        a[0] ^= rc
+        b |= gathered
+        b_rows, out_rows = b.reshape(5, 5, -1), out.reshape(5, 5, -1)
+        for x in range(5):
+            chi = ~b_rows[:, (x + 1) % 5]
+            chi &= b_rows[:, (x + 2) % 5]
+            np.bitwise_xor(b_rows[:, x], chi, out=out_rows[:, x])
+        out[0] ^= rc
+        a, out = out, a
     return a
 
 
