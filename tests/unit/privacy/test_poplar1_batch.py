@@ -215,3 +215,54 @@ def test_reading_many_streams_at_once_reads_on_past_rejected_draws(field: type[F
 
     got = _next_arrays(xofs(), field, 20)
     assert got.tolist() == [xof.next_vec(field, 20) for xof in xofs()]
+
+
+def test_the_batch_treats_the_attacks_as_verify_init_does_and_their_sketches_fail() -> None:
+    """A double vote (two non-zero paths), a count of two, a report under another nonce, beside an honest report."""
+    from tests.unit.test_poplar1_vectors import CTX as VECTORS_CTX
+    from tests.unit.test_poplar1_vectors import NONCE, VERIFY_KEY, _authenticators, _double_vote_keys
+
+    rng = random.Random(11)
+    vdaf = Poplar1(4)
+    rand = rng.randbytes(vdaf.RAND_SIZE)
+    honest_public_share, input_shares = vdaf.shard(VECTORS_CTX, (False, True, True, False), NONCE, rand)
+    double_public_share, keys = _double_vote_keys(vdaf, _authenticators(vdaf, rand)[1], rng)
+    double_shares = [(keys[j], *input_shares[j][1:]) for j in range(2)]
+    beta_inner = [[1, k] for k in _authenticators(vdaf, rand)]
+    beta_inner[1] = [2, 2 * beta_inner[1][1] % Field64.MODULUS]
+    twice_public_share, _ = vdaf.idpf.gen(
+        (False, True, True, False), beta_inner, [1, 0], VECTORS_CTX, NONCE, rand[: vdaf.idpf.RAND_SIZE]
+    )
+    reports = [
+        (NONCE, honest_public_share, input_shares),
+        (NONCE, double_public_share, double_shares),
+        (NONCE, twice_public_share, input_shares),
+        (bytes(16), honest_public_share, input_shares),
+    ]
+    agg_param = (1, ((False, False), (False, True)))
+    batches = []
+    for agg_id in range(2):
+        batch = vdaf.verify_init_batch(
+            VERIFY_KEY,
+            VECTORS_CTX,
+            agg_id,
+            agg_param,
+            [nonce for nonce, _, _ in reports],
+            [public_share for _, public_share, _ in reports],
+            [shares[agg_id] for _, _, shares in reports],
+        )
+        assert batch == [
+            vdaf.verify_init(VERIFY_KEY, VECTORS_CTX, agg_id, agg_param, nonce, public_share, shares[agg_id])
+            for nonce, public_share, shares in reports
+        ]
+        batches.append(batch)
+    passed = []
+    for pair in zip(*batches, strict=True):
+        message = vdaf.verifier_shares_to_message(VECTORS_CTX, agg_param, [share for _, share in pair])
+        round_two = [vdaf.verify_next(VECTORS_CTX, state, message) for state, _ in pair]
+        try:
+            vdaf.verifier_shares_to_message(VECTORS_CTX, agg_param, [share for _, share in round_two])
+            passed.append(True)
+        except VdafError:
+            passed.append(False)
+    assert passed == [True, False, False, False]
