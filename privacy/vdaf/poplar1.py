@@ -271,18 +271,17 @@ class Poplar1:
         return vec_add(self.idpf.current_field(agg_param[0]), agg_share, out_share)
 
     def merge(self, agg_param: AggParam, agg_shares: Sequence[Sequence[int]]) -> Vec:
-        if self._field(agg_param) is Field64:
-            # All the shares at once: one numpy sum per prefix instead of a Python addition per share.
-            if not agg_shares:
-                return self.agg_init(agg_param)
-            shares = np.array(agg_shares, dtype=np.uint64)
-            if shares.shape != (len(agg_shares), len(agg_param[1])):
-                raise ValueError("mismatched vector sizes")
+        # All the shares at once: one numpy sum per prefix instead of a Python addition per share
+        # (uint64 in Field64; Python integers in Field255, summed exactly and reduced once).
+        if not agg_shares:
+            return self.agg_init(agg_param)
+        field64 = self._field(agg_param) is Field64
+        shares = np.array(agg_shares, dtype=np.uint64 if field64 else object)
+        if shares.shape != (len(agg_shares), len(agg_param[1])):
+            raise ValueError("mismatched vector sizes")
+        if field64:
             return field64_arrays.column_totals(shares).tolist()
-        agg = self.agg_init(agg_param)
-        for agg_share in agg_shares:
-            agg = self.agg_update(agg_param, agg, agg_share)
-        return agg
+        return (shares.sum(axis=0) % self._field(agg_param).MODULUS).tolist()
 
     def aggregate(self, agg_param: AggParam, out_shares: Sequence[Sequence[int]]) -> Vec:
         """One aggregator's aggregate share: agg_update over its output shares."""

@@ -266,3 +266,18 @@ def test_the_batch_treats_the_attacks_as_verify_init_does_and_their_sketches_fai
         except VdafError:
             passed.append(False)
     assert passed == [True, False, False, False]
+
+
+def test_merging_leaf_shares_at_once_equals_adding_them_one_by_one() -> None:
+    rng = random.Random(12)
+    vdaf = Poplar1(BITS)
+    agg_param = (BITS - 1, _prefixes(BITS - 1, 9, rng))
+    p = vdaf.idpf.field_leaf.MODULUS
+    shares = [[rng.randrange(p) for _ in agg_param[1]] for _ in range(7)]
+    expected = vdaf.agg_init(agg_param)
+    for share in shares:
+        expected = vdaf.agg_update(agg_param, expected, share)
+    assert vdaf.merge(agg_param, shares) == expected
+    assert vdaf.merge(agg_param, []) == vdaf.agg_init(agg_param)
+    with pytest.raises(ValueError, match="mismatched vector sizes"):
+        vdaf.merge(agg_param, [*shares, shares[0][:-1]])
