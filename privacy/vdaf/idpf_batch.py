@@ -102,14 +102,16 @@ def _walk(idpf, agg_id, public_shares, keys, level, plan, ctx, nonces) -> Values
     return _corrected_values(idpf, agg_id, public_shares, level, values, ctrl, plan[0])
 
 
-# The per-depth plan of the last prefixes walked: every chunk and both aggregators walk the same.
-_last_depth_plan: list = [None, None]
+# The per-depth plan of the last prefixes walked, with the plan it is for (one tuple, replaced whole, so
+# that a thread never reads one plan's steps for another): every chunk and both aggregators walk the same.
+_last_depth_plan: list[tuple[_WalkPlan, list] | None] = [None]
 
 
 def _depth_plan(level: int, plan: _WalkPlan) -> list[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], Halves]]:
     """For each depth, each node's parent (its row at the depth before) and the bit it takes there."""
-    if _last_depth_plan[0] is plan:
-        return _last_depth_plan[1]
+    last = _last_depth_plan[0]
+    if last is not None and last[0] is plan:
+        return last[1]
     _, paths, first_difference = plan
     steps = []
     starts = np.zeros(1, dtype=np.intp)  # the first sorted prefix under each node of the depth before
@@ -119,7 +121,7 @@ def _depth_plan(level: int, plan: _WalkPlan) -> list[tuple[npt.NDArray[np.intp],
         bits = paths[new_starts, depth].astype(np.intp)
         steps.append((parents, bits, bits.astype(np.uint64)))
         starts = new_starts
-    _last_depth_plan[:] = [plan, steps]
+    _last_depth_plan[0] = (plan, steps)
     return steps
 
 
