@@ -40,29 +40,40 @@ def neg(a: Elements) -> Elements:
 
 
 def mul(a: Elements, b: Elements) -> Elements:
-    """(a * b) mod p, element-wise (broadcast), for canonical a and b."""
+    """(a * b) mod p, element-wise (broadcast), for canonical a and b.
+
+    In place on its own temporaries: at tens of thousands of elements per call (Poplar1's sketch),
+    each allocation and pass costs as much as the arithmetic.
+    """
     a0, a1 = a & _LOW, a >> _SHIFT
     b0, b1 = b & _LOW, b >> _SHIFT
-    low = a0 * b0
-    cross = a0 * b1
-    middle = cross + a1 * b0
-    middle_carry = (middle < cross).astype(np.uint64)  # worth 2**96
-    lo = low + (middle << _SHIFT)
-    lo_carry = (lo < low).astype(np.uint64)
-    hi = a1 * b1 + (middle >> _SHIFT) + (middle_carry << _SHIFT) + lo_carry
+    lo = a0 * b0
+    middle = a0 * b1
+    cross = a1 * b0
+    middle += cross
+    middle_carry = middle < cross  # worth 2**96
+    hi = a1 * b1
+    hi += middle >> _SHIFT
+    hi += middle_carry.astype(np.uint64) << _SHIFT
+    middle <<= _SHIFT
+    lo += middle
+    hi += lo < middle  # the carry out of the low word
     return _reduce128(hi, lo)
 
 
 def _reduce128(hi: Elements, lo: Elements) -> Elements:
-    """hi * 2**64 + lo mod p = lo - h1 + h0 * (2**32 - 1), hi = h1 * 2**32 + h0."""
-    h1, h0 = hi >> _SHIFT, hi & _LOW
-    t0 = lo - h1
-    # A borrow wrapped t0 by 2**64; adding p instead means subtracting 2**64 - p = 2**32 - 1.
-    t0 = np.where(lo < h1, t0 - _EPSILON, t0)
-    t1 = h0 * _EPSILON  # below 2**64
-    s = t0 + t1
-    s = np.where(s < t1, s + _EPSILON, s)
-    return np.where(s >= _P, s - _P, s)
+    """hi * 2**64 + lo mod p = lo - h1 + h0 * (2**32 - 1), hi = h1 * 2**32 + h0; overwrites hi and lo."""
+    h1 = hi >> _SHIFT
+    hi &= _LOW
+    # A borrow wraps lo - h1 by 2**64; adding p instead means subtracting 2**64 - p = 2**32 - 1.
+    borrow = lo < h1
+    lo -= h1
+    lo -= borrow * _EPSILON
+    hi *= _EPSILON  # h0 * (2**32 - 1) < 2**64
+    lo += hi
+    lo += (lo < hi) * _EPSILON  # a carry out of 64 bits stands for 2**32 - 1
+    lo -= (lo >= _P) * _P
+    return lo
 
 
 def total(a: Elements) -> int:
@@ -81,3 +92,48 @@ def column_totals(a: Elements) -> Elements:
     low = (a & _LOW).sum(axis=0, dtype=np.uint64) % _P
     high = (a >> _SHIFT).sum(axis=0, dtype=np.uint64) % _P
     return add(low, mul(high, np.uint64(2**32)))
+
+
+def row_totals(a: Elements) -> Elements:
+    """sum(a, axis=-1) mod p: one sum per row (per report in Poplar1's batched sketch), exact as column_totals."""
+    if a.shape[-1] >= 2**32:
+        raise ValueError("too many columns to sum exactly")
+    low = (a & _LOW).sum(axis=-1, dtype=np.uint64) % _P
+    high = (a >> _SHIFT).sum(axis=-1, dtype=np.uint64) % _P
+    return add(low, mul(high, np.uint64(2**32)))
+
+
+# Products of 16-bit limbs are below 2**32, and 2**21 of them sum below 2**53: exact in float64.
+_MAX_DOT_LENGTH = 2**21
+_DOT_CHUNK = 4096
+_LIMB_WEIGHTS = [np.uint64(pow(2, 16 * shift, P)) for shift in range(7)]
+
+
+def row_dots(lefts: list[Elements], rights: list[Elements]) -> Elements:
+    """sum(x * y, axis=-1) mod p for every x in ``lefts`` and y in ``rights`` (each rows × n): rows × len(lefts) × len(rights).
+
+    Poplar1's sketch is three such sums per report over tens of thousands of prefixes. A modular
+    product per element costs a score of numpy passes; here each element is split into its four
+    16-bit limbs (a view, no arithmetic), the limb products are summed exactly by one float64 matrix
+    product per row (BLAS), and only the few sums are reduced mod p.
+    """
+    rows, n = lefts[0].shape
+    if n >= _MAX_DOT_LENGTH:
+        raise ValueError("too many columns to sum exactly")
+
+    def limbs(elements: list[Elements]) -> npt.NDArray[np.float64]:
+        """rows × n × 4·len(elements): the 16-bit limbs of each, lowest first."""
+        stacked = np.stack([np.asarray(x, dtype="<u8") for x in elements], axis=2)
+        return stacked.view("<u2").reshape(rows, stacked.shape[1], 4 * len(elements)).astype(np.float64)
+
+    sums = np.zeros((rows, 4 * len(lefts), 4 * len(rights)))
+    for start in range(0, n, _DOT_CHUNK):  # a slice of the columns at a time, to stay in the core's cache
+        part = slice(start, start + _DOT_CHUNK)
+        sums += np.matmul(limbs([x[:, part] for x in lefts]).transpose(0, 2, 1), limbs([y[:, part] for y in rights]))
+    sums = sums.astype(np.uint64).reshape(rows, len(lefts), 4, len(rights), 4)  # integers below 2**53: exact
+    out = np.zeros((rows, len(lefts), len(rights)), dtype=np.uint64)
+    for shift, weight in enumerate(_LIMB_WEIGHTS):
+        # The limb products of weight 2**(16 * shift): at most four sums below 2**53, so no overflow.
+        same = sum(sums[:, :, a, :, shift - a] for a in range(max(0, shift - 3), min(shift, 3) + 1))
+        out = add(out, mul(same % _P, weight))
+    return out

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from privacy.vdaf import field64_arrays
+from privacy.vdaf import field64_arrays, poplar1_batch
 from privacy.vdaf.errors import DecodeError, MeasurementError, VdafError, VerifyError, verify_init_checked
 from privacy.vdaf.field import Field, Field64, Vec, vec_add, vec_sub
 from privacy.vdaf.idpf import IdpfBBCGGI21, PublicShare
@@ -183,6 +183,22 @@ class Poplar1:
         verify_mem = [big_a, big_b, agg_id, *out_share]
         return (STEP_EVALUATE, level, verify_mem), [x % p for x in sketch]
 
+    def verify_init_batch(
+        self,
+        verify_key: bytes,
+        ctx: bytes,
+        agg_id: int,
+        agg_param: AggParam,
+        nonces: Sequence[bytes],
+        public_shares: Sequence[PublicShare],
+        input_shares: Sequence[InputShare],
+    ) -> list[tuple[VerifyState, VerifierShare]]:
+        """``verify_init`` of many reports at one aggregation parameter, in order: the same results, far fewer
+        numpy and Python steps per report (``privacy.vdaf.poplar1_batch``)."""
+        return poplar1_batch.verify_init_batch(
+            self, verify_key, ctx, agg_id, agg_param, nonces, public_shares, input_shares
+        )
+
     def verifier_shares_to_message(
         self, ctx: bytes, agg_param: AggParam, verifier_shares: Sequence[VerifierShare]
     ) -> VerifierMessage:
@@ -255,18 +271,17 @@ class Poplar1:
         return vec_add(self.idpf.current_field(agg_param[0]), agg_share, out_share)
 
     def merge(self, agg_param: AggParam, agg_shares: Sequence[Sequence[int]]) -> Vec:
-        if self._field(agg_param) is Field64:
-            # All the shares at once: one numpy sum per prefix instead of a Python addition per share.
-            if not agg_shares:
-                return self.agg_init(agg_param)
-            shares = np.array(agg_shares, dtype=np.uint64)
-            if shares.shape != (len(agg_shares), len(agg_param[1])):
-                raise ValueError("mismatched vector sizes")
+        # All the shares at once: one numpy sum per prefix instead of a Python addition per share
+        # (uint64 in Field64; Python integers in Field255, summed exactly and reduced once).
+        if not agg_shares:
+            return self.agg_init(agg_param)
+        field64 = self._field(agg_param) is Field64
+        shares = np.array(agg_shares, dtype=np.uint64 if field64 else object)
+        if shares.shape != (len(agg_shares), len(agg_param[1])):
+            raise ValueError("mismatched vector sizes")
+        if field64:
             return field64_arrays.column_totals(shares).tolist()
-        agg = self.agg_init(agg_param)
-        for agg_share in agg_shares:
-            agg = self.agg_update(agg_param, agg, agg_share)
-        return agg
+        return (shares.sum(axis=0) % self._field(agg_param).MODULUS).tolist()
 
     def aggregate(self, agg_param: AggParam, out_shares: Sequence[Sequence[int]]) -> Vec:
         """One aggregator's aggregate share: agg_update over its output shares."""
