@@ -171,30 +171,53 @@ def prepare(
         for row in Poplar1Report.objects.using(store).filter(collection_key=rules.key, report_id__in=report_ids)
     }
     prepared = Prepared(states={}, shares={}, refused={})
-    ctx = context(rules.key)
+    decoded: dict[str, tuple[bytes, object, object]] = {}
     for report_id in report_ids:
         row = rows.get(report_id)
         if row is None:
             prepared.refused[report_id] = REPORT_UNKNOWN
-            continue
-        if row.refused:
+        elif row.refused:
             prepared.refused[report_id] = REPORT_REFUSED
-            continue
-        if row.last_level >= level:
+        elif row.last_level >= level:
             prepared.refused[report_id] = REPORT_REPLAYED
-            continue
-        try:
-            public = vdaf.decode_public_share(bytes(row.public_share))
-            share = vdaf.decode_input_share(agg_id, bytes(row.input_share))
-            state, verifier_share = vdaf.verify_init(
-                bytes(rules.verify_key), ctx, agg_id, agg_param, bytes(row.nonce), public, share
-            )
-        except (VdafError, ValueError):
+        else:
+            try:
+                public = vdaf.decode_public_share(bytes(row.public_share))
+                share = vdaf.decode_input_share(agg_id, bytes(row.input_share))
+            except (VdafError, ValueError):
+                prepared.refused[report_id] = SHARE_MALFORMED
+                continue
+            decoded[report_id] = (bytes(row.nonce), public, share)
+    for report_id, result in _verify_init_all(
+        vdaf, bytes(rules.verify_key), context(rules.key), agg_id, agg_param, decoded
+    ):
+        if result is None:
             prepared.refused[report_id] = SHARE_MALFORMED
-            continue
-        prepared.states[report_id] = state
-        prepared.shares[report_id] = verifier_share
+        else:
+            prepared.states[report_id], prepared.shares[report_id] = result
     return prepared, rows
+
+
+def _verify_init_all(vdaf: Poplar1, verify_key: bytes, ctx: bytes, agg_id: int, agg_param: AggParam, decoded: dict):
+    """verify_init of every decoded report, batched over them (privacy.vdaf.poplar1_batch); should
+    the batch refuse, one at a time, so that one bad report refuses itself only."""
+    ids = list(decoded)
+    if not ids:
+        return []
+    nonces, publics, shares = zip(*(decoded[i] for i in ids), strict=True)
+    try:
+        return list(
+            zip(ids, vdaf.verify_init_batch(verify_key, ctx, agg_id, agg_param, nonces, publics, shares), strict=True)
+        )
+    except (VdafError, ValueError):
+        pass
+    results = []
+    for report_id, (nonce, public, share) in zip(ids, zip(nonces, publics, shares, strict=True), strict=True):
+        try:
+            results.append((report_id, vdaf.verify_init(verify_key, ctx, agg_id, agg_param, nonce, public, share)))
+        except (VdafError, ValueError):
+            results.append((report_id, None))
+    return results
 
 
 def sketch_check(vdaf: Poplar1, agg_param: AggParam, shares: list[list[int]]) -> bool:

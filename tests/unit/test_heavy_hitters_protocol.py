@@ -413,3 +413,13 @@ def test_a_job_too_large_for_the_helpers_memory_is_refused_and_the_leader_sizes_
     assert refused.value.status == 403 and _helper_state(collection.key)[0] == []
     release = leader.level_run(collection.key, _param("a", "c"))
     assert release.reports == len(WORDS) and Poplar1Job.objects.using(HELPER).count() == 5  # 44 reports, 10 a job
+
+
+def test_a_report_that_cannot_be_verified_refuses_itself_only(collection) -> None:
+    """verify_init runs batched over a job's reports; one the batch cannot take (here a stored nonce
+    of the wrong length) is refused alone, and the others are verified all the same."""
+    broken = Poplar1Report.objects.filter(collection_key=collection.key).order_by("report_id").first()
+    Poplar1Report.objects.filter(pk=broken.pk).update(nonce=bytes(broken.nonce)[:15])
+    ids = sorted(Poplar1Report.objects.filter(collection_key=collection.key).values_list("report_id", flat=True))
+    prepared, _ = hh.prepare("default", collection, hh.LEADER, _param("a", "c"), ids)
+    assert prepared.refused == {broken.report_id: "share_malformed"} and len(prepared.states) == len(WORDS) - 1
