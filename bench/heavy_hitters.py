@@ -22,6 +22,7 @@ is extrapolated linearly to 100,000 devices and set against issue 32's target: a
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import secrets
 import sys
@@ -134,8 +135,15 @@ def run(args: argparse.Namespace) -> dict:
 
     walker.level_run = timed
     plan = WalkPlan(bits=args.bits, alphabet=alphabet, z=args.z_score, max_per_level=args.max_per_level)
+    # With PFS_BENCH_PROFILE=<path> the walk runs under cProfile (the leader's side), saved to <path>.
+    profile = cProfile.Profile() if os.environ.get("PFS_BENCH_PROFILE") else None
     started = time.perf_counter()
+    if profile is not None:
+        profile.enable()
     walk = walker.heavy_hitters_walk(rules.key, plan)
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(os.environ["PFS_BENCH_PROFILE"])
     walk_seconds = time.perf_counter() - started
     return {
         "devices": len(words),

@@ -16,6 +16,8 @@ import functools
 from collections.abc import Sequence
 from typing import ClassVar
 
+import numpy as np
+
 from privacy.vdaf.errors import DecodeError
 
 Vec = list[int]
@@ -71,6 +73,11 @@ class Field:
         size = cls.ENCODED_SIZE
         if len(encoded) % size:
             raise DecodeError("input length must be a multiple of the size of an encoded field element")
+        if size == 8:  # Field64: one numpy pass (a public share of Poplar1 holds 126 of them)
+            words = np.frombuffer(encoded, dtype="<u8")
+            if (words >= np.uint64(cls.MODULUS)).any():
+                raise DecodeError("modulus overflow")
+            return words.tolist()
         vec = [int.from_bytes(encoded[i : i + size], "little") for i in range(0, len(encoded), size)]
         if any(x >= cls.MODULUS for x in vec):
             raise DecodeError("modulus overflow")

@@ -315,18 +315,16 @@ class IdpfBBCGGI21:
         if len(encoded) != packed_len + self.KEY_SIZE * self.BITS + inner_len + leaf_len:
             raise DecodeError("public share has the wrong length")
         packed, rest = encoded[:packed_len], encoded[packed_len:]
-        bits = [bool((packed[i // 8] >> (i % 8)) & 1) for i in range(2 * self.BITS)]
+        bits = np.unpackbits(np.frombuffer(packed, dtype=np.uint8), bitorder="little")[: 2 * self.BITS]
+        bits = bits.astype(bool).tolist()
         if packed[-1] >> ((2 * self.BITS + 7) % 8 + 1):
             raise DecodeError("trailing bits in the packed control bits")
         seeds, rest = rest[: self.KEY_SIZE * self.BITS], rest[self.KEY_SIZE * self.BITS :]
         inner = self.field_inner.decode_vec(rest[:inner_len])
         leaf = self.field_leaf.decode_vec(rest[inner_len:])
-        values = [inner[i : i + self.VALUE_LEN] for i in range(0, len(inner), self.VALUE_LEN)] + [leaf]
+        width, size = self.VALUE_LEN, self.KEY_SIZE
+        values = [inner[i : i + width] for i in range(0, len(inner), width)] + [leaf]
+        controls = list(zip(bits[::2], bits[1::2], strict=True))
         return [
-            (
-                seeds[level * self.KEY_SIZE : (level + 1) * self.KEY_SIZE],
-                (bits[2 * level], bits[2 * level + 1]),
-                values[level],
-            )
-            for level in range(self.BITS)
+            (seeds[level * size : (level + 1) * size], controls[level], values[level]) for level in range(self.BITS)
         ]
