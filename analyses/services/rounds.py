@@ -246,7 +246,7 @@ def _running_task(round_id: int) -> DeviceTask | None:
     the round's, recipe's, analysis's and snapshot's rows once per process and round, and kept under
     those values and the round's creation time (an id alone may come back: SQLite reuses the largest
     one after a delete); the recipe never changes once stored. Building it from the full rows on
-    every shard cost about 3 ms of CPU a shard (four model instances, the recipe's content JSON).
+    every shard cost 2.5 ms of CPU a shard, against 0.8 (four model instances, the recipe's content JSON).
     """
     names = ("status", "created_at", "recipe__analysis__identifier", "recipe__analysis__snapshot__digest")
     found = Round.objects.filter(pk=round_id).values_list(*names).first()
