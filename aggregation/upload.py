@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 
 from aggregation import dap, helper_client
 from aggregation.aggregators import rules_shape
@@ -70,8 +70,6 @@ def shard_shares_upload(*, collection_key: str, source: str, batches: list[Batch
     for batch in batches:
         if batch.leader_share.shape != batch.helper_share.shape or batch.leader_share.ndim != 1:
             raise ValueError("leader and helper shares must be vectors of one length")
-    if CollectionRules.objects.filter(key=collection_key, closed=True).exists():
-        raise CollectionClosed(f"collection {collection_key} is closed")
     pairs = [secrets.token_hex(16) for _ in batches]
     request = dap.SimulatedSharesReq(
         collection=collection_key,
@@ -89,23 +87,28 @@ def shard_shares_upload(*, collection_key: str, source: str, batches: list[Batch
     )
     # No savepoint when the caller's transaction holds this one (a shard's): a failure here fails
     # the caller's whole transaction anyway. The helper's answer is awaited inside the transaction,
-    # so that even as the outermost one it commits after the helper's.
-    with transaction.atomic(savepoint=False), helper_client.simulated_put_beside(request):
-        for batch, pair in zip(batches, pairs, strict=True):
-            share_store(
-                store=DEFAULT,
-                collection_key=collection_key,
-                batch_key=batch.batch_key,
-                length=batch.leader_share.size,
-                pair=pair,
-                source=source,
-                vector=batch.leader_share.astype("<u8").tobytes(),
-                field=FIELD64,
-                reports=batch.reports,
-                min_cohort=batch.min_cohort,
-                check_open=True,
-            )
-        yield
+    # so that even as the outermost one it commits after the helper's. The collection is found open
+    # in that transaction, before the request, and the leader's shares are stored in it with no
+    # second look (one query less per shard).
+    with transaction.atomic(savepoint=False):
+        if _closed(DEFAULT, collection_key):
+            raise CollectionClosed(f"collection {collection_key} is closed")
+        with helper_client.simulated_put_beside(request):
+            for batch, pair in zip(batches, pairs, strict=True):
+                share_store(
+                    store=DEFAULT,
+                    collection_key=collection_key,
+                    batch_key=batch.batch_key,
+                    length=batch.leader_share.size,
+                    pair=pair,
+                    source=source,
+                    vector=batch.leader_share.astype("<u8").tobytes(),
+                    field=FIELD64,
+                    reports=batch.reports,
+                    min_cohort=batch.min_cohort,
+                    check_open=False,  # found open above, in this transaction
+                )
+            yield
 
 
 def share_store(
@@ -127,7 +130,7 @@ def share_store(
 
     ``check_open``: raise CollectionClosed when that aggregator's rules of the collection are closed.
     """
-    if check_open and CollectionRules.objects.using(store).filter(key=collection_key, closed=True).exists():
+    if check_open and _closed(store, collection_key):
         raise CollectionClosed(f"collection {collection_key} is closed")
     collection_id = _collection_id(store, collection_key, batch_key, length)
     model = HelperShare if store == HELPER else LeaderShare
@@ -143,11 +146,15 @@ def share_store(
     )
 
 
+def _closed(store: str, key: str) -> bool:
+    return CollectionRules.objects.using(store).filter(key=key, closed=True).exists()
+
+
 def _collection_id(store: str, key: str, batch_key: str, length: int) -> int:
     """The batch's Collection row in ``store``, created with its first share. One narrow query when
     it exists (a shard of a big round finds it every time but the first), not get_or_create's."""
     collections = Collection.objects.using(store)
-    found = collections.filter(key=key, batch_key=batch_key).values_list("pk", "length").first()
+    found = _collection_found(store, key, batch_key)
     if found is None:
         try:
             with transaction.atomic(using=store):  # a savepoint: a concurrent first share may win
@@ -157,6 +164,26 @@ def _collection_id(store: str, key: str, batch_key: str, length: int) -> int:
     if found[1] != length:
         raise ValueError(f"share length {length} != collection length {found[1]}")
     return found[0]
+
+
+def _collection_found(store: str, key: str, batch_key: str) -> tuple[int, int] | None:
+    """(pk, length) of the batch's Collection row in ``store``, if there is one.
+
+    In SQL of its own: every share a shard stores asks it, and the ORM's building of the query took
+    about 1.3 ms of CPU a shard (the statement itself, on its unique index, 0.03).
+    """
+    connection = connections[store]
+    quote = connection.ops.quote_name
+    meta = Collection._meta
+    columns = [quote(meta.get_field(name).column) for name in ("id", "length", "key", "batch_key")]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns[0]}, {columns[1]} FROM {quote(meta.db_table)} "  # noqa: S608 (the model's table)
+            f"WHERE {columns[2]} = %s AND {columns[3]} = %s",
+            [key, batch_key],
+        )
+        row = cursor.fetchone()
+    return None if row is None else (row[0], row[1])
 
 
 def output_share_store(

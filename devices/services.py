@@ -67,9 +67,10 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
     with transaction.atomic():
         # Lock order: the shard row first, then its ledger; every writer takes them in this order.
         shard = FleetShard.objects.select_for_update().select_related("fleet").get(pk=shard_id)
-        done = ShardRun.objects.filter(task_key=task.task_key, shard=shard).first()
+        # Only what a retry answers with: not the audit record's task and decisions.
+        done = ShardRun.objects.filter(task_key=task.task_key, shard=shard).values_list("answered", "outcomes").first()
         if done is not None:
-            return ShardOutcome(created=False, answered=done.answered, outcomes=done.outcomes)
+            return ShardOutcome(created=False, answered=done[0], outcomes=done[1])
 
         columns = _columns_after_retention(shard)
         ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
@@ -82,10 +83,7 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
         with shard_shares_upload(collection_key=task.task_key, source=f"shard:{shard.pk}", batches=pairs):
             if answered.any():
                 accountant.charge(ledger, budget_request(task), answered)
-                if ledger_row is None:
-                    ledger_row = ShardLedger(shard=shard, analysis_identifier=task.analysis)
-                ledger_row.state = pack(ledger)
-                ledger_row.save()
+                _ledger_write(ledger_row, shard, task.analysis, pack(ledger))
 
             counts = np.bincount(decision, minlength=len(Decision))
             outcomes = {d.label: int(counts[d]) for d in Decision if d != Decision.ANSWERED and counts[d]}
@@ -100,6 +98,16 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
             )
         metrics.budget_refusals_counted(outcomes)
     return ShardOutcome(created=True, answered=int(counts[Decision.ANSWERED]), outcomes=outcomes)
+
+
+def _ledger_write(row: ShardLedger | None, shard: FleetShard, analysis: str, state: bytes) -> None:
+    """Store a shard's charged ledger: a new row, or the existing one's state (the only column a
+    charge changes, and its time; not every column, as a plain save would)."""
+    if row is None:
+        ShardLedger.objects.create(shard=shard, analysis_identifier=analysis, state=state)
+        return
+    row.state = state
+    row.save(update_fields=["state", "updated_at"])
 
 
 def shard_dry_run(*, shard_id: int, task: DeviceTask) -> tuple[dict[str, int], dict[str, int]]:
@@ -179,13 +187,13 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarr
     # Devices enforce only the snapshot they were enrolled with for this analysis.
     enrollment = (
         Enrollment.objects.filter(fleet_id=shard.fleet_id, analysis_identifier=task.analysis)
-        .select_related("snapshot")
+        .values_list("snapshot__digest", "snapshot__content")
         .first()
     )
-    held = enrollment is not None and enrollment.snapshot.digest == task.snapshot_digest
+    held = enrollment is not None and enrollment[0] == task.snapshot_digest
     return decide(
         task=task,
-        policy=enrollment.snapshot.content if held else None,
+        policy=enrollment[1] if held else None,
         fleet_name=shard.fleet.name,
         ledger=ledger,
         sampled=sampled,

@@ -152,6 +152,27 @@ def test_after_re_approval_devices_refuse_tasks_under_the_old_snapshot(analysis,
     assert shard_answer(shard_id=shard.pk, task=old_task).outcomes == {"policy_snapshot": shard.size}
 
 
+def test_a_shard_answers_the_task_of_the_snapshot_the_analysis_holds_when_it_runs(
+    analysis, recipe, analyst, officer
+) -> None:
+    # Shards keep their round's task (built once per process), never past a re-approval or the round's end.
+    from analyses.models import FieldPolicy
+
+    recipe_obj = recipe_create(analysis=analysis, content=recipe, user=analyst)
+    round_ = Round.objects.create(recipe=recipe_obj, seed=1, created_by=analyst)
+    first, second, third = round_dispatch(round_id=round_.pk)[:3]
+    round_shard_run(round_id=round_.pk, shard_id=first)
+    FieldPolicy.objects.filter(analysis=analysis, field="age").update(epsilon=1.5)
+    analysis_approve(analysis=analysis, officer=officer)  # the fleet's devices are enrolled anew
+    round_shard_run(round_id=round_.pk, shard_id=second)
+    runs = {run.shard_id: run for run in ShardRun.objects.filter(task_key=round_.task_key)}
+    assert runs[first].task["snapshot_digest"] != runs[second].task["snapshot_digest"]
+    assert runs[second].task["snapshot_digest"] == analysis.snapshot.digest
+    Round.objects.filter(pk=round_.pk).update(status=Round.Status.CANCELLED)
+    round_shard_run(round_id=round_.pk, shard_id=third)
+    assert set(ShardRun.objects.filter(task_key=round_.task_key).values_list("shard_id", flat=True)) == {first, second}
+
+
 def test_a_recipe_naming_another_snapshot_is_refused_by_the_server(api, analysis, recipe) -> None:
     recipe["policySnapshot"] = "f" * 64
     response = api.post("/api/analyses/test.ages/recipes/", recipe, format="json")
