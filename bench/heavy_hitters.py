@@ -70,7 +70,7 @@ def main() -> None:
         "load_before": load_before,
         "load_after": load_after,
         "busy": busy,
-        "command": "  ".join(["python bench/heavy_hitters.py", *sys.argv[1:]]).replace("  ", " "),
+        "command": " ".join([".venv/bin/python bench/heavy_hitters.py", *sys.argv[1:]]),
     }
     Path(args.out).write_text(render(args, result, context))
     print(Path(args.out).read_text())
