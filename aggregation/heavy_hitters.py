@@ -34,6 +34,7 @@ from privacy.gaussian import sample_discrete_gaussian
 from privacy.heavy_hitters import BITS_PER_STEP, level_sigma
 from privacy.vdaf.errors import VdafError
 from privacy.vdaf.poplar1 import AggParam, Poplar1, Prefix
+from privacy.vdaf.poplar1_batch import verify_init_batch
 
 VDAF = "poplar1"
 LEADER, HELPER = 0, 1  # Poplar1's aggregator ids
@@ -207,7 +208,7 @@ def _verify_init_all(vdaf: Poplar1, verify_key: bytes, ctx: bytes, agg_id: int, 
     nonces, publics, shares = zip(*(decoded[i] for i in ids), strict=True)
     try:
         return list(
-            zip(ids, vdaf.verify_init_batch(verify_key, ctx, agg_id, agg_param, nonces, publics, shares), strict=True)
+            zip(ids, verify_init_batch(vdaf, verify_key, ctx, agg_id, agg_param, nonces, publics, shares), strict=True)
         )
     except (VdafError, ValueError):
         pass

@@ -36,6 +36,7 @@ from cryptography import __version__ as cryptography_version  # noqa: E402
 from host import describe  # noqa: E402  (bench/host.py: this script's folder is on sys.path)
 
 from privacy.vdaf.poplar1 import Poplar1  # noqa: E402
+from privacy.vdaf.poplar1_batch import verify_init_batch  # noqa: E402
 
 CTX = b"pfs studio bench"
 BITS = 64
@@ -99,7 +100,8 @@ def prepare_batched(vdaf: Poplar1, verify_key: bytes, agg_param, reports: list[R
     nonces = [nonce for nonce, _, _ in reports]
     public_shares = [vdaf.decode_public_share(public_share) for _, public_share, _ in reports]
     inits = [
-        vdaf.verify_init_batch(
+        verify_init_batch(
+            vdaf,
             verify_key,
             CTX,
             agg_id,

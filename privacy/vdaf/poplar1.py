@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from privacy.vdaf import field64_arrays, poplar1_batch
+from privacy.vdaf import field64_arrays
 from privacy.vdaf.errors import DecodeError, MeasurementError, VdafError, VerifyError, verify_init_checked
 from privacy.vdaf.field import Field, Field64, Vec, vec_add, vec_sub
 from privacy.vdaf.idpf import IdpfBBCGGI21, PublicShare
@@ -182,22 +182,6 @@ class Poplar1:
                 out_share.append(data_i)
         verify_mem = [big_a, big_b, agg_id, *out_share]
         return (STEP_EVALUATE, level, verify_mem), [x % p for x in sketch]
-
-    def verify_init_batch(
-        self,
-        verify_key: bytes,
-        ctx: bytes,
-        agg_id: int,
-        agg_param: AggParam,
-        nonces: Sequence[bytes],
-        public_shares: Sequence[PublicShare],
-        input_shares: Sequence[InputShare],
-    ) -> list[tuple[VerifyState, VerifierShare]]:
-        """``verify_init`` of many reports at one aggregation parameter, in order: the same results, far fewer
-        numpy and Python steps per report (``privacy.vdaf.poplar1_batch``)."""
-        return poplar1_batch.verify_init_batch(
-            self, verify_key, ctx, agg_id, agg_param, nonces, public_shares, input_shares
-        )
 
     def verifier_shares_to_message(
         self, ctx: bytes, agg_param: AggParam, verifier_shares: Sequence[VerifierShare]

@@ -11,7 +11,6 @@ for report, what ``Poplar1.verify_init`` returns: the same checks first, the sam
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -21,10 +20,18 @@ from privacy.vdaf.errors import VdafError, verify_init_checked
 from privacy.vdaf.field import Field
 from privacy.vdaf.idpf import PublicShare
 from privacy.vdaf.idpf_batch import decode_draws, eval_batch
+from privacy.vdaf.poplar1 import (
+    STEP_EVALUATE,
+    USAGE_CORR_INNER,
+    USAGE_VERIFY_RAND,
+    AggParam,
+    InputShare,
+    Poplar1,
+    VerifierShare,
+    VerifyState,
+    _next_array64,
+)
 from privacy.vdaf.xof import XofTurboShake128
-
-if TYPE_CHECKING:
-    from privacy.vdaf.poplar1 import AggParam, InputShare, Poplar1, VerifierShare, VerifyState
 
 
 def verify_init_batch(
@@ -55,8 +62,6 @@ def verify_init_batch(
 
 def _verify_chunk(vdaf, verify_key, ctx, agg_id, agg_param, nonces, public_shares, input_shares) -> list:  # noqa: ANN001
     """verify_init_batch of a few reports, after its checks."""
-    from privacy.vdaf.poplar1 import STEP_EVALUATE, USAGE_CORR_INNER, USAGE_VERIFY_RAND, _next_array64
-
     level, prefixes = agg_param
     field = vdaf.idpf.current_field(level)
     p = field.MODULUS

@@ -128,9 +128,17 @@ def fixed_key_cipher(dst: bytes, binder: bytes) -> CipherContext:
     """
     if len(dst) > 65535:
         raise ValueError("XofFixedKeyAes128 domain separation tags are at most 65535 bytes")
+    return Cipher(algorithms.AES128(_fixed_key(dst, binder)), modes.ECB()).encryptor()  # noqa: S305 - raw AES per block
+
+
+# An aggregator derives the same few keys of a report at every level of a Poplar1 walk (the IDPF's
+# extend and convert, under the report's nonce): kept for as many reports as a large collection
+# holds, about 30 MB when full, so that a walk's levels derive each once.
+@functools.lru_cache(maxsize=1 << 18)
+def _fixed_key(dst: bytes, binder: bytes) -> bytes:
     derive = TurboSHAKE128.new(domain=2)
     derive.update(len(dst).to_bytes(2, "little") + dst + binder)
-    return Cipher(algorithms.AES128(derive.read(16)), modes.ECB()).encryptor()  # noqa: S305 - raw AES per block
+    return derive.read(16)
 
 
 @functools.lru_cache(maxsize=64)

@@ -33,6 +33,9 @@ HELPER_TABLES = {
     "aggregation_helperjob",
     "aggregation_helperrelease",
     "aggregation_helpershare",
+    "aggregation_poplar1job",
+    "aggregation_poplar1level",
+    "aggregation_poplar1report",
     "aggregation_reportrejection",
     "aggregation_spenttoken",
 }

@@ -15,7 +15,7 @@ from privacy.vdaf.field import Field, Field64
 from privacy.vdaf.idpf import IdpfBBCGGI21
 from privacy.vdaf.idpf_batch import eval_batch
 from privacy.vdaf.poplar1 import Poplar1
-from privacy.vdaf.poplar1_batch import _next_arrays
+from privacy.vdaf.poplar1_batch import _next_arrays, verify_init_batch
 from privacy.vdaf.turboshake_arrays import turboshake128
 from privacy.vdaf.xof import XofTurboShake128
 
@@ -57,7 +57,7 @@ def test_an_empty_batch_gives_no_results() -> None:
     vdaf = Poplar1(BITS)
     for level in (3, BITS - 1):
         prefixes = _prefixes(level, 4, random.Random(level))
-        assert vdaf.verify_init_batch(bytes(32), CTX, 0, (level, prefixes), [], [], []) == []
+        assert verify_init_batch(vdaf, bytes(32), CTX, 0, (level, prefixes), [], [], []) == []
 
 
 def _reports(vdaf: Poplar1, count: int, rng: random.Random) -> list:
@@ -85,7 +85,8 @@ def test_the_batch_returns_what_verify_init_returns_report_by_report(level: int,
     verify_key = rng.randbytes(vdaf.VERIFY_KEY_SIZE)
     reports = _reports(vdaf, 6, rng)
     for agg_param in [(level, _prefixes(level, 30, rng)), (level, ())]:
-        got = vdaf.verify_init_batch(
+        got = verify_init_batch(
+            vdaf,
             verify_key,
             CTX,
             agg_id,
@@ -109,7 +110,8 @@ def test_the_batch_prepares_to_the_right_counts_and_the_malformed_report_fails_i
     for level in (4, BITS - 1):
         agg_param = (level, _prefixes(level, 50, rng))
         batches = [
-            vdaf.verify_init_batch(
+            verify_init_batch(
+                vdaf,
                 verify_key,
                 CTX,
                 agg_id,
@@ -146,10 +148,10 @@ def test_the_batch_refuses_what_verify_init_refuses() -> None:
         ([nonce, nonce], [public_share], [input_shares[0]], verify_key),
     ]:
         with pytest.raises(VdafError):
-            vdaf.verify_init_batch(key, CTX, 0, agg_param, nonces, public_shares, shares)
+            verify_init_batch(vdaf, key, CTX, 0, agg_param, nonces, public_shares, shares)
     with pytest.raises(VdafError):
-        vdaf.verify_init_batch(
-            verify_key, CTX, 0, (3, _prefixes(2, 5, rng)), [nonce], [public_share], [input_shares[0]]
+        verify_init_batch(
+            vdaf, verify_key, CTX, 0, (3, _prefixes(2, 5, rng)), [nonce], [public_share], [input_shares[0]]
         )
 
 
@@ -242,7 +244,8 @@ def test_the_batch_treats_the_attacks_as_verify_init_does_and_their_sketches_fai
     agg_param = (1, ((False, False), (False, True)))
     batches = []
     for agg_id in range(2):
-        batch = vdaf.verify_init_batch(
+        batch = verify_init_batch(
+            vdaf,
             VERIFY_KEY,
             VECTORS_CTX,
             agg_id,
