@@ -21,15 +21,13 @@ id (or a level already released) is a conflict.
 
 from __future__ import annotations
 
-import hashlib
-
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from aggregation import dap, dap_poplar1
 from aggregation import heavy_hitters as hh
 from aggregation.aggregators import HELPER
-from aggregation.helper_service import UnknownTask
+from aggregation.helper_service import UnknownTask, _digest
 from aggregation.models import CollectionRules, Poplar1Job, Poplar1Level, Poplar1Report
 from aggregation.reports import PROOF_INVALID, SHARE_MALFORMED
 from pfs_base import metrics
@@ -41,10 +39,6 @@ STORE = HELPER.store
 
 class UnknownJob(LookupError):
     """A continue step for a job the helper never started."""
-
-
-def _digest(body: bytes) -> str:
-    return hashlib.sha256(body).hexdigest()
 
 
 def _rules(collection_key: str, *, lock: bool = False) -> CollectionRules:
