@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -46,33 +47,50 @@ class LevelRelease:
 
 
 def collection_open(
-    *, collection_key: str, bits: int, min_cohort: int, epsilon: float, delta: float, levels: int
+    *,
+    collection_key: str,
+    bits: int,
+    min_cohort: int,
+    epsilon: float,
+    delta: float,
+    levels: int,
+    provision: bool = True,
 ) -> CollectionRules:
-    """A simulated fleet's Poplar1 collection at the leader, and the helper's task for it."""
-    rules = CollectionRules.objects.create(
+    """A simulated fleet's Poplar1 collection at the leader (idempotent: a second call returns the
+    first rules), and the helper's task for it; ``provision=False``: not now (a round's start: its
+    dispatch provisions the helper, aggregation.services.collection_provision)."""
+    rules, _ = CollectionRules.objects.using(STORE).get_or_create(
         key=collection_key,
-        length=bits,
-        min_cohort=min_cohort,
-        weight_bound=1,
-        vdaf=hh.VDAF,
-        noise_epsilon=epsilon,
-        noise_delta=delta,
-        levels=levels,
-        noise_sigma=level_sigma(epsilon, delta, levels),  # ValueError now, not at the first release
+        defaults={
+            "length": bits,
+            "min_cohort": min_cohort,
+            "weight_bound": 1,
+            "vdaf": hh.VDAF,
+            "noise_epsilon": epsilon,
+            "noise_delta": delta,
+            "levels": levels,
+            "noise_sigma": level_sigma(epsilon, delta, levels),  # ValueError now, not at the first release
+        },
     )
-    helper_client.task_provision(rules)
+    if provision:
+        helper_client.task_provision(rules)
     return rules
 
 
-def simulated_reports(rules: CollectionRules, measurements: list[tuple[bool, ...]]) -> int:
+def simulated_reports(
+    rules: CollectionRules, measurements: list[tuple[bool, ...]], coins: Callable[[int], bytes] = secrets.token_bytes
+) -> int:
     """Shard each measurement as a device would (privacy.vdaf.poplar1) and hand the helper its shares
-    (in requests of at most dap_poplar1.MAX_JOB_REPORTS), then keep the leader's; how many."""
+    (in requests of at most dap_poplar1.MAX_JOB_REPORTS), then keep the leader's; how many.
+
+    ``coins``: the devices' randomness (a simulated shard's keyed coins, so that a retried shard sends
+    the helper the same reports, which it takes once)."""
     vdaf = hh.vdaf_of(rules)
     ctx = hh.context(rules.key)
     mine, theirs = [], []
-    for measurement in measurements:
-        nonce = hh.nonce_new()
-        public, shares = vdaf.shard(ctx, measurement, nonce, secrets.token_bytes(vdaf.RAND_SIZE))
+    for measurement in measurements:  # sharding is per device: each proves its own report
+        nonce = coins(Poplar1.NONCE_SIZE)
+        public, shares = vdaf.shard(ctx, measurement, nonce, coins(vdaf.RAND_SIZE))
         encoded = vdaf.encode_public_share(public)
         mine.append((nonce, encoded, vdaf.encode_input_share(shares[hh.LEADER])))
         theirs.append(
@@ -111,6 +129,12 @@ def level_run(collection_key: str, agg_param: AggParam) -> LevelRelease:
     vdaf = hh.vdaf_of(rules)
     encoded = vdaf.encode_agg_param(agg_param)
     agg_param = hh.agg_param_decode(vdaf, encoded)
+    released = Poplar1Level.objects.using(STORE).filter(collection_key=collection_key, level=agg_param[0]).first()
+    if released is not None and released.released and bytes(released.agg_param) == encoded:
+        # A walk run again after a stop (the same question, as a walk is a function of its released
+        # counts): the leader's own record of the release, nothing asked of anyone again.
+        counts = released.counts or {}
+        return LevelRelease(agg_param[0], counts, released.reports, hh.noise_sigma(rules), {})
     with transaction.atomic(using=STORE):
         hh.level_refusal(STORE, rules, agg_param, encoded)
         hh.level_open(STORE, rules, agg_param, encoded)
@@ -189,10 +213,14 @@ def _job(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, encoded: by
         ]
     with transaction.atomic(using=STORE):
         row = Poplar1Level.objects.using(STORE).select_for_update().get(collection_key=rules.key, level=level)
+        reports = Poplar1Report.objects.using(STORE).filter(collection_key=rules.key)
+        if reports.filter(report_id__in=ids, last_level__gte=level).exists():
+            # Another run of this level (a task delivered twice) committed this job first, under the
+            # level's lock: its reports are counted once.
+            return {}
         row.agg_share = hh.share_add(vdaf, agg_param, bytes(row.agg_share), [outputs[rid] for rid in sorted(finished)])
         row.reports += len(finished)
         row.save(update_fields=["agg_share", "reports"])
-        reports = Poplar1Report.objects.using(STORE).filter(collection_key=rules.key)
         reports.filter(report_id__in=ids).update(last_level=level)
         failed = [rid for rid, reason in refused if reason == PROOF_INVALID]
         reports.filter(report_id__in=failed).update(refused=True)

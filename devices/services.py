@@ -21,17 +21,20 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
+from aggregation.heavy_hitters_leader import simulated_reports
+from aggregation.models import CollectionRules
 from aggregation.upload import BatchPair, shard_shares_upload, verified_reports_upload
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
 from pfs_base import metrics
 from pfs_device.budget import Accountant, Decision, ledger_empty
 from pfs_device.columns import pack, pack_over
 from pfs_device.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
-from pfs_device.encode import encode_devices
+from pfs_device.encode import device_words, encode_devices
 from pfs_device.report_client import vector_shard
 from pfs_device.streams import retention_changes
 from privacy import field as prime_field
 from privacy.encoding import content_encoding
+from privacy.heavy_hitters import Poplar1WordsType, word_bits
 from privacy.mechanisms import mechanism_get
 from privacy.report_vdaf import report_shape
 
@@ -209,6 +212,9 @@ def _answer(
     parsed = task.parsed_content or content_encoding(task.data_types)  # unparseable: raises here
     _, encoding = parsed
     encode_rng = _coins(task, shard, 3)
+    if isinstance(encoding, Poplar1WordsType):
+        _poplar1_reports_upload(shard, task, encoding, answered, columns, encode_rng)
+        return []
     values = encode_devices(task.data_types, columns, shard.fleet.vocabularies, encode_rng, parsed)
     privacy = task.privacy
     oracle = None if privacy.aggregator_noise else mechanism_get(privacy.mechanism, privacy.epsilon0)
@@ -241,6 +247,25 @@ def _answer(
             )
         )
     return pairs
+
+
+def _poplar1_reports_upload(
+    shard: FleetShard,
+    task: DeviceTask,
+    encoding: Poplar1WordsType,
+    answered: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    encode_rng: np.random.Generator,
+) -> None:
+    """A Poplar1 walk: each answering device picks one of its words by its own coins and shards it into
+    one Poplar1 report (privacy.vdaf.poplar1, as a real device does); the helper's input shares go to
+    the helper's service, the leader's are kept (aggregation.heavy_hitters_leader.simulated_reports).
+    The coins are the shard's, keyed: a retried shard sends the same reports, which the helper takes once."""
+    words = device_words(columns, shard.fleet.vocabularies["tokens"], encode_rng)
+    share_rng = _coins(task, shard, 2)
+    measurements = [word_bits(word, encoding.bits) for word, chosen in zip(words, answered, strict=True) if chosen]
+    rules = CollectionRules.objects.get(key=task.task_key)
+    simulated_reports(rules, measurements, coins=share_rng.bytes)
 
 
 def _prio3_reports_upload(

@@ -41,6 +41,7 @@ from privacy.aggregator_noise import HISTOGRAM_L2_SENSITIVITY, AggregatorLaplace
 from privacy.aggregator_noise import aggregator_noise as aggregator_noise_of
 from privacy.composition import gaussian_rdp, pure_dp_rdp, rdp_to_dp
 from privacy.enforced_cohort import RAPPOR_PER_COORDINATE, bound_for, min_cohort_enforced
+from privacy.heavy_hitters import level_sigma
 from privacy.pld import PrivacyLossDistribution, composed_epsilon, discrete_gaussian, discrete_laplace, shuffled
 from privacy.rappor_rdp import symmetric_rappor_rdp
 
@@ -94,6 +95,10 @@ class BudgetRequest:
     # How many values the randomizer's input takes (the encoding's buckets), where the bound check 3
     # may use depends on it (Hadamard response: FMT 2022 on at most 3 values). None: unknown.
     domain_size: int | None = None
+    # A Poplar1 walk (aggregator noise): its levels, each aggregator adding N_Z(0, sigma^2) to every
+    # count of each, sigma = privacy.heavy_hitters.level_sigma(epsilon, delta, levels), so that they
+    # compose within (epsilon, delta). 0: one release.
+    walk_levels: int = 0
 
 
 def min_cohort_needed(request: BudgetRequest) -> int:
@@ -239,11 +244,13 @@ def query_rdp(request: BudgetRequest) -> tuple[float, ...]:
       is pure epsilon-DP, so min(epsilon, alpha epsilon^2 / 2) (privacy.composition.pure_dp_rdp);
     - symmetric RAPPOR: 2 rho_2RR(n, alpha, eps0) at n = the minimum cohort (seed 000 C.1.3; a
       larger batch only adds independent reports, which cannot raise a divergence);
-    - any other local randomizer: its pure replacement epsilon0 as RDP (no amplification credit).
+    - any other local randomizer: its pure replacement epsilon0 as RDP (no amplification credit);
+    - a Poplar1 walk of L levels (aggregator noise): L times the Gaussian's curve at the walk's sigma
+      (privacy.heavy_hitters.level_sigma): each level is a histogram release, composed adaptively.
     """
     return _query_rdp(
         request.aggregator_noise, request.mechanism, request.mechanism_epsilon0, request.epsilon0,
-        request.epsilon, request.delta, request.min_cohort,
+        request.epsilon, request.delta, request.min_cohort, request.walk_levels,
     )  # fmt: skip
 
 
@@ -256,8 +263,13 @@ def _query_rdp(
     epsilon: float,
     delta: float,
     cohort: int,
+    walk: int = 0,
 ) -> tuple[float, ...]:
     try:
+        if aggregator_noise and walk:
+            # A Poplar1 walk: its levels, each the Gaussian's curve at the walk's sigma, composed.
+            rhos = gaussian_rdp(level_sigma(epsilon, delta, walk), HISTOGRAM_L2_SENSITIVITY, RENYI_ORDERS).rhos
+            return tuple(walk * rho for rho in rhos)
         return _query_rdp_or_raise(aggregator_noise, mechanism, mechanism_epsilon0, epsilon0, epsilon, delta, cohort)
     except ValueError:
         # Parameters outside what privacy/ can bound (a task no server would send: epsilon0 of
@@ -320,6 +332,11 @@ PLD_COHORT_MAX = 100_000
 def query_pld_key(request: BudgetRequest) -> str | None:
     """The name of the query's dominating pair, from which _pld_of rebuilds it; None when the
     parameters are outside what privacy/pld.py can bound (the account then gives no credit)."""
+    if request.aggregator_noise and request.walk_levels:
+        try:
+            return f"walk:{level_sigma(request.epsilon, request.delta, request.walk_levels)!r}:{request.walk_levels}"
+        except ValueError:
+            return None
     if request.aggregator_noise:
         try:
             noise = aggregator_noise_of(request.epsilon, request.delta)
@@ -351,6 +368,9 @@ def _pld_of(key: str) -> tuple[PrivacyLossDistribution, int]:
         return discrete_laplace(float(rest), 1), 2
     if kind == "gaussian":
         return discrete_gaussian(float(rest), 1), 2
+    if kind == "walk":  # a Poplar1 walk's levels: each the histogram's pair, composed level by level
+        sigma, levels = rest.split(":")
+        return discrete_gaussian(float(sigma), 1), 2 * int(levels)
     method, epsilon0, cohort = rest.split(":")
     return shuffled(float(epsilon0), int(cohort), method), 2 if kind == "shuffled2" else 1
 

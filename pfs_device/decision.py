@@ -23,6 +23,7 @@ from pfs_device.columns import Columns
 from pfs_device.encode import ParsedContent, content_fits
 from pfs_device.query import QueryRefused, verify_query
 from privacy.encoding import content_encoding
+from privacy.heavy_hitters import walk_levels
 from privacy.parameters import CLIENT, PRIVACY_KEYS, PrivacyParameters
 
 
@@ -120,11 +121,13 @@ def budget_request(task: DeviceTask) -> BudgetRequest:
     """What answering ``task`` charges one device."""
     # The domain the device parsed itself, never a size a task could claim.
     parsed = task.parsed_content
-    return privacy_budget_request(task.privacy, task.fields, parsed[1].size if parsed is not None else None)
+    if parsed is None:
+        return privacy_budget_request(task.privacy, task.fields, None)
+    return privacy_budget_request(task.privacy, task.fields, parsed[1].size, walk_levels(parsed[1]))
 
 
 def privacy_budget_request(
-    privacy: PrivacyParameters, fields: tuple[str, ...], domain_size: int | None = None
+    privacy: PrivacyParameters, fields: tuple[str, ...], domain_size: int | None = None, levels: int = 0
 ) -> BudgetRequest:
     """What answering a task with these parameters over ``fields`` charges one device.
 
@@ -133,7 +136,8 @@ def privacy_budget_request(
     a batch but are not charged to a field budget. The device converts the mechanism's epsilon0 to
     the replacement model itself (PrivacyParameters.local_epsilon): a deletion-model randomizer
     costs twice its nominal epsilon0 against the caps and in Theorem 3.1. With aggregator noise
-    there is no local randomizer: its local epsilon is infinite.
+    there is no local randomizer: its local epsilon is infinite. ``levels``: a Poplar1 walk's
+    (privacy.heavy_hitters.walk_levels), whose levels compose within (epsilon, delta).
     """
     return BudgetRequest(
         epsilon0=privacy.local_epsilon,
@@ -145,6 +149,7 @@ def privacy_budget_request(
         mechanism=privacy.mechanism,
         mechanism_epsilon0=privacy.epsilon0,
         domain_size=domain_size,
+        walk_levels=levels,
     )
 
 

@@ -17,7 +17,7 @@ from privacy.encoding import CombinationType, Encoding, content_encoding
 from privacy.ngrams import HashedNgramType, PrefixTreeType, Sequences, choose_per_device, windows
 
 # The schema each field kind can be encoded with (pfs_device.streams): anything else is refused.
-SCHEMAS_BY_KIND = {"number": ("BucketedType",), "text": ("PrefixTree", "HashedNgrams")}
+SCHEMAS_BY_KIND = {"number": ("BucketedType",), "text": ("PrefixTree", "HashedNgrams", "Poplar1Words")}
 
 
 def schema_fits(kind: str | None, schema: dict) -> bool:
@@ -69,6 +69,19 @@ def _encode_field(
         row = rng.integers(0, encoding.rows, size=sequences.devices)
         bucket, eligible = encoding.buckets_of(found.symbols, row[found.device]), np.ones(found.device.size, bool)
     return choose_per_device(sequences.devices, found.device, eligible, bucket, rng)
+
+
+def device_words(columns: Columns, fleet_tokens: list[str], rng: np.random.Generator) -> list[str]:
+    """Each device's word for a Poplar1 walk: one of the words it typed (within retention), uniformly
+    by its own coins; "" for a device that typed none (its report then lies under no prefix asked)."""
+    phrase_start, token_start, typed = columns["phrase_start"], columns["token_start"], columns["tokens"]
+    first, last = token_start[phrase_start[:-1]], token_start[phrase_start[1:]]
+    held = last - first
+    pick = first + np.floor(rng.random(held.size) * held).astype(np.int64)
+    tokens = np.asarray(fleet_tokens, dtype=object)
+    words = np.full(held.size, "", dtype=object)
+    words[held > 0] = tokens[typed[pick[held > 0]]]
+    return words.tolist()
 
 
 def text_sequences(columns: Columns, fleet_tokens: list[str], tokens: tuple[str, ...], unit: str) -> Sequences:

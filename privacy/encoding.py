@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from privacy import limits
+from privacy.heavy_hitters import POPLAR1_WORDS, Poplar1WordsType
 from privacy.ngrams import HashedNgramType, PrefixTreeType, SchemaError
 from privacy.schema_keys import unknown_keys
 
@@ -59,7 +60,7 @@ class BucketedType:
 
 
 # What a recipe's dataTypeContent entry can name: each has ``size`` and ``labels``.
-Encoding = BucketedType | PrefixTreeType | HashedNgramType
+Encoding = BucketedType | PrefixTreeType | HashedNgramType | Poplar1WordsType
 
 
 def _within_magnitude(boundaries: list[int | float]) -> bool:
@@ -81,6 +82,7 @@ SCHEMA_KEYS: dict[str, tuple[str, ...]] = {
     "PrefixTree": ("dataType", "tree", "tokens", "unit"),
     "HashedNgrams": ("dataType", "length", "tokens", "rows", "columns", "unit"),
     "CombinationType": ("dataType", "structure"),
+    POPLAR1_WORDS: ("dataType", "bits", "alphabet", "zScore", "maxPerLevel"),
 }
 
 
@@ -90,7 +92,7 @@ def encoding_from_json(schema: dict) -> Encoding:
         raise SchemaError("dataType", "must be an object")
     data_type = schema.get("dataType")
     if not isinstance(data_type, str) or data_type not in SCHEMA_KEYS or data_type == "CombinationType":
-        raise SchemaError("dataType", "must be one of BucketedType, PrefixTree, HashedNgrams")
+        raise SchemaError("dataType", "must be one of BucketedType, PrefixTree, HashedNgrams, Poplar1Words")
     for key, message in unknown_keys(schema, SCHEMA_KEYS[data_type]).items():
         raise SchemaError(key, message)
     if data_type == "BucketedType":
@@ -115,7 +117,9 @@ def encoding_from_json(schema: dict) -> Encoding:
         return PrefixTreeType.from_json(schema)
     if data_type == "HashedNgrams":
         return HashedNgramType.from_json(schema)
-    raise SchemaError("dataType", "must be one of BucketedType, PrefixTree, HashedNgrams")
+    if data_type == POPLAR1_WORDS:
+        return Poplar1WordsType.from_json(schema)
+    raise SchemaError("dataType", "must be one of BucketedType, PrefixTree, HashedNgrams, Poplar1Words")
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,13 @@ def content_encoding(data_types: dict) -> tuple[tuple[str, ...], Encoding | Comb
         raise SchemaError(f"{name}.structure", "lists a field twice")
     if set(structure) != set(data_types) - {name}:
         raise SchemaError(f"{name}.structure", "must list exactly the other fields of dataTypeContent")
-    joint = CombinationType(tuple((f, _part(f, data_types[f])) for f in structure))
+    parts = tuple((f, _part(f, data_types[f])) for f in structure)
+    for f, part in parts:
+        if isinstance(part, Poplar1WordsType):
+            raise SchemaError(
+                f"{f}.dataType", "a Poplar1Words field is asked alone: its walk counts words, not buckets"
+            )
+    joint = CombinationType(parts)
     return tuple(structure), _within_buckets(joint, name)
 
 

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from privacy import pld
+from privacy.ngrams import SchemaError
 
 # The walk goes a byte a step: every level it releases ends on a byte, so its candidates are text.
 BITS_PER_STEP = 8
@@ -125,3 +126,95 @@ class WalkPlan:
 def finished(prefix: tuple[bool, ...]) -> bool:
     """Whether a prefix of whole bytes ends in END: the word it spells is complete."""
     return len(prefix) >= BITS_PER_STEP and not any(prefix[-BITS_PER_STEP:])
+
+
+# ------------------------------------------------------------------ the recipe's schema
+
+POPLAR1_WORDS = "Poplar1Words"
+MAX_BITS = 128  # 16 bytes, 16 levels: the longest word a walk spells
+MAX_CANDIDATES = 4096  # the most prefixes one level asks (the aggregators' own cap, dap_poplar1.MAX_PREFIXES)
+DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _schema_error(key: str, message: str) -> SchemaError:
+    return SchemaError(key, message)
+
+
+@dataclass(frozen=True)
+class Poplar1WordsType:
+    """A recipe's Poplar1 question (``{"dataType": "Poplar1Words", ...}``, docs/formats.md): each
+    device reports one of its typed words, by its own coins, as a ``bits``-bit string (word_bits) in one
+    Poplar1 report; the aggregators then walk the prefix tree a byte a level (WalkPlan) over the
+    ``alphabet``'s bytes, keeping at each level the prefixes whose noisy count clears ``z_score``
+    standard deviations of both noises and the minimum cohort, the largest ``max_per_level``.
+
+    ``size`` is the most counts one level releases: what a policy's bucket limit is held against.
+    """
+
+    bits: int = 64
+    alphabet: str = DEFAULT_ALPHABET
+    z_score: float = 4.0
+    max_per_level: int = 32
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 8 <= self.bits <= MAX_BITS:
+            raise _schema_error("bits", f"bits must be a multiple of 8 from 8 to {MAX_BITS}")
+        if self.bits % BITS_PER_STEP:
+            raise _schema_error("bits", f"bits must be a multiple of 8 from 8 to {MAX_BITS}")
+        if not isinstance(self.alphabet, str) or not self.alphabet or "\0" in self.alphabet:
+            raise _schema_error("alphabet", "alphabet must be a non-empty string of the characters words hold")
+        if isinstance(self.z_score, bool) or not isinstance(self.z_score, (int, float)) or not self.z_score > 0:
+            raise _schema_error("zScore", "zScore must be a number greater than 0")
+        if isinstance(self.max_per_level, bool) or not isinstance(self.max_per_level, int) or self.max_per_level < 1:
+            raise _schema_error("maxPerLevel", "maxPerLevel must be a whole number, at least 1")
+        if self.size > MAX_CANDIDATES:
+            raise _schema_error(
+                "maxPerLevel",
+                f"maxPerLevel × (the alphabet's {len(self.alphabet_bytes)} bytes + 1) must be at most "
+                f"{MAX_CANDIDATES:,}: the most prefixes a level may ask",
+            )
+
+    @property
+    def alphabet_bytes(self) -> bytes:
+        return bytes(sorted(set(self.alphabet.encode())))
+
+    @property
+    def levels(self) -> int:
+        return self.bits // BITS_PER_STEP
+
+    @property
+    def size(self) -> int:
+        return max(len(self.alphabet_bytes), self.max_per_level * (len(self.alphabet_bytes) + 1))
+
+    @property
+    def labels(self) -> list[str]:
+        return []  # a walk's counts are named by their prefixes, level by level, not by buckets
+
+    def plan(self) -> WalkPlan:
+        return WalkPlan(
+            bits=self.bits, alphabet=self.alphabet_bytes, z=float(self.z_score), max_per_level=self.max_per_level
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "dataType": POPLAR1_WORDS,
+            "bits": self.bits,
+            "alphabet": self.alphabet,
+            "zScore": self.z_score,
+            "maxPerLevel": self.max_per_level,
+        }
+
+    @classmethod
+    def from_json(cls, schema: dict) -> Poplar1WordsType:
+        return cls(
+            bits=schema.get("bits", 64),
+            alphabet=schema.get("alphabet", DEFAULT_ALPHABET),
+            z_score=schema.get("zScore", 4.0),
+            max_per_level=schema.get("maxPerLevel", 32),
+        )
+
+
+def walk_levels(encoding: object) -> int:
+    """The levels a recipe's encoding releases as a Poplar1 walk (its budget composes them); 0 when
+    it is not a walk (one release)."""
+    return encoding.levels if isinstance(encoding, Poplar1WordsType) else 0

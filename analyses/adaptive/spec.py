@@ -15,6 +15,7 @@ from analyses.services.recipes import recipe_validate
 from pfs_base.errors import ValidationFailed
 from pfs_device.streams import field_kind
 from privacy.encoding import encoding_from_json
+from privacy.heavy_hitters import walk_levels
 from privacy.ngrams import UNITS, HashedNgramType, PrefixTreeType
 from privacy.parameters import PrivacyParameters
 
@@ -211,7 +212,7 @@ def _check_plan(analysis: Analysis, recipes: list[dict], field: str, label: str)
             parsed.append(recipe_validate(analysis=analysis, content=recipe))
         except ValidationFailed as failed:
             raise ValidationFailed({f"{label}round {i + 1}: {k}": v for k, v in failed.errors.items()}) from failed
-    requests = [budget_request_for(p.privacy, p.field, p.encoding.size) for p in parsed]
+    requests = [budget_request_for(p.privacy, p.field, p.encoding.size, walk_levels(p.encoding)) for p in parsed]
     refusal = budget_plan_refusal(analysis, field, requests, reserved=_reserved_requests(analysis))
     if refusal:
         index, errors = refusal

@@ -22,6 +22,7 @@ from analyses.services.recipes import ParsedRecipe, recipe_validate
 from pfs_device.budget import BudgetRequest
 from pfs_device.decision import fields_of
 from privacy.aggregator_noise import aggregator_noise
+from privacy.heavy_hitters import walk_levels
 from privacy.mechanisms import mechanism_get
 
 # Budgets are kept in nano-epsilon on devices; rounding the figures shown to that unit hides
@@ -39,7 +40,7 @@ def recipe_preview(*, analysis: Analysis, content: Any) -> dict[str, Any]:
     the only judge of a recipe.
     """
     parsed = recipe_validate(analysis=analysis, content=content)
-    request = budget_request_for(parsed.privacy, parsed.field, parsed.encoding.size)
+    request = budget_request_for(parsed.privacy, parsed.field, parsed.encoding.size, walk_levels(parsed.encoding))
     devices_expected = analysis.fleet.size * parsed.privacy.sampling_rate
     budget = _budget(analysis, parsed, request)
     return {

@@ -22,6 +22,7 @@ from pfs_device.budget import (
     ledger_empty,
 )
 from pfs_device.decision import fields_of, privacy_budget_request
+from privacy.heavy_hitters import walk_levels
 from privacy.parameters import PrivacyParameters
 
 # Where a refusal for the report count goes: no recipe key sets how often a device answers (the
@@ -188,15 +189,18 @@ def rounds_affordable(
     return low + 1
 
 
-def budget_request_for(privacy: PrivacyParameters, encoded_field: str, domain_size: int | None) -> BudgetRequest:
+def budget_request_for(
+    privacy: PrivacyParameters, encoded_field: str, domain_size: int | None, levels: int = 0
+) -> BudgetRequest:
     """What one device answering a recipe with ``privacy`` over ``encoded_field`` is charged: the
-    device's own mapping (pfs_device.decision.privacy_budget_request), so the two cannot disagree."""
-    return privacy_budget_request(privacy, fields_of(encoded_field), domain_size)
+    device's own mapping (pfs_device.decision.privacy_budget_request), so the two cannot disagree.
+    ``levels``: a Poplar1 walk's (privacy.heavy_hitters.walk_levels)."""
+    return privacy_budget_request(privacy, fields_of(encoded_field), domain_size, levels)
 
 
 def recipe_budget_request(recipe: Recipe) -> BudgetRequest:
     """What one device answering ``recipe`` is charged (the server's view, for its pre-checks)."""
-    return budget_request_for(recipe.privacy, recipe.encoded_field, recipe.encoding.size)
+    return budget_request_for(recipe.privacy, recipe.encoded_field, recipe.encoding.size, walk_levels(recipe.encoding))
 
 
 def _explain_analysis_refusal(

@@ -30,6 +30,7 @@ class WalkLevel:
     kept: dict[str, int]
     reports: int
     threshold: float
+    ended: frozenset[str] = frozenset()  # the kept prefixes that end their word (END kept)
 
 
 @dataclass
@@ -64,6 +65,7 @@ def heavy_hitters_walk(collection_key: str, plan: WalkPlan) -> Walk:
                 kept={prefix_text(prefix): counts[prefix] for prefix in kept},
                 reports=release.reports,
                 threshold=threshold,
+                ended=frozenset(prefix_text(prefix) for prefix in kept if finished(prefix)),
             )
         )
         last = step == plan.levels - 1

@@ -34,6 +34,7 @@ from privacy.aggregator_noise import DISTRIBUTIONS, GAUSSIAN, LAPLACE, aggregato
 from privacy.amplification import MAX_COHORT
 from privacy.encoding import CombinationType, Encoding, content_encoding
 from privacy.enforced_cohort import min_cohort_enforced
+from privacy.heavy_hitters import Poplar1WordsType, level_sigma, walk_levels
 from privacy.limits import NUMBERS as LIMITS
 from privacy.mechanisms import MECHANISMS, mechanism_get, replacement_epsilon0
 from privacy.ngrams import SchemaError
@@ -113,10 +114,13 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     if noise not in Recipe.Noise.values:
         problems.add("privacy.noise", f"Must be one of {', '.join(Recipe.Noise.values)}.")
     epsilon = problems.number(privacy, "epsilon", "privacy.epsilon", positive=True, limit=LIMITS["epsilon"])
-    if _noise_distribution(problems, privacy, noise) == LAPLACE:
+    distribution = _noise_distribution(problems, privacy, noise)
+    if distribution == LAPLACE:
         delta = _laplace_delta(problems, privacy)
     else:
         delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True, limit=LIMITS["delta"])
+    if isinstance(encoding, Poplar1WordsType):
+        _walk_check(problems, noise, distribution, cohorts, epsilon, delta, encoding)
     sampling_rate = problems.number(
         privacy, "samplingRate", "privacy.samplingRate", default=1.0, unit=True, limit=LIMITS["samplingRate"]
     )
@@ -161,7 +165,12 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
             min_cohort=min_cohort or MAX_COHORT,
         )
         budget_precheck(
-            problems, analysis, field, budget_request_for(checked, field or "", encoding.size if encoding else None)
+            problems,
+            analysis,
+            field,
+            budget_request_for(
+                checked, field or "", encoding.size if encoding else None, walk_levels(encoding) if encoding else 0
+            ),
         )
         if min_cohort and sampling_rate and min_cohort > analysis.fleet.size * sampling_rate:
             _fleet_too_small(problems, analysis, noise, min_cohort, stated_cohort, sampling_rate)
@@ -299,6 +308,34 @@ def _noise_distribution(problems: Problems, privacy: dict, noise: str) -> str | 
         problems.add("privacy.noiseDistribution", f"Must be one of {', '.join(DISTRIBUTIONS)}.")
         return None
     return distribution
+
+
+def _walk_check(
+    problems: Problems,
+    noise: str,
+    distribution: str | None,
+    cohorts: list[str],
+    epsilon: float | None,
+    delta: float | None,
+    encoding: Poplar1WordsType,
+) -> None:
+    """A Poplar1 walk (privacy.heavy_hitters): the aggregators add the discrete Gaussian at every level
+    (no local randomizer, no Laplace: its levels compose by PLD within epsilon and a positive delta),
+    over one batch (no cohorts: a walk's levels are asked of all its reports)."""
+    if noise != Recipe.Noise.AGGREGATOR:
+        problems.add(
+            "privacy.noise",
+            'A Poplar1Words walk has no local randomizer: each aggregator adds its own noise. Use "aggregator".',
+        )
+    elif distribution == LAPLACE:
+        problems.add("privacy.noiseDistribution", "A Poplar1Words walk adds the discrete Gaussian: leave it out.")
+    if cohorts:
+        problems.add("cohorts", "A Poplar1Words walk counts all its reports together: leave out cohorts.")
+    if epsilon is not None and delta and not problems:
+        try:
+            level_sigma(epsilon, delta, encoding.levels)
+        except ValueError as error:
+            problems.add("privacy.epsilon", f"{str(error).capitalize()}.")
 
 
 def _laplace_delta(problems: Problems, privacy: dict) -> float | None:

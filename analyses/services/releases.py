@@ -5,6 +5,7 @@ Its formats (tables, CSV, JSON, pages) are analyses.presenters.releases.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -12,6 +13,7 @@ from aggregation.reports import rejections
 from analyses.models import Release, Round
 from analyses.rules.validation import Problems
 from analyses.services.budget import analysis_spent_statement
+from analyses.services.heavy_hitters import Walk
 from pfs_base.errors import ValidationFailed
 from privacy.aggregator_noise import AggregatorGaussian, AggregatorLaplace, aggregator_noise
 from privacy.encoding import CombinationType, Encoding
@@ -51,6 +53,73 @@ def release_content(round_: Round, encoding: Encoding, batches: list, progress: 
         "rejected_reports": rejections(round_.task_key),
         "batches": [b.as_json() for b in batches],
     }
+
+
+def walk_release_content(round_: Round, walk: Walk | None, progress: dict) -> dict[str, Any]:
+    """A Poplar1 round's release: the walk's levels and the words found (analyses.services.heavy_hitters),
+    in a release's frame (no buckets, no batches: a walk's counts are named by their prefixes). ``walk``
+    None: withheld, its first level below the minimum cohort (whose size is then not released)."""
+    recipe = round_.recipe
+    privacy = recipe.privacy
+    charged = bool(progress["devices_charged"])
+    sigma = walk.sigma if walk is not None else None
+    error = None if sigma is None else sigma * math.sqrt(2.0)  # both aggregators' noise on each count
+    levels = walk.levels if walk is not None else []
+    return {
+        "analysis": recipe.analysis.identifier,
+        "recipe": recipe.identifier,
+        "round": round_.pk,
+        "field": recipe.encoded_field,
+        "kind": "heavy_hitters",
+        "buckets": [],
+        "joint": None,
+        **privacy.as_json(),
+        "aggregator_sigma": sigma,
+        "aggregator_laplace_scale": None,
+        "reports": levels[0].reports if levels else 0,
+        "epsilon_spent": privacy.epsilon if charged else 0.0,
+        "analysis_spent": analysis_spent_statement(recipe.analysis, up_to_round=round_.pk),
+        # A withheld walk's reports are fewer than the minimum cohort: the refusals would give them.
+        "refusals": refusals_shown(
+            progress["devices_not_answering"], charged=charged, batches=[{"suppressed": not levels}]
+        ),
+        "rejected_reports": {},
+        "batches": [],
+        "walk": {
+            "bits": recipe.encoding.bits,
+            "standard_error": error,
+            "threshold": levels[0].threshold if levels else None,
+            "levels": [
+                {
+                    "level": level.level,
+                    "length": (level.level + 1) // 8,
+                    "asked": level.asked,
+                    "reports": level.reports,
+                    "threshold": level.threshold,
+                    # A kept prefix that ends its word (its END byte was asked and kept) is not extended.
+                    "kept": [
+                        {"prefix": text, "count": count, "end": text in level.ended}
+                        for text, count in _largest(level.kept)
+                    ],
+                }
+                for level in levels
+            ],
+            # A word that fills every byte may be the cut of a longer one ("hell" of "hello"): not complete.
+            "words": [
+                {
+                    "word": word,
+                    "count": count,
+                    "standard_error": error,
+                    "complete": len(word.encode()) < recipe.encoding.bits // 8,
+                }
+                for word, count in _largest(walk.words if walk is not None else {})
+            ],
+        },
+    }
+
+
+def _largest(counts: dict[str, int]) -> list[tuple[str, int]]:
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
 
 def _aggregator_noise_parameter(privacy: PrivacyParameters) -> dict[str, float | None]:

@@ -16,6 +16,7 @@ from django.db.models import BooleanField, Case, Q, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
+from aggregation.heavy_hitters_leader import collection_open
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules
 from aggregation.services import (
@@ -31,6 +32,7 @@ from analyses.services.accuracy import CONFIRM_KEY, recipe_expected_error, too_n
 from analyses.services.budget import budget_plan_refusal, recipe_budget_request
 from analyses.services.cohorts import cohort_forecast, cohort_release, small_cohorts_refusal
 from analyses.services.collector import collection_release
+from analyses.services.heavy_hitters import heavy_hitters_walk
 from analyses.services.policy import analysis_lock
 from analyses.services.recipes import (
     device_task,
@@ -40,7 +42,7 @@ from analyses.services.recipes import (
     recipe_unsaved,
     recipe_validate,
 )
-from analyses.services.releases import release_content
+from analyses.services.releases import release_content, walk_release_content
 from analyses.signals import round_finished
 from analyses.task_names import DISPATCH_ROUND
 from devices.models import FleetShard, ShardRun
@@ -51,6 +53,7 @@ from pfs_base.task_queue import enqueue
 from pfs_device.budget import Decision
 from pfs_device.decision import DeviceTask
 from privacy.aggregator_noise import aggregator_noise
+from privacy.heavy_hitters import Poplar1WordsType, walk_levels
 from privacy.report_vdaf import report_shape
 
 
@@ -90,8 +93,14 @@ def round_start(*, recipe: Recipe, user: AbstractBaseUser, confirm_small_cohorts
             raise ValidationFailed({"privacy.budget": refusal[1]})
         cohorts = list(recipe.content.get("cohorts", []))
         forecast = cohort_forecast(recipe.analysis, cohorts, recipe.privacy.sampling_rate, recipe.privacy.min_cohort)
-        error = recipe_expected_error(recipe.analysis, recipe.privacy, recipe.encoding.size)
-        wasted = [r for r in (small_cohorts_refusal(forecast), too_noisy_refusal(error)) if r is not None]
+        # A walk's counts are not spread over its candidates: most are near zero by design, so the
+        # too-noisy rule (noise against the mean bucket) does not apply to it.
+        noisy = (
+            None
+            if walk_levels(recipe.encoding)
+            else too_noisy_refusal(recipe_expected_error(recipe.analysis, recipe.privacy, recipe.encoding.size))
+        )
+        wasted = [r for r in (small_cohorts_refusal(forecast), noisy) if r is not None]
         if wasted and not confirm_small_cohorts:
             refusal_log(
                 user=user, action="round.start", target=recipe.analysis.identifier, reasons={CONFIRM_KEY: wasted}
@@ -109,6 +118,20 @@ def _collection_rules_open(round_: Round) -> None:
     """Configure both aggregators with the round's public batch rules."""
     size = round_.recipe.encoding.size
     privacy = round_.recipe.privacy
+    encoding = round_.recipe.encoding
+    if isinstance(encoding, Poplar1WordsType):
+        # A walk: one Poplar1 collection whose levels each aggregator noises on its own
+        # (aggregation.heavy_hitters); the helper is provisioned by the dispatch, as below.
+        collection_open(
+            collection_key=round_.task_key,
+            bits=encoding.bits,
+            min_cohort=privacy.min_cohort,
+            epsilon=privacy.epsilon,
+            delta=privacy.delta,
+            levels=encoding.levels,
+            provision=False,
+        )
+        return
     # The shape of a report (length, weight bound, the Prio3 it is verified with) comes from the
     # recipe alone, by the code the devices run (privacy.report_vdaf).
     if privacy.aggregator_noise:
@@ -276,20 +299,43 @@ def round_aggregate(*, round_id: int) -> Round | None:
         if progress["shards_done"] < round_.shards_total:
             raise ShardsPending(f"{progress['shards_done']} of {round_.shards_total} shards answered")
         recipe = round_.recipe
-        batches = collection_release(collection_key=round_.task_key, estimator=recipe_estimator(recipe))
-        Release.objects.create(round=round_, content=release_content(round_, recipe.encoding, batches, progress))
-        # A round no batch of which reached its minimum cohort released nothing: its status says
-        # so (the stored content keeps the devices' reasons), and no chart is drawn from it.
-        released = any(not batch.suppressed for batch in batches)
-        round_.status = Round.Status.RELEASED if released else Round.Status.WITHHELD
-        if not released:
-            round_.error = (
-                f"no batch reached its minimum cohort of {recipe.privacy.min_cohort:,} reports: nothing released"
-            )
-        round_.finished_at = timezone.now()
-        round_.save(update_fields=["status", "error", "finished_at"])
-        metrics.round_counted(round_.status)  # released, or withheld
-        _announce_finished(round_)
+        if not isinstance(recipe.encoding, Poplar1WordsType):
+            batches = collection_release(collection_key=round_.task_key, estimator=recipe_estimator(recipe))
+            Release.objects.create(round=round_, content=release_content(round_, recipe.encoding, batches, progress))
+            # A round no batch of which reached its minimum cohort released nothing: its status says
+            # so (the stored content keeps the devices' reasons), and no chart is drawn from it.
+            released = any(not batch.suppressed for batch in batches)
+            withheld = f"no batch reached its minimum cohort of {recipe.privacy.min_cohort:,} reports: nothing released"
+            return _round_released(round_, "" if released else withheld)
+    return _round_walk(round_, progress)
+
+
+def _round_walk(round_: Round, progress: dict[str, Any]) -> Round | None:
+    """A Poplar1 round: the walk over its collection, level by level with the helper (minutes, over
+    HTTP: outside any transaction, so the dashboard's writes go on), then its release. A walk run
+    again after a stop resumes: each level already released is read back, not asked again."""
+    recipe = round_.recipe
+    try:
+        walk = heavy_hitters_walk(round_.task_key, recipe.encoding.plan())
+    except NotAllowed as refusal:  # the first level holds fewer verified reports than the minimum cohort
+        walk, withheld = None, f"{refusal}: nothing released"
+    else:
+        withheld = "" if walk.levels else "the walk asked no level: nothing released"
+    with transaction.atomic():
+        round_ = Round.objects.select_for_update().select_related("recipe__analysis").filter(pk=round_.pk).first()
+        if round_ is None or round_.status != Round.Status.RUNNING:
+            return round_
+        Release.objects.create(round=round_, content=walk_release_content(round_, walk, progress))
+        return _round_released(round_, withheld)
+
+
+def _round_released(round_: Round, withheld: str) -> Round:
+    round_.status = Round.Status.WITHHELD if withheld else Round.Status.RELEASED
+    round_.error = withheld
+    round_.finished_at = timezone.now()
+    round_.save(update_fields=["status", "error", "finished_at"])
+    metrics.round_counted(round_.status)  # released, or withheld
+    _announce_finished(round_)
     return round_
 
 
