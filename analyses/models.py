@@ -302,6 +302,7 @@ class AdaptiveRun(models.Model):
     class Kind(models.TextChoices):
         NGRAM_DISCOVERY = "ngram_discovery", "N-gram discovery"
         BUCKET_REFINEMENT = "bucket_refinement", "Bucket refinement"
+        HEAVY_HITTERS = "heavy_hitters", "Heavy hitters (Poplar1)"
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"

@@ -107,6 +107,11 @@ def adaptive_advance(*, run_id: int) -> AdaptiveRun | None:
             verb = round_.get_status_display().lower()
             return _finish(run, AdaptiveRun.Status.FAILED, f"Round {round_.pk} {verb}: {round_.error}")
         spec = spec_of(run)
+        if run.kind == AdaptiveRun.Kind.HEAVY_HITTERS:  # one round: its walk's levels, and the run is done
+            run.levels = levels.walk_levels(round_.release.content, round_.pk)
+            run.current_round = None
+            bits = round_.recipe.content["dataTypeContent"][spec.field]["bits"]
+            return _finish(run, AdaptiveRun.Status.FINISHED, levels.walk_stop_reason(run.levels, bits))
         in_baseline = bool(run.baseline) or len(run.levels) >= spec.rounds or _stopped(run)
         if in_baseline:
             run.baseline = [*run.baseline, {"round": round_.pk}]

@@ -118,3 +118,47 @@ def next_refinement_boundaries(last: dict[str, Any]) -> list[float]:
         (boundaries[i - 1] + boundaries[i]) / 2 for i in range(1, len(boundaries)) if labels[i] in last["split"]
     ]
     return sorted(boundaries + midpoints)
+
+
+def walk_levels(content: dict[str, Any], round_id: int) -> list[dict[str, Any]]:
+    """A heavy-hitters walk's levels, from its round's release (analyses.services.releases.walk_release_content),
+    in a discovery level's shape: each kept prefix as an n-gram of characters, one ending its word
+    with END (so the run's tree and tables read both kinds alike)."""
+    walk = content["walk"]
+    records = []
+    for level in walk["levels"]:
+        kept = [
+            {
+                "ngram": k["prefix"] + (f" {END_LABEL}" if k["end"] else ""),
+                "tokens": [*k["prefix"], *([END_LABEL] if k["end"] else [])],
+                "end": k["end"],
+                "estimate": float(k["count"]),
+                "standard_error": walk["standard_error"],
+            }
+            for k in level["kept"]
+        ]
+        records.append(
+            {
+                "length": level["length"],
+                "round": round_id,
+                "buckets": level["asked"],
+                "leaves": sum(1 for k in records[-1]["kept"] if not k["end"]) if records else 1,
+                "reports": level["reports"],
+                "threshold": level["threshold"],
+                "epsilon0": None,
+                "epsilon": content["epsilon"],
+                "delta": content["delta"],
+                "kept": kept,
+            }
+        )
+    return records
+
+
+def walk_stop_reason(records: list[dict[str, Any]], bits: int) -> str:
+    """Why a walk ended, in words."""
+    most = bits // 8
+    if records and records[-1]["length"] >= most:
+        return f"The walk spelled words up to {most} bytes: all {most} levels ran."
+    if not records:
+        return "The walk asked no level."
+    return f"The walk ended after {records[-1]['length']} of {most} levels: no prefix left to extend cleared the threshold."

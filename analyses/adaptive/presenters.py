@@ -35,6 +35,8 @@ def adaptive_output(run: AdaptiveRun) -> dict[str, Any]:
 def _level_output(run: AdaptiveRun, level: dict) -> dict[str, Any]:
     if run.kind == AdaptiveRun.Kind.BUCKET_REFINEMENT:
         keys = ("round", "boundaries", "histogram", "split", "buckets", "reports", "epsilon0", "epsilon", "delta")
+    elif run.kind == AdaptiveRun.Kind.HEAVY_HITTERS:  # epsilon and delta: the whole walk's, every level within
+        keys = ("length", "round", "buckets", "leaves", "reports", "threshold", "epsilon", "delta", "kept")
     else:
         keys = ("length", "round", "buckets", "leaves", "reports", "epsilon0", "epsilon", "delta", "kept")
     entry = {k: level[k] for k in keys}

@@ -15,8 +15,8 @@ from analyses.services.recipes import recipe_validate
 from pfs_base.errors import ValidationFailed
 from pfs_device.streams import field_kind
 from privacy.encoding import encoding_from_json
-from privacy.heavy_hitters import walk_levels
-from privacy.ngrams import UNITS, HashedNgramType, PrefixTreeType
+from privacy.heavy_hitters import DEFAULT_ALPHABET, MAX_BITS, Poplar1WordsType, walk_levels
+from privacy.ngrams import UNITS, HashedNgramType, PrefixTreeType, SchemaError
 from privacy.parameters import PrivacyParameters
 
 # The static baseline's sketch when the spec does not say: 4 rows of 4,096 cells (Apple's
@@ -41,7 +41,21 @@ SPEC_KEYS = (
     "minWidth",
     "baseline",
     "confirmSmallCohorts",
+    "alphabet",
 )
+# A heavy-hitters walk's keys (privacy.heavy_hitters): one round of Poplar1 reports, walked by the
+# aggregators a byte a level; its privacy is the whole walk's, every level composed within it.
+HEAVY_HITTERS_KEYS = (
+    "analysis",
+    "kind",
+    "field",
+    "maxLength",
+    "alphabet",
+    "privacy",
+    "threshold",
+    "confirmSmallCohorts",
+)
+HEAVY_HITTERS_PRIVACY = ("epsilon", "delta", "samplingRate", "minCohort")
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,10 @@ def adaptive_validate(*, spec: Any) -> Spec:
     if kind not in AdaptiveRun.Kind.values:
         problems.add("kind", f"Must be one of {', '.join(AdaptiveRun.Kind.values)}.")
     field = problems.string(spec, "field", "field")
+    if kind == AdaptiveRun.Kind.HEAVY_HITTERS:
+        return _heavy_hitters_validate(problems, spec, analysis, field)
+    if "alphabet" in spec:
+        problems.add("alphabet", "Only a heavy-hitters walk has an alphabet; n-gram discovery has a vocabulary.")
     cohorts = problems.string_list(spec, "cohorts", "cohorts", default=[]) or []
     rounds_key = "maxLength" if kind == AdaptiveRun.Kind.NGRAM_DISCOVERY else "maxRounds"
     rounds = problems.integer(spec, rounds_key, rounds_key, minimum=1)
@@ -114,6 +132,75 @@ def adaptive_validate(*, spec: Any) -> Spec:
     if baseline is not None:
         _check_baseline(parsed, baseline)
     return parsed
+
+
+def _heavy_hitters_validate(problems: Problems, spec: dict, analysis: Analysis | None, field: str | None) -> Spec:
+    """A heavy-hitters walk: its one round's recipe (a Poplar1Words schema, aggregator noise at the
+    walk's epsilon and delta), checked as every round is, and its budget against the policy."""
+    for key in set(spec) - set(HEAVY_HITTERS_KEYS) - {"threshold"}:
+        if key in SPEC_KEYS:
+            problems.add(key, "A heavy-hitters walk has no such key: it spells words byte by byte from its alphabet.")
+    problems.only(spec.get("threshold"), ("zScore", "maxPerLevel"), "threshold.")
+    length = problems.integer(spec, "maxLength", "maxLength", minimum=1)
+    if length is not None and length * 8 > MAX_BITS:
+        problems.add("maxLength", f"At most {MAX_BITS // 8} bytes: a level a byte, {MAX_BITS // 8} levels at most.")
+    privacy = problems.obj(spec, "privacy", "privacy") or {}
+    problems.only(privacy, HEAVY_HITTERS_PRIVACY, "privacy.")
+    epsilon = problems.number(privacy, "epsilon", "privacy.epsilon", positive=True)
+    delta = problems.number(privacy, "delta", "privacy.delta", open_unit=True)
+    threshold = spec.get("threshold", {})
+    if not isinstance(threshold, dict):
+        problems.add("threshold", "Must be an object.")
+        threshold = {}
+    z_score = problems.number(threshold, "zScore", "threshold.zScore", positive=True) if "zScore" in threshold else 4.0
+    max_per_level = (
+        problems.integer(threshold, "maxPerLevel", "threshold.maxPerLevel", minimum=1)
+        if "maxPerLevel" in threshold
+        else 32
+    )
+    if analysis is not None and field and field_kind(analysis.enforced.query_class.get("stream", ""), field) != "text":
+        problems.add("field", "Must be a text field of the analysis's stream.")
+    schema = None
+    if length is not None and not problems:
+        try:
+            schema = Poplar1WordsType(
+                bits=8 * length,
+                alphabet=spec.get("alphabet", DEFAULT_ALPHABET),
+                z_score=z_score,
+                max_per_level=max_per_level,
+            ).to_json()
+        except SchemaError as error:
+            key = {"bits": "maxLength", "zScore": "threshold.zScore", "maxPerLevel": "threshold.maxPerLevel"}
+            problems.add(key.get(error.key, error.key), sentence(error))
+    if problems:
+        raise ValidationFailed(problems.errors)
+    plan = [{"round": 1, "epsilon": epsilon, "delta": delta}]
+    parsed = Spec(analysis, AdaptiveRun.Kind.HEAVY_HITTERS, field, 1, plan, privacy, z_score, max_per_level, [], spec)
+    (round_parsed,) = _check_plan(analysis, [walk_recipe(parsed, schema)], field, "")
+    plan[0].update(
+        noise=round_parsed.privacy.noise,
+        mechanism="",
+        epsilon0=None,
+        min_cohort=round_parsed.privacy.min_cohort,
+        sampling_rate=round_parsed.privacy.sampling_rate,
+        levels=length,
+    )
+    return parsed
+
+
+def walk_recipe(spec: Spec, schema: dict | None = None) -> dict[str, Any]:
+    """A heavy-hitters walk's one round: its Poplar1Words schema and the walk's privacy, aggregator noise."""
+    if schema is None:
+        raw = spec.raw
+        schema = Poplar1WordsType(
+            bits=8 * raw["maxLength"],
+            alphabet=raw.get("alphabet", DEFAULT_ALPHABET),
+            z_score=spec.z_score,
+            max_per_level=spec.max_per_level,
+        ).to_json()
+    recipe = spec_recipe(spec, spec.analysis, 0, schema, "walk")
+    recipe["privacy"] = {"noise": "aggregator", **recipe["privacy"]}
+    return recipe
 
 
 def _budget_plan(problems: Problems, privacy: dict, rounds: int | None) -> list[dict[str, float]]:
@@ -246,6 +333,8 @@ def adaptive_rounds_started(run: AdaptiveRun) -> tuple[int, int]:
     """Rounds started, so charged to devices' budgets: (interactive, static baseline), the current
     (or failed) round included."""
     current = run.current_round
+    if run.kind == AdaptiveRun.Kind.HEAVY_HITTERS:  # its one round: its levels are the walk's, not rounds
+        return (1 if current is not None or run.levels else 0), 0
     in_baseline = current is not None and current.recipe.analysis_id != run.analysis_id
     interactive = len(run.levels) + (1 if current is not None and not in_baseline else 0)
     return interactive, len(run.baseline) + (1 if in_baseline else 0)
@@ -264,7 +353,7 @@ def _planned_request(planned: dict, field: str):
     )
     # Reserved rounds are charged, never checked: an unknown domain only makes their PLD pair the
     # more conservative one (Hadamard response's FMT 2020 clones), never the check-3 cohort.
-    return budget_request_for(privacy, field, None)
+    return budget_request_for(privacy, field, None, planned.get("levels", 0))
 
 
 def _round_privacy(spec: Spec, index: int) -> dict[str, Any]:
@@ -287,6 +376,8 @@ def spec_recipe(spec: Spec, analysis: Analysis, index: int, schema: dict, label:
 
 
 def first_recipe(spec: Spec) -> dict[str, Any]:
+    if spec.kind == AdaptiveRun.Kind.HEAVY_HITTERS:
+        return walk_recipe(spec)
     if spec.kind == AdaptiveRun.Kind.NGRAM_DISCOVERY:
         tree = PrefixTreeType(tokens=tuple(spec.raw["vocabulary"]), unit=spec.raw.get("unit", "word"))
         return spec_recipe(spec, spec.analysis, 0, tree.to_json(), "level1")
@@ -315,6 +406,9 @@ def spec_of(run: AdaptiveRun) -> Spec:
     threshold = raw.get("threshold", {})
     rounds = raw.get("maxLength") if run.kind == AdaptiveRun.Kind.NGRAM_DISCOVERY else raw.get("maxRounds")
     per_level = threshold.get("maxPerLevel" if run.kind == AdaptiveRun.Kind.NGRAM_DISCOVERY else "maxBuckets")
+    if run.kind == AdaptiveRun.Kind.HEAVY_HITTERS:  # one round; the walk's defaults as validated
+        rounds, per_level = 1, threshold.get("maxPerLevel", 32)
+        threshold = {"zScore": threshold.get("zScore", 4.0)}
     return Spec(
         run.analysis,
         run.kind,

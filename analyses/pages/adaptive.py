@@ -18,7 +18,7 @@ from analyses.adaptive.chain import adaptive_next_edit, adaptive_pause, adaptive
 from analyses.adaptive.presenters import adaptive_output
 from analyses.adaptive.spec import adaptive_rounds_started, adaptive_validate, baseline_refusal
 from analyses.forms.adaptive import AdaptiveJsonForm, AdaptiveSpecForm
-from analyses.models import AdaptiveRun, Analysis
+from analyses.models import AdaptiveRun, Analysis, Release
 from analyses.reads import selectors
 from analyses.reads.drilldown import bucketed_plain_labels
 from analyses.services.policy import analyses_spent, analysis_spent
@@ -150,7 +150,8 @@ def _tree_nodes(run: AdaptiveRun) -> list[dict[str, Any]]:
 
     A prefix nobody kept (an edited recipe may ask for any) is added without an estimate.
     """
-    unit = run.spec.get("unit", "word")
+    # A heavy-hitters walk spells words a byte (a character) a level.
+    unit = "character" if run.kind == AdaptiveRun.Kind.HEAVY_HITTERS else run.spec.get("unit", "word")
     nodes: dict[str, dict[str, Any]] = {}
     for number, level in enumerate(run.levels, start=1):
         for kept in level.get("kept", []):
@@ -242,7 +243,7 @@ def _level_views(run: AdaptiveRun, output: dict[str, Any]) -> list[dict[str, Any
     """Per level: its summary and its table rows (kept n-grams, or the histogram's buckets)."""
     views = []
     for number, level in enumerate(output["levels"], start=1):
-        if run.kind == AdaptiveRun.Kind.NGRAM_DISCOVERY:
+        if run.kind != AdaptiveRun.Kind.BUCKET_REFINEMENT:
             rows = [
                 {"ngram": k["ngram"], "end": k["end"], **_interval(k["estimate"], k["standard_error"])}
                 for k in level["kept"]
@@ -352,7 +353,7 @@ def _adaptive_context(run: AdaptiveRun, *, next_form: AdaptiveJsonForm | None, r
     output = adaptive_output(run)
     plan = _plan_rows(run)
     spent = [row for row in plan if row["spent"]]
-    discovery = run.kind == AdaptiveRun.Kind.NGRAM_DISCOVERY
+    discovery = run.kind in (AdaptiveRun.Kind.NGRAM_DISCOVERY, AdaptiveRun.Kind.HEAVY_HITTERS)
     nodes = _tree_nodes(run) if discovery else []
     if run.status != AdaptiveRun.Status.PAUSED or run.next_recipe is None:
         next_form = None  # nothing waits to be edited (any more)
@@ -371,6 +372,7 @@ def _adaptive_context(run: AdaptiveRun, *, next_form: AdaptiveJsonForm | None, r
         "analysis": run.analysis,
         "output": output,
         "discovery": discovery,
+        "walk": _walk_view(run),
         "plan": plan,
         "has_baseline": isinstance(run.spec, dict) and bool(run.spec.get("baseline")),
         "plan_total": {
@@ -395,6 +397,24 @@ def _adaptive_context(run: AdaptiveRun, *, next_form: AdaptiveJsonForm | None, r
     }
 
 
+def _walk_view(run: AdaptiveRun) -> dict[str, Any] | None:
+    """A heavy-hitters run's walk: its levels at most, each aggregator's sigma, and, once released,
+    the words found with their intervals (from its round's release)."""
+    if run.kind != AdaptiveRun.Kind.HEAVY_HITTERS:
+        return None
+    walk = {"levels": run.spec.get("maxLength"), "sigma": None, "standard_error": None, "words": None}
+    round_id = run.levels[0]["round"] if run.levels else None
+    release = Release.objects.filter(round_id=round_id).values_list("content", flat=True).first() if round_id else None
+    if release is not None:
+        error = release["walk"]["standard_error"]
+        walk.update(
+            sigma=release["aggregator_sigma"],
+            standard_error=error,
+            words=[{**word, **_interval(word["count"], error)} for word in release["walk"]["words"]],
+        )
+    return walk
+
+
 def _stop_text(run: AdaptiveRun) -> str:
     """Why the run ended (or its interactive part did), in words: a run that did all its planned
     rounds finished; it did not stop."""
@@ -405,6 +425,8 @@ def _stop_text(run: AdaptiveRun) -> str:
     normal = reason.startswith("Reached the planned") and len(run.levels) >= planned
     if run.status == AdaptiveRun.Status.FAILED:
         return f"Failed: {reason}"
+    if run.kind == AdaptiveRun.Kind.HEAVY_HITTERS:  # one round; its reason says how far the walk went
+        return f"Finished: {reason}" if run.is_finished else ""
     if run.is_finished:
         if normal:
             extra = ", then the static baseline" if run.baseline else ""
