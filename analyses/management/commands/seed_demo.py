@@ -71,6 +71,17 @@ DEMO_ANALYSES = [
         "budget": {"epsilon": 4.0, "reports": 4, "delta": 1e-5},
         "fields": {"perplexity": {"localEpsilon": 8.0, "epsilon": 4.0, "reports": 4}},
     },
+    # Heavy hitters without local noise (Poplar1, docs/adaptive.md): the typed words' field allows
+    # aggregator noise, two walks of epsilon 1 each. Its floor of 100 reports is the minimum cohort
+    # every released prefix must reach before the walk may extend it.
+    {
+        "identifier": "demo.heavy-hitters",
+        "title": "Typed words without local noise (Poplar1 heavy hitters)",
+        "fleet": "demo",
+        "queryClass": {"stream": "KeyboardNGrams", "fields": ["ngrams"], "cohortFields": ["locale"]},
+        "budget": {"epsilon": 2.0, "reports": 2, "delta": 1e-5, "minCohort": 100},
+        "fields": {"ngrams": {"localEpsilon": 4.0, "epsilon": 2.0, "reports": 2, "aggregatorNoise": True}},
+    },
 ]
 
 
