@@ -48,6 +48,8 @@ from pfs_device import hpke, tokens, wire
 from privacy import field as prime_field
 from privacy.aggregator_noise import aggregator_noise
 from privacy.field import FieldVector, add, field_sum
+from privacy.heavy_hitters import VDAF as POPLAR1
+from privacy.heavy_hitters import share_sizes as poplar1_share_sizes
 from privacy.report_vdaf import ReportShape, input_share_sizes
 from privacy.vdaf.field import Field128
 
@@ -97,6 +99,14 @@ def devices_refusal(arrivals: list[float], reports: int, *, issued: int | None, 
     if reports > issued:
         return "more reports than the token issuer issued tokens (plausibility)"
     return rate_refusal(arrivals, devices=issued, spread=spread)
+
+
+def share_sizes_of(rules: CollectionRules) -> tuple[int, int, int]:
+    """(leader input share, helper input share, public share) of the collection's reports, in bytes:
+    Prio3's of its shape, or a Poplar1 collection's (heavy hitters) of its bits."""
+    if rules.vdaf == POPLAR1:
+        return poplar1_share_sizes(rules.length)
+    return input_share_sizes(rules_shape(rules).vdaf())
 
 
 def rules_shape(rules: CollectionRules) -> ReportShape:
@@ -201,7 +211,7 @@ class Aggregator:
             plaintext = opener(private_key, enc, ciphertext)
         except hpke.OpenFailed:
             plaintext = self._open_retired(opener, enc, ciphertext, opened=rules.created_at)
-        leader, helper, _ = input_share_sizes(rules_shape(rules).vdaf())
+        leader, helper, _ = share_sizes_of(rules)
         expected = leader if self.role == "leader" else helper
         if len(plaintext) != expected:
             raise ValueError(f"input share of {len(plaintext)} bytes, expected {expected}")

@@ -12,7 +12,8 @@ init then continue, under one job id and one path, ``/tasks/<task id>/poplar1_jo
   answers ``Poplar1JobResp`` again, ``finish`` or ``reject`` per report.
 
 ``Poplar1ReportsReq`` carries a simulated fleet's helper input shares (in the clear: a simulated
-fleet's shares never leave the operators' machines); ``Poplar1ShareReq`` asks the helper's noised
+fleet's shares never leave the operators' machines); ``Poplar1UploadsReq`` real devices' reports,
+each with the helper's share sealed to its key and the device's token; ``Poplar1ShareReq`` asks the helper's noised
 aggregate share of a level, once, with the leader's own (so that both know the released counts,
 against which the next level's prefixes are checked). The media types, the auth token and the JSON
 conventions are aggregation.dap's. Pure: no Django.
@@ -23,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aggregation.dap import CONTINUE, REJECT, MessageError, _fields, _int, _object, _text, unb64
+from aggregation.dap import CONTINUE, REJECT, MessageError, VerifyInit, _fields, _int, _object, _text, unb64
 
 REPORTS = "poplar1-reports-req"
+UPLOADS = "poplar1-uploads-req"
 JOB_INIT = "poplar1-job-init-req"
 JOB_CONTINUE = "poplar1-job-continue-req"
 JOB_RESP = "poplar1-job-resp"
@@ -86,6 +88,29 @@ class Poplar1ReportsReq:
             )
         _distinct([r.report_id for r in reports], "reports")
         return cls(collection=_text(data["collection"], "collection"), reports=reports)
+
+
+@dataclass(frozen=True)
+class Poplar1UploadsReq:
+    """PUT /tasks/<task id>/poplar1_uploads/<job id>: real devices' reports the leader accepted, each
+    with the helper's input share sealed to the helper's key and the device's token, as a Prio3 job's
+    ``VerifyInit`` carries them (no verifier share: a Poplar1 report is verified level by level, in
+    the walk's jobs). The helper checks each token and opens its share itself, keeps what it
+    accepted, and answers ``Poplar1JobResp``: ``finish`` (kept) or ``reject`` with why, per report."""
+
+    collection: str
+    uploads: list[VerifyInit]
+
+    @classmethod
+    def parse(cls, body: bytes) -> Poplar1UploadsReq:
+        data = _object(body, {"collection", "uploads"})
+        items = _list(data["uploads"], "uploads", limit=MAX_JOB_REPORTS)
+        uploads = [VerifyInit.parse(item, f"uploads[{i}]") for i, item in enumerate(items)]
+        for i, upload in enumerate(uploads):
+            if upload.token is None:
+                raise MessageError(f"uploads[{i}]: a device's report carries its token and its sealed share")
+        _distinct([u.report_id for u in uploads], "uploads")
+        return cls(collection=_text(data["collection"], "collection"), uploads=uploads)
 
 
 def _hex_id(value: Any, name: str) -> str:

@@ -31,22 +31,18 @@ from aggregation.models import CollectionRules, Poplar1Job, Poplar1Level, Poplar
 from aggregation.reports import SHARE_MALFORMED
 from pfs_base.errors import Conflict, NotAllowed
 from privacy.gaussian import sample_discrete_gaussian
-from privacy.heavy_hitters import BITS_PER_STEP, level_sigma
+from privacy.heavy_hitters import BITS_PER_STEP, level_sigma, report_context
+from privacy.heavy_hitters import VDAF as POPLAR1
 from privacy.vdaf.errors import VdafError
 from privacy.vdaf.poplar1 import AggParam, Poplar1, Prefix
 from privacy.vdaf.poplar1_batch import verify_init_batch
 
-VDAF = "poplar1"
+VDAF = POPLAR1
 LEADER, HELPER = 0, 1  # Poplar1's aggregator ids
 REPORT_REPLAYED = "report_replayed"  # verified at this level or a deeper one already
 REPORT_UNKNOWN = "report_unknown"
 REPORT_REFUSED = "report_refused"  # failed a sketch before: it counts nowhere again
-_CONTEXT = b"pfs-studio poplar1 report v1|"
-
-
-def context(collection_key: str) -> bytes:
-    """Poplar1's application context of a collection: a report is bound to its collection."""
-    return _CONTEXT + collection_key.encode()
+context = report_context  # Poplar1's application context of a collection (privacy.heavy_hitters)
 
 
 def vdaf_of(rules: CollectionRules) -> Poplar1:

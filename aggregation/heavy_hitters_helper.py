@@ -21,17 +21,21 @@ id (or a level already released) is a conflict.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from aggregation import dap, dap_poplar1
+from aggregation import dap, dap_poplar1, helper_service
 from aggregation import heavy_hitters as hh
 from aggregation.aggregators import HELPER
+from aggregation.dap_poplar1 import FINISH
 from aggregation.helper_service import UnknownTask, _digest
-from aggregation.models import CollectionRules, Poplar1Job, Poplar1Level, Poplar1Report
+from aggregation.models import CollectionRules, HelperJob, Poplar1Job, Poplar1Level, Poplar1Report
 from aggregation.reports import PROOF_INVALID, SHARE_MALFORMED
 from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed
+from privacy.report_vdaf import report_nonce
 from privacy.vdaf.errors import VdafError
 
 STORE = HELPER.store
@@ -101,6 +105,76 @@ def reports_store(collection_key: str, request: dap_poplar1.Poplar1ReportsReq) -
             )
         Poplar1Report.objects.using(STORE).bulk_create(new)
     return len(new)
+
+
+def uploads_store(collection_key: str, job: str, body: bytes) -> bytes:
+    """Real devices' reports, as the leader relays them (Poplar1UploadsReq): the helper checks each
+    token over the report as it holds it, its own spent tokens, opens its share with its own key and
+    decodes it, then keeps the reports it accepted with their spent tokens, in one transaction. The
+    answer (Poplar1JobResp: finish or reject per report) is kept under the job's id: a retry gets
+    the same bytes, another request under the id is a conflict."""
+    digest = _digest(body)
+    request = dap_poplar1.Poplar1UploadsReq.parse(body)
+    _same_collection(request.collection, collection_key)
+    rules = _rules(collection_key)
+    if rules.token_key is None:
+        raise NotAllowed("this collection takes a simulated fleet's shares only, no device's report")
+    try:
+        with transaction.atomic(using=STORE):
+            rules = _rules(collection_key, lock=True)  # uploads and a level's job never interleave
+            replay = helper_service.job_answer(collection_key, job, digest)
+            if replay is not None:
+                return replay
+            if rules.closed or Poplar1Level.objects.using(STORE).filter(collection_key=collection_key).exists():
+                raise NotAllowed("the collection takes no more reports: its first level was asked")
+            resps, rows, counts = _uploads_checked(rules, request)
+            answer = dap.encode(dap_poplar1.Poplar1JobResp(resps=resps))
+            HelperJob.objects.using(STORE).create(
+                collection_key=collection_key, job=job, request_digest=digest, response=answer
+            )
+            Poplar1Report.objects.using(STORE).bulk_create(rows)
+            spent = [
+                upload.report_id for upload, resp in zip(request.uploads, resps, strict=True) if resp.type == FINISH
+            ]
+            helper_service.spent_and_rejected_store(rules, job, spent, counts)
+    except IntegrityError:  # the same job committed by a concurrent request: answer as it did
+        replay = helper_service.job_answer(collection_key, job, digest)
+        if replay is None:
+            raise
+        return replay
+    metrics.helper_job_counted(accepted=len(rows), rejected={reason: n for (_, reason), n in counts.items()})
+    return answer
+
+
+def _uploads_checked(
+    rules: CollectionRules, request: dap_poplar1.Poplar1UploadsReq
+) -> tuple[list[dap_poplar1.Poplar1Resp], list[Poplar1Report], Counter]:
+    """Each upload's verdict, the reports to keep (by their Poplar1 nonce) and the rejections by reason."""
+    vdaf = hh.vdaf_of(rules)
+    reasons, opened = helper_service.open_checks(rules, request.uploads)
+    resps, rows, counts = [], [], Counter()
+    for i, upload in enumerate(request.uploads):
+        reason = reasons.get(i)
+        if reason is None:
+            public, share = opened[i]
+            try:
+                vdaf.decode_public_share(public)
+                vdaf.decode_input_share(hh.HELPER, share)
+            except VdafError:
+                reason = SHARE_MALFORMED
+        if reason is not None:
+            counts["helper", reason] += 1
+            resps.append(dap_poplar1.Poplar1Resp(upload.report_id, dap.REJECT, report_error=reason))
+            continue
+        # The VDAF nonce is the token's (report_nonce): the leader keeps the report under the same id.
+        nonce = report_nonce(dap.unb64(upload.token["nonce"], "token.nonce"))
+        rows.append(
+            Poplar1Report(
+                collection_key=rules.key, report_id=nonce.hex(), nonce=nonce, public_share=public, input_share=share
+            )
+        )
+        resps.append(dap_poplar1.Poplar1Resp(upload.report_id, FINISH))
+    return resps, rows, counts
 
 
 # ------------------------------------------------------------------ jobs

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,8 +25,9 @@ from django.db import transaction
 from aggregation import dap, dap_poplar1, helper_client
 from aggregation import heavy_hitters as hh
 from aggregation.models import CollectionRules, Poplar1Level, Poplar1Report
-from aggregation.reports import PROOF_INVALID
+from aggregation.reports import PROOF_INVALID, rejections_add
 from pfs_base.errors import NotAllowed
+from pfs_device.tokens import IssuerPublicKey
 from privacy.heavy_hitters import level_sigma
 from privacy.vdaf.errors import VdafError
 from privacy.vdaf.poplar1 import AggParam, Poplar1
@@ -54,11 +56,13 @@ def collection_open(
     epsilon: float,
     delta: float,
     levels: int,
+    token_key: IssuerPublicKey | None = None,
     provision: bool = True,
 ) -> CollectionRules:
-    """A simulated fleet's Poplar1 collection at the leader (idempotent: a second call returns the
-    first rules), and the helper's task for it; ``provision=False``: not now (a round's start: its
-    dispatch provisions the helper, aggregation.services.collection_provision)."""
+    """A Poplar1 collection at the leader (idempotent: a second call returns the first rules), and the
+    helper's task for it. ``token_key``: the issuer's key of a real fleet's collection, whose devices'
+    tokens both aggregators check (None: a simulated fleet's). ``provision=False``: not now (a
+    simulated round's start: its dispatch provisions the helper, aggregation.services.collection_provision)."""
     rules, _ = CollectionRules.objects.using(STORE).get_or_create(
         key=collection_key,
         defaults={
@@ -70,6 +74,7 @@ def collection_open(
             "noise_delta": delta,
             "levels": levels,
             "noise_sigma": level_sigma(epsilon, delta, levels),  # ValueError now, not at the first release
+            "token_key": None if token_key is None else {"n": str(token_key.modulus), "e": str(token_key.exponent)},
         },
     )
     if provision:
@@ -155,7 +160,8 @@ def _job(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, encoded: by
     level = agg_param[0]
     job = hashlib.sha256(f"{rules.key}|{level}|{','.join(ids)}".encode()).hexdigest()[:32]
     prepared, _ = hh.prepare(STORE, rules, hh.LEADER, agg_param, ids)
-    refused = list(prepared.refused.items())
+    # (report, the aggregator that refused it, why): counted with the collection's rejections.
+    refused = [(rid, "leader", reason) for rid, reason in prepared.refused.items()]
     sent = [rid for rid in ids if rid in prepared.states]
     ctx = hh.context(rules.key)
     field = vdaf.idpf.current_field(level)
@@ -178,7 +184,7 @@ def _job(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, encoded: by
     for rid in sent:
         answer = answers[rid]
         if answer.type != dap.CONTINUE:
-            refused.append((rid, answer.report_error or "helper_rejected"))
+            refused.append((rid, "helper", answer.report_error or "helper_rejected"))
             continue
         payload = dap.unb64(answer.payload, "payload")
         cut = 3 * field.ENCODED_SIZE
@@ -187,7 +193,7 @@ def _job(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, encoded: by
             theirs = vdaf.decode_verifier_share(agg_param, payload[cut:])
             state, mine = vdaf.verify_next(ctx, prepared.states[rid], message)
         except VdafError:
-            refused.append((rid, PROOF_INVALID))
+            refused.append((rid, "leader", PROOF_INVALID))
             continue
         # The helper gets the leader's second share of every report, whatever the leader decides:
         # it decides on its own, and a report either refuses is refused by both.
@@ -207,7 +213,9 @@ def _job(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, encoded: by
         )
         finished = {rid for rid in ids_second if answers[rid].type == dap_poplar1.FINISH and rid in outputs}
         refused += [
-            (rid, PROOF_INVALID if rid not in outputs else answers[rid].report_error or "helper_rejected")
+            (rid, "leader", PROOF_INVALID)
+            if rid not in outputs
+            else (rid, "helper", answers[rid].report_error or "helper_rejected")
             for rid in ids_second
             if rid not in finished
         ]
@@ -222,12 +230,12 @@ def _job(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, encoded: by
         row.reports += len(finished)
         row.save(update_fields=["agg_share", "reports"])
         reports.filter(report_id__in=ids).update(last_level=level)
-        failed = [rid for rid, reason in refused if reason == PROOF_INVALID]
+        failed = [rid for rid, _, reason in refused if reason == PROOF_INVALID]
         reports.filter(report_id__in=failed).update(refused=True)
-    counts: dict[str, int] = {}
-    for _, reason in refused:
-        counts[reason] = counts.get(reason, 0) + 1
-    return counts
+        by_role = Counter((role, reason) for _, role, reason in refused)
+        if by_role:
+            rejections_add(collection_key=rules.key, counts=dict(by_role))
+    return dict(Counter(reason for _, _, reason in refused))
 
 
 def _step(collection: str, job: str, method: str, message: str, request, ids: list[str]) -> dict:

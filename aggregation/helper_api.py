@@ -142,6 +142,11 @@ def poplar1_reports(collection: str, body: bytes, method: str) -> HttpResponse:
     return HttpResponse(status=204)
 
 
+@_endpoint(dap_poplar1.UPLOADS, "PUT")
+def poplar1_uploads(collection: str, body: bytes, method: str, job_id: str) -> HttpResponse:
+    return _answer(heavy_hitters_helper.uploads_store(collection, job_id, body), dap_poplar1.JOB_RESP)
+
+
 @_endpoint({"PUT": dap_poplar1.JOB_INIT, "POST": dap_poplar1.JOB_CONTINUE}, "PUT", "POST")
 def poplar1_job(collection: str, body: bytes, method: str, job_id: str) -> HttpResponse:
     # PUT starts the job (DAP's AggregationJobInitReq), POST continues it (AggregationJobContinueReq).

@@ -32,7 +32,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from aggregation import dap
-from aggregation.aggregators import HELPER, REPORT_SOURCE, AggregateShare, rules_shape, token_valid
+from aggregation.aggregators import HELPER, REPORT_SOURCE, AggregateShare, rules_shape, share_sizes_of, token_valid
 from aggregation.batch_rules import ARRIVAL_GRAIN, arrival_coarse
 from aggregation.models import (
     FIELD64,
@@ -63,7 +63,7 @@ from pfs_base import metrics
 from pfs_base.errors import Conflict, NotAllowed
 from pfs_device import hpke, tokens, wire
 from privacy.heavy_hitters import level_sigma
-from privacy.report_vdaf import input_share_sizes, report_nonce
+from privacy.report_vdaf import report_nonce
 from privacy.vdaf.field import Field128
 
 STORE = HELPER.store
@@ -162,7 +162,7 @@ def task_discard(collection_key: str) -> None:
 def job_run(collection_key: str, job: str, body: bytes) -> bytes:
     """An aggregation job's AggregationJobResp, encoded: computed and committed once, replayed after."""
     digest = _digest(body)
-    replay = _job_answer(collection_key, job, digest)
+    replay = job_answer(collection_key, job, digest)
     if replay is not None:
         return replay
     request = dap.AggregationJobInitReq.parse(body)
@@ -173,7 +173,7 @@ def job_run(collection_key: str, job: str, body: bytes) -> bytes:
         with transaction.atomic(using=STORE):
             # The rules row, locked: a job and the aggregate share request never interleave.
             rules = CollectionRules.objects.using(STORE).select_for_update().get(pk=rules.pk)
-            replay = _job_answer(collection_key, job, digest)
+            replay = job_answer(collection_key, job, digest)
             if replay is not None:
                 return replay
             resps, counts, sums, spent = _job_verify(rules, request, job)
@@ -183,7 +183,7 @@ def job_run(collection_key: str, job: str, body: bytes) -> bytes:
             )
             _job_commit(rules, job, request, sums, spent, counts)
     except IntegrityError:  # the same job committed by a concurrent request: answer as it did
-        replay = _job_answer(collection_key, job, digest)
+        replay = job_answer(collection_key, job, digest)
         if replay is None:
             raise
         return replay
@@ -193,7 +193,7 @@ def job_run(collection_key: str, job: str, body: bytes) -> bytes:
     return answer
 
 
-def _job_answer(collection_key: str, job: str, digest: str) -> bytes | None:
+def job_answer(collection_key: str, job: str, digest: str) -> bytes | None:
     stored = HelperJob.objects.using(STORE).filter(collection_key=collection_key, job=job).first()
     if stored is None:
         return None
@@ -213,7 +213,7 @@ def _job_verify(
     if rules.closed:
         reasons = dict.fromkeys(range(len(inits)), COLLECTION_CLOSED)
     else:
-        reasons, plain = _open_checks(rules, inits)
+        reasons, plain = open_checks(rules, inits)
     opened = sorted(plain)
     sums: dict[str, tuple[list[bytes], list[float]]] = defaultdict(lambda: ([], []))
     messages: dict[int, bytes] = {}
@@ -258,7 +258,7 @@ def _payload(init: dap.VerifyInit) -> bytes | None:
         return None
 
 
-def _open_checks(
+def open_checks(
     rules: CollectionRules, inits: list[dap.VerifyInit]
 ) -> tuple[dict[int, str], dict[int, tuple[bytes, bytes]]]:
     """Each report's token and input share, checked and opened by the helper alone: why each one it
@@ -274,7 +274,7 @@ def _open_checks(
         .values_list("token_digest", flat=True)
     )
     private_key = HELPER.private_key() if not simulated else b""
-    expected = input_share_sizes(rules_shape(rules).vdaf())[1]
+    expected = share_sizes_of(rules)[1]
     for i, init in enumerate(inits):
         if simulated != (init.token is None):  # a device's report in a simulated collection, or the reverse
             reasons[i] = UNKNOWN_COLLECTION
@@ -398,6 +398,12 @@ def _job_commit(
             arrivals=np.asarray([t - t % ARRIVAL_GRAIN for t in times], dtype="<f8").tobytes(),
             check_open=False,
         )
+    spent_and_rejected_store(rules, job, spent, counts)
+
+
+def spent_and_rejected_store(rules: CollectionRules, job: str, spent: list[str], counts: Counter) -> None:
+    """A job's spent tokens (under its id: a retry finds them) and its rejection counters, in the
+    helper's store (inside the job's transaction)."""
     SpentToken.objects.using(STORE).bulk_create(
         SpentToken(role="helper", collection_key=rules.key, token_digest=digest, job=job) for digest in sorted(spent)
     )

@@ -34,14 +34,14 @@ from django.db import transaction
 from django.db.models import F
 
 from aggregation import dap, helper_client
-from aggregation.aggregators import LEADER, rules_shape, token_valid
+from aggregation.aggregators import LEADER, rules_shape, share_sizes_of, token_valid
 from aggregation.models import CollectionRules, ReportRejection
 from aggregation.verification import AggregatorVerification, VerifyConfig
 from pfs_base import metrics
 from pfs_device import hpke, wire
 from pfs_device.tokens import IssuerPublicKey
 from pfs_device.wire import Report
-from privacy.report_vdaf import input_share_sizes, report_nonce
+from privacy.report_vdaf import report_nonce
 
 # Why a report is rejected; each aggregator counts its own.
 UNKNOWN_COLLECTION = "unknown_collection"
@@ -98,7 +98,7 @@ def reports_check(
     reasons: list[dict[str, str]] = [{} for _ in reports]
     opened: dict[int, bytes] = {}
     for i, report in enumerate(reports):
-        reason, share = _leader_open(report, rules, issuer, spent, private_key)
+        reason, share = leader_open(report, rules, issuer, spent, private_key)
         if reason is None:
             opened[i] = share
         else:
@@ -120,7 +120,7 @@ def reports_check(
             request = dap.AggregationJobInitReq(
                 collection=rules.key,
                 min_cohort=rules.min_cohort,
-                verify_inits=[_verify_init(chosen[k], verifier_shares[k], times[candidates[k]]) for k in sent],
+                verify_inits=[verify_init_of(chosen[k], verifier_shares[k], times[candidates[k]]) for k in sent],
             )
             answer = helper_client.job_run(job, request)
             for k, resp in zip(sent, answer.verify_resps, strict=True):
@@ -137,7 +137,7 @@ def reports_check(
     return [ReportCheck(output=outputs.get(i), reasons=reasons[i]) for i in range(len(reports))]
 
 
-def _verify_init(report: Report, verifier_share: bytes, time: float) -> dap.VerifyInit:
+def verify_init_of(report: Report, verifier_share: bytes, time: float) -> dap.VerifyInit:
     sealed = report.helper
     return dap.VerifyInit(
         report_id=report.token.digest,
@@ -155,7 +155,7 @@ def _verify_init(report: Report, verifier_share: bytes, time: float) -> dap.Veri
     )
 
 
-def _leader_open(
+def leader_open(
     report: Report, rules: CollectionRules, issuer: IssuerPublicKey, spent: set[str], private_key: bytes
 ) -> tuple[str | None, bytes]:
     """The leader's token check and the opening of its own share: (why it refuses, or None; the share)."""
@@ -191,7 +191,7 @@ def collection_rules_get(*, collection_key: str) -> CollectionRules | None:
 
 def upload_body_limit(rules: CollectionRules) -> int:
     """The largest upload an honest device sends to the collection."""
-    return wire.body_limit(*input_share_sizes(rules_shape(rules).vdaf()))
+    return wire.body_limit(*share_sizes_of(rules))
 
 
 def collection_close(*, collection_key: str) -> None:

@@ -22,9 +22,11 @@ import numpy as np
 from pfs_device import hpke
 from pfs_device.tokens import Blinding, IssuerPublicKey, Token, nonce_generate, token_blind, token_finalize
 from pfs_device.wire import Report, SealedShare, report_digest_of
+from privacy.heavy_hitters import report_context, word_bits
 from privacy.mechanisms import FrequencyOracle
 from privacy.report_vdaf import ReportShape, context, measurement, report_nonce
 from privacy.vdaf import VdafError
+from privacy.vdaf.poplar1 import Poplar1
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,30 @@ def report_seal(
         public=public,
         leader=leader,
         helper=helper,
+    )
+
+
+def word_report_seal(
+    *, collection_key: str, batch_key: str, word: str, bits: int, keys: AggregatorKeys, nonce: bytes | None = None
+) -> Report:
+    """The Poplar1 report of a device's word (a heavy-hitters walk, privacy.heavy_hitters), not signed
+    yet: the word's ``bits``-bit string sharded into two IDPF keys with their correlated randomness
+    (the OS CSPRNG's coins), bound to the collection (the VDAF context) and to the token (the VDAF
+    nonce derives from the token's ``nonce``), each input share sealed to its aggregator as a Prio3
+    report's is (shares_seal). Neither share alone says anything of the word."""
+    nonce = nonce_generate() if nonce is None else nonce
+    vdaf = Poplar1(bits)
+    public, (leader, helper) = vdaf.shard(
+        report_context(collection_key), word_bits(word, bits), report_nonce(nonce), os.urandom(vdaf.RAND_SIZE)
+    )
+    return shares_seal(
+        collection_key=collection_key,
+        batch_key=batch_key,
+        nonce=nonce,
+        keys=keys,
+        public=vdaf.encode_public_share(public),
+        leader=vdaf.encode_input_share(leader),
+        helper=vdaf.encode_input_share(helper),
     )
 
 

@@ -29,6 +29,7 @@ urlpatterns = [
     path("tasks/<str:task_id>/aggregate_shares", helper_api.aggregate_shares, name="helper-aggregate-shares"),
     path("tasks/<str:task_id>/poplar1_reports", helper_api.poplar1_reports, name="helper-poplar1-reports"),
     path("tasks/<str:task_id>/poplar1_jobs/<str:job_id>", helper_api.poplar1_job, name="helper-poplar1-job"),
+    path("tasks/<str:task_id>/poplar1_uploads/<str:job_id>", helper_api.poplar1_uploads, name="helper-poplar1-uploads"),
     path(
         "tasks/<str:task_id>/poplar1_aggregate_shares",
         helper_api.poplar1_aggregate_shares,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from privacy import pld
 from privacy.ngrams import SchemaError
+from privacy.vdaf.poplar1 import Poplar1
 
 # The walk goes a byte a step: every level it releases ends on a byte, so its candidates are text.
 BITS_PER_STEP = 8
@@ -126,6 +127,27 @@ class WalkPlan:
 def finished(prefix: tuple[bool, ...]) -> bool:
     """Whether a prefix of whole bytes ends in END: the word it spells is complete."""
     return len(prefix) >= BITS_PER_STEP and not any(prefix[-BITS_PER_STEP:])
+
+
+# ------------------------------------------------------------------ a report, on the device and at the aggregators
+
+VDAF = "poplar1"  # a collection's report kind (CollectionRules.vdaf) beside Prio3's
+_CONTEXT = b"pfs-studio poplar1 report v1|"
+
+
+def report_context(collection_key: str) -> bytes:
+    """Poplar1's application context of a collection: a report is bound to its collection."""
+    return _CONTEXT + collection_key.encode()
+
+
+@functools.lru_cache(maxsize=32)
+def share_sizes(bits: int) -> tuple[int, int, int]:
+    """(leader input share, helper input share, public share) of a ``bits``-bit Poplar1 report, in bytes
+    as encoded: each is of fixed size for its bits (measured on one report, to be the encoder's own)."""
+    vdaf = Poplar1(bits)
+    public, shares = vdaf.shard(b"", (False,) * bits, bytes(vdaf.NONCE_SIZE), bytes(vdaf.RAND_SIZE))
+    leader, helper = (len(vdaf.encode_input_share(share)) for share in shares)
+    return leader, helper, len(vdaf.encode_public_share(public))
 
 
 # ------------------------------------------------------------------ the recipe's schema

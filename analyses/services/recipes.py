@@ -30,7 +30,7 @@ from pfs_device.decision import DeviceTask, fields_of
 from pfs_device.encode import SCHEMAS_BY_KIND, schema_fits
 from pfs_device.query import QueryRefused, verify_query
 from pfs_device.streams import field_kind
-from privacy.aggregator_noise import DISTRIBUTIONS, GAUSSIAN, LAPLACE, aggregator_noise
+from privacy.aggregator_noise import DISTRIBUTIONS, GAUSSIAN, LAPLACE, MIN_SIGMA, aggregator_noise
 from privacy.amplification import MAX_COHORT
 from privacy.encoding import CombinationType, Encoding, content_encoding
 from privacy.enforced_cohort import min_cohort_enforced
@@ -137,7 +137,13 @@ def recipe_validate(*, analysis: Analysis, content: Any) -> ParsedRecipe:
     if noise == Recipe.Noise.AGGREGATOR:
         mechanism, epsilon0 = "", None
         local_epsilon, min_cohort = _aggregator_noise_content(
-            problems, privacy, epsilon, delta, stated_cohort, floor=enforced.aggregator_noise_min_cohort()
+            problems,
+            privacy,
+            epsilon,
+            delta,
+            stated_cohort,
+            floor=enforced.aggregator_noise_min_cohort(),
+            walk=isinstance(encoding, Poplar1WordsType),
         )
     else:
         mechanism, epsilon0, local_epsilon = _client_noise_content(problems, privacy, encoding)
@@ -333,9 +339,16 @@ def _walk_check(
         problems.add("cohorts", "A Poplar1Words walk counts all its reports together: leave out cohorts.")
     if epsilon is not None and delta and not problems:
         try:
-            level_sigma(epsilon, delta, encoding.levels)
+            sigma = level_sigma(epsilon, delta, encoding.levels)
         except ValueError as error:
             problems.add("privacy.epsilon", f"{str(error).capitalize()}.")
+            return
+        if sigma < MIN_SIGMA:
+            problems.add(
+                "privacy.epsilon",
+                f"Each level's sigma {sigma:.3g} is below {MIN_SIGMA:g}, the smallest noise aggregators add (most "
+                "counts would be released unchanged); choose a smaller epsilon or delta.",
+            )
 
 
 def _laplace_delta(problems: Problems, privacy: dict) -> float | None:
@@ -348,16 +361,24 @@ def _laplace_delta(problems: Problems, privacy: dict) -> float | None:
 
 
 def _aggregator_noise_content(
-    problems: Problems, privacy: dict, epsilon: float | None, delta: float | None, stated: int | None, *, floor: int
+    problems: Problems,
+    privacy: dict,
+    epsilon: float | None,
+    delta: float | None,
+    stated: int | None,
+    *,
+    floor: int,
+    walk: bool = False,
 ) -> tuple[float | None, int | None]:
-    """(local epsilon, minimum cohort) of an aggregator-noise recipe: no local randomizer at all."""
+    """(local epsilon, minimum cohort) of an aggregator-noise recipe: no local randomizer at all.
+    ``walk``: a Poplar1 walk's, whose noise is its levels' (_walk_check), not one release's."""
     for name in ("mechanism", "epsilon0"):
         if name in privacy:
             problems.add(
                 f"privacy.{name}",
                 "With aggregator noise devices use no local randomizer: leave out mechanism and epsilon0.",
             )
-    if epsilon is not None and delta is not None:
+    if epsilon is not None and delta is not None and not walk:
         try:
             aggregator_noise(epsilon, delta).check()
         except ValueError as error:

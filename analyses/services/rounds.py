@@ -17,6 +17,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from aggregation.heavy_hitters_leader import collection_open
+from aggregation.ingest import reports_ingest
 from aggregation.issuer import issuer_public_key
 from aggregation.models import CollectionRules
 from aggregation.services import (
@@ -119,9 +120,12 @@ def _collection_rules_open(round_: Round) -> None:
     size = round_.recipe.encoding.size
     privacy = round_.recipe.privacy
     encoding = round_.recipe.encoding
+    fleet = round_.recipe.analysis.fleet
+    # The key the devices' task commits to: both aggregators check every token against it.
+    token_key = issuer_public_key(round_.task_key) if fleet.is_real else None
     if isinstance(encoding, Poplar1WordsType):
         # A walk: one Poplar1 collection whose levels each aggregator noises on its own
-        # (aggregation.heavy_hitters); the helper is provisioned by the dispatch, as below.
+        # (aggregation.heavy_hitters); provisioned as below.
         collection_open(
             collection_key=round_.task_key,
             bits=encoding.bits,
@@ -129,7 +133,8 @@ def _collection_rules_open(round_: Round) -> None:
             epsilon=privacy.epsilon,
             delta=privacy.delta,
             levels=encoding.levels,
-            provision=False,
+            token_key=token_key,
+            provision=fleet.is_real,
         )
         return
     # The shape of a report (length, weight bound, the Prio3 it is verified with) comes from the
@@ -144,11 +149,6 @@ def _collection_rules_open(round_: Round) -> None:
     # Rate validation of real devices' uploads needs nothing from the leader: each aggregator takes
     # the devices' count from the token issuer's signed statement and their pacing from its own
     # settings (aggregation.aggregators.devices_refusal), never from this fleet table.
-    token_key = None
-    fleet = round_.recipe.analysis.fleet
-    if fleet.is_real:
-        # The key the devices' task commits to: both aggregators check every token against it.
-        token_key = issuer_public_key(round_.task_key)
     collection_rules_open(
         key=round_.task_key,
         length=length,
@@ -315,6 +315,9 @@ def _round_walk(round_: Round, progress: dict[str, Any]) -> Round | None:
     HTTP: outside any transaction, so the dashboard's writes go on), then its release. A walk run
     again after a stop resumes: each level already released is read back, not asked again."""
     recipe = round_.recipe
+    # Real devices' reports still pending are taken first (both aggregators keep each one whole);
+    # the window is closed, so none arrives after.
+    reports_ingest(collection_key=round_.task_key, wait=True)
     try:
         walk = heavy_hitters_walk(round_.task_key, recipe.encoding.plan())
     except NotAllowed as refusal:  # the first level holds fewer verified reports than the minimum cohort

@@ -12,7 +12,8 @@ Fail closed, and never lose a report: each step is on disk before the next leave
 1. decide (policy, budget);
 2. charge the ledger, and in the same write record the task as charged with its plan (the token's
    and the upload's times) and its privatized report vector;
-3. draw the token's nonce, seal the report with it, and store the sealed report (the vector goes);
+3. draw the token's nonce, seal the report with it, and store the sealed report (the vector goes;
+   for a heavy-hitters walk, the word it picked goes, sharded into one Poplar1 report);
 4. blind the token request — its message names the sealed report (pfs_device.wire.report_digest),
    so the token carries that report only — and store the blinding, then ask the issuer (which
    signs the same blinded message again for the same device, aggregation.issuer.token_issue);
@@ -41,9 +42,16 @@ import numpy as np
 from pfs_device.budget import Accountant, Decision
 from pfs_device.columns import Columns
 from pfs_device.decision import DeviceTask, budget_request, cohort_keys, decide, snapshot_digest
-from pfs_device.encode import encode_devices
+from pfs_device.encode import device_words, encode_devices
 from pfs_device.records import Parsed, columns_slice, parse_line, parsed_columns
-from pfs_device.report_client import AggregatorKeys, report_seal, report_sign, report_token_blind, report_vector
+from pfs_device.report_client import (
+    AggregatorKeys,
+    report_seal,
+    report_sign,
+    report_token_blind,
+    report_vector,
+    word_report_seal,
+)
 from pfs_device.sdk.client import RETRY_STATUSES, TRANSIENT_CODES, ClientError, issuer_key
 from pfs_device.sdk.keys import KEY_MISMATCH, KEYS_UNAVAILABLE
 from pfs_device.sdk.ledger import Ledger
@@ -52,6 +60,7 @@ from pfs_device.streams import apply_retention
 from pfs_device.tokens import Blinding, IssuerPublicKey, token_finalize
 from pfs_device.wire import Report, report_json, report_parse
 from privacy.encoding import content_encoding
+from privacy.heavy_hitters import Poplar1WordsType
 from privacy.mechanisms import mechanism_get
 from privacy.report_vdaf import ReportShape, report_shape
 
@@ -241,10 +250,14 @@ def task_answer(
 
     # The charge is on disk before anything leaves the device (fail closed), in the same write as
     # the task's plan and its privatized report: a device stopped after it resumes with both.
-    vector, batch_key = report_compute(offer, data, rng)
+    if _walk_of(offer) is not None:  # a heavy-hitters walk: the device's word, no vector
+        answer, batch_key = {"word": word_compute(offer, data, rng)}, ""
+    else:
+        vector, batch_key = report_compute(offer, data, rng)
+        answer = {"vector": [int(v) for v in vector]}
     accountant.charge(columns, budget_request(task), np.ones(1, dtype=bool))
     ledger.store(task.analysis, columns)
-    pending: dict = {"step": CHARGED, "vector": [int(v) for v in vector], "batch_key": batch_key}
+    pending: dict = {"step": CHARGED, **answer, "batch_key": batch_key}
     if plan is not None:
         pending["plan"] = plan
     ledger.record(
@@ -263,7 +276,9 @@ def task_answer(
 def _task_problem(offer: Offer) -> str:
     task = offer.task
     try:
-        length = report_shape_of(offer).length  # also: a Prio3 is defined for the task's reports
+        walk = _walk_of(offer)
+        # Also: a Prio3 (or a Poplar1) is defined for the task's reports.
+        length = walk.bits if walk is not None else report_shape_of(offer).length
     except (ValueError, KeyError, TypeError) as error:
         return f"the task cannot be encoded: {error}"
     if length != offer.report_length:
@@ -298,6 +313,19 @@ def report_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> 
     vector = report_vector(oracle, value, encoding.size, rng)
     batch_key = str(cohort_keys(task.cohorts, columns, data.vocabularies)[0])
     return vector, batch_key
+
+
+def word_compute(offer: Offer, data: DeviceData, rng: np.random.Generator) -> str:
+    """The device's word for a heavy-hitters walk: one of the words it typed within retention,
+    uniformly by its own coins (pfs_device.encode.device_words, as the simulator); "" for none."""
+    columns, _ = apply_retention(data.columns, now=time.time())
+    return device_words(columns, data.vocabularies.get("tokens", []), rng)[0]
+
+
+def _walk_of(offer: Offer) -> Poplar1WordsType | None:
+    """The task's Poplar1 walk (its recipe's Poplar1Words schema), or None for a histogram."""
+    _, encoding = offer.task.parsed_content or content_encoding(offer.task.data_types)
+    return encoding if isinstance(encoding, Poplar1WordsType) else None
 
 
 def report_shape_of(offer: Offer) -> ReportShape:
@@ -386,13 +414,22 @@ def _seal(task_key: str, offer: Offer, ledger: Ledger, keys: ServerKeys, pending
     """Step 3: the report sealed under a fresh token nonce, stored in place of its vector (the
     token request names this sealed report, so it is sealed once). ValueError for a vector over
     the weight bound."""
-    report = report_seal(
-        collection_key=task_key,
-        batch_key=pending["batch_key"],
-        vector=np.array(pending["vector"], dtype=np.int64),
-        keys=keys.aggregators,
-        shape=report_shape_of(offer),
-    )
+    if "word" in pending:  # a heavy-hitters walk: one Poplar1 report of the word
+        report = word_report_seal(
+            collection_key=task_key,
+            batch_key=pending["batch_key"],
+            word=pending["word"],
+            bits=_walk_of(offer).bits,
+            keys=keys.aggregators,
+        )
+    else:
+        report = report_seal(
+            collection_key=task_key,
+            batch_key=pending["batch_key"],
+            vector=np.array(pending["vector"], dtype=np.int64),
+            keys=keys.aggregators,
+            shape=report_shape_of(offer),
+        )
     ledger.record(task_key, pending={"step": SEALED, "report": report_json(report), **_plan_of(pending)})
     ledger.save()  # the sealed report, before its token is asked for
     say({"task": task_key, "progress": SEALED})
