@@ -93,3 +93,58 @@ def prefix_tree_estimand(fleet: Fleet, encoding: PrefixTreeType, *, now: float) 
         bucket, eligible = encoding.buckets_of(found.symbols)
         total += expected_counts(sequences.devices, found.device, eligible, bucket, encoding.size)
     return total
+
+
+@dataclass(frozen=True)
+class WordTruth:
+    """Per distinct word typed in the fleet (its UTF-8 cut to ``cut`` bytes, as a walk spells it): the
+    devices that typed it, and how many would report it when each reports one of its typed words
+    uniformly (a heavy-hitters walk's estimand, privacy.heavy_hitters)."""
+
+    words: tuple[str, ...]
+    devices: npt.NDArray[np.int64]
+    uniform_reports: npt.NDArray[np.float64]  # the sum over devices of p_d, the chance device d reports it
+    uniform_squares: npt.NDArray[np.float64]  # the sum of p_d squared
+
+    def choice_variance(self, word: str, rate: float) -> float:
+        """The variance of the reports naming ``word`` when each device answers with probability
+        ``rate`` and reports one of its words uniformly: the sum of q p_d (1 - q p_d)."""
+        index = {w: i for i, w in enumerate(self.words)}.get(word)
+        if index is None:
+            return 0.0
+        return rate * float(self.uniform_reports[index]) - rate**2 * float(self.uniform_squares[index])
+
+    def top(self, k: int) -> list[str]:
+        order = np.lexsort((np.arange(self.devices.size), -self.devices))[:k]
+        return [self.words[i] for i in order]
+
+    def of(self, word: str) -> tuple[int, float]:
+        """(devices, uniform estimand) of a word; (0, 0.0) for one nobody typed."""
+        index = {w: i for i, w in enumerate(self.words)}.get(word)
+        return (0, 0.0) if index is None else (int(self.devices[index]), float(self.uniform_reports[index]))
+
+
+def word_truth(fleet: Fleet, *, cut: int, now: float) -> WordTruth:
+    """Every word the fleet typed (within retention), cut to ``cut`` bytes, with its devices and estimand."""
+    fleet_tokens = fleet.vocabularies["tokens"]
+    cut_words = [w.encode()[:cut].decode(errors="ignore") for w in fleet_tokens]
+    words = tuple(sorted(set(cut_words)))
+    word_of_token = np.array([words.index(w) for w in cut_words], dtype=np.int64) if words else np.zeros(0, np.int64)
+    devices = np.zeros(len(words), dtype=np.int64)
+    uniform, squares = np.zeros(len(words)), np.zeros(len(words))
+    for columns in _shards(fleet, now):
+        phrase_start, token_start, typed = columns["phrase_start"], columns["token_start"], columns["tokens"]
+        first, last = token_start[phrase_start[:-1]], token_start[phrase_start[1:]]
+        held = last - first
+        device = np.repeat(np.arange(held.size), held)
+        start = int(token_start[phrase_start[0]])  # every device's words, one after the other
+        word = word_of_token[typed[start : start + int(held.sum())]]
+        # Per (device, word): how often the device typed it, so p_d = that / its words.
+        pairs, typed_times = np.unique(device * len(words) + word, return_counts=True)
+        pair_word, pair_device = pairs % len(words), pairs // len(words)
+        p = typed_times / held[pair_device]
+        uniform += np.bincount(pair_word, weights=p, minlength=len(words))
+        squares += np.bincount(pair_word, weights=p * p, minlength=len(words))
+        # One count per device that typed the word, however often it did.
+        devices += np.bincount(pair_word, minlength=len(words))
+    return WordTruth(words=words, devices=devices, uniform_reports=uniform, uniform_squares=squares)

@@ -162,7 +162,8 @@ def _finish(run: AdaptiveRun, status: str, reason: str) -> AdaptiveRun:
     run.next_recipe = None
     run.finished_at = timezone.now()
     run.save()
-    if status == AdaptiveRun.Status.FINISHED and run.baseline:
+    compared = run.baseline or (run.kind == AdaptiveRun.Kind.HEAVY_HITTERS and run.spec.get("comparison"))
+    if status == AdaptiveRun.Status.FINISHED and compared:
         # Reading the fleet's ground truth takes seconds: not under this run's row lock.
         enqueue(COMPARE_ADAPTIVE_RUN, run.pk)
     return run

@@ -14,17 +14,24 @@ from analyses.adaptive.spec import (
     baseline_encoding,
     spec_of,
 )
-from analyses.models import AdaptiveRun, Round
-from devices.ground_truth import NoGroundTruth, ngram_truth, prefix_tree_estimand
+from analyses.models import AdaptiveRun, Release, Round
+from devices.ground_truth import NoGroundTruth, ngram_truth, prefix_tree_estimand, word_truth
 from privacy.ngrams import END_LABEL, PrefixTreeType, ngram_text
 
 
 def adaptive_compare(*, run_id: int) -> None:
-    """Store the comparison of a finished run with its static baseline. Idempotent."""
+    """Store the comparison of a finished run with its static baseline (a heavy-hitters walk: with the
+    local-DP discovery it names, and that one's baseline). Idempotent."""
     run = AdaptiveRun.objects.select_related("analysis__fleet").filter(pk=run_id).first()
-    if run is None or run.status != AdaptiveRun.Status.FINISHED or not run.baseline or run.comparison:
+    if run is None or run.status != AdaptiveRun.Status.FINISHED or run.comparison:
         return
-    AdaptiveRun.objects.filter(pk=run_id, comparison__isnull=True).update(comparison=comparison_compute(run))
+    if run.kind == AdaptiveRun.Kind.HEAVY_HITTERS and run.spec.get("comparison"):
+        computed = walk_comparison(run)
+    elif run.baseline:
+        computed = comparison_compute(run)
+    else:
+        return
+    AdaptiveRun.objects.filter(pk=run_id, comparison__isnull=True).update(comparison=computed)
 
 
 def comparison_compute(run: AdaptiveRun) -> dict[str, Any]:
@@ -131,3 +138,111 @@ def _static_found(spec: Spec, run: AdaptiveRun, top_k: int, truth: Any) -> dict[
         estimand = truth.uniform_reports_of(ngram) * reports / run.analysis.fleet.size
         found["by_ngram"][ngram] = {"estimate": estimate, "standard_error": error, "estimand": estimand}
     return found
+
+
+# ---------------------------------------------------------------- a heavy-hitters walk against local DP
+
+
+def walk_comparison(run: AdaptiveRun) -> dict[str, Any]:
+    """A heavy-hitters walk (no local noise) beside the local-DP character discovery its spec names
+    (``comparison.run``), and that discovery's static baseline when it ran one, on the fleet's ground
+    truth: the true top-K words (cut to the walk's bytes), precision and recall of each method's K
+    largest words, and each one's estimate of every true top word. The start checked that both spent
+    the same total epsilon on the same fleet (analyses.adaptive.spec.walk_comparison_refusal)."""
+    top_k = run.spec["comparison"].get("topK", 20)
+    cut = run.spec["maxLength"]
+    fleet = run.analysis.fleet
+    other = AdaptiveRun.objects.select_related("analysis").filter(pk=run.spec["comparison"]["run"]).first()
+    if other is None:
+        return {"available": False, "reason": "the local-DP discovery it names no longer exists."}
+    now = time.time()
+    try:
+        truth = word_truth(fleet, cut=cut, now=now)
+        ngrams = ngram_truth(fleet, length=cut, unit="character", now=now) if other.baseline else None
+    except NoGroundTruth as missing:
+        return {"available": False, "reason": str(missing)}
+    true_top = truth.top(top_k)
+    methods = {
+        "poplar1": _walk_found(run, truth),
+        "local": _discovery_words(other, cut),
+        "static": _static_words(other, top_k, ngrams) if ngrams is not None else None,
+    }
+    rows = []
+    for word in true_top:
+        devices, _ = truth.of(word)
+        row = {"word": word, "devices": devices}
+        for name, found in methods.items():
+            row[name] = None if found is None else found.get(word)
+        rows.append(row)
+    return {
+        "available": True,
+        "kind": "heavy_hitters",
+        "top_k": top_k,
+        "max_length": cut,
+        "epsilon": sum(p["epsilon"] for p in run.plan),
+        "local_run": other.pk,
+        "methods": {
+            name: None if found is None else _word_metrics(found, true_top, top_k) for name, found in methods.items()
+        },
+        "rows": rows,
+    }
+
+
+def _walk_found(run: AdaptiveRun, truth: Any) -> dict[str, dict[str, Any]]:
+    """The walk's words, largest first, with their noisy counts and the estimand each is about."""
+    round_id = run.levels[0]["round"] if run.levels else None
+    content = Release.objects.filter(round_id=round_id).values_list("content", flat=True).first()
+    if content is None:
+        return {}
+    rate = content["reports"] / run.analysis.fleet.size  # the devices that reported (sampling rate)
+    # About the estimand, a count varies by both aggregators' noise and by the devices' own choice of
+    # which word to report: the interval holds both.
+    return {
+        w["word"]: {
+            "estimate": float(w["count"]),
+            "standard_error": math.sqrt(w["standard_error"] ** 2 + truth.choice_variance(w["word"], rate)),
+            "estimand": truth.of(w["word"])[1] * rate,
+        }
+        for w in content["walk"]["words"]
+    }
+
+
+def _discovery_words(run: AdaptiveRun, cut: int) -> dict[str, dict[str, Any]]:
+    """A character discovery's words: every kept n-gram that ends a word, and every one kept at its
+    last planned length (a word cut there), largest estimate first."""
+    found: dict[str, dict[str, Any]] = {}
+    for level in run.levels:
+        for kept in level["kept"]:
+            tokens = list(kept["tokens"])
+            if kept["end"]:
+                word = "".join(tokens[:-1])
+            elif level["length"] == cut:
+                word = "".join(tokens)
+            else:
+                continue
+            entry = {"estimate": kept["estimate"], "standard_error": kept["standard_error"], "estimand": None}
+            if word not in found or found[word]["estimate"] < entry["estimate"]:
+                found[word] = entry
+    return dict(sorted(found.items(), key=lambda item: -item[1]["estimate"]))
+
+
+def _static_words(run: AdaptiveRun, top_k: int, ngrams: Any) -> dict[str, dict[str, Any]]:
+    """The discovery's static baseline, read as words: its decoded n-grams of the target length (a
+    word ending in END, or a word cut there)."""
+    found = _static_found(spec_of(run), run, top_k, ngrams)
+    words = {}
+    for ngram in found["ngrams"]:
+        word = "".join(ngram[:-1]) if ngram[-1] == END_LABEL else "".join(ngram)
+        words.setdefault(word, {**found["by_ngram"][ngram], "estimand": None})
+    return words
+
+
+def _word_metrics(found: dict[str, dict[str, Any]], true_top: list[str], top_k: int) -> dict[str, Any]:
+    chosen = list(found)[:top_k]
+    hits = [w for w in chosen if w in set(true_top)]
+    return {
+        "found": len(chosen),
+        "hits": len(hits),
+        "precision": len(hits) / len(chosen) if chosen else 0.0,
+        "recall": len(hits) / len(true_top) if true_top else 0.0,
+    }

@@ -3,6 +3,7 @@ of each round (the first, the next ones, the static baseline's)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ SPEC_KEYS = (
     "baseline",
     "confirmSmallCohorts",
     "alphabet",
+    "comparison",
 )
 # A heavy-hitters walk's keys (privacy.heavy_hitters): one round of Poplar1 reports, walked by the
 # aggregators a byte a level; its privacy is the whole walk's, every level composed within it.
@@ -53,6 +55,7 @@ HEAVY_HITTERS_KEYS = (
     "alphabet",
     "privacy",
     "threshold",
+    "comparison",
     "confirmSmallCohorts",
 )
 HEAVY_HITTERS_PRIVACY = ("epsilon", "delta", "samplingRate", "minCohort")
@@ -174,6 +177,7 @@ def _heavy_hitters_validate(problems: Problems, spec: dict, analysis: Analysis |
             problems.add(key.get(error.key, error.key), sentence(error))
     if problems:
         raise ValidationFailed(problems.errors)
+    _check_walk_comparison(problems, spec, analysis, epsilon, length)
     plan = [{"round": 1, "epsilon": epsilon, "delta": delta}]
     parsed = Spec(analysis, AdaptiveRun.Kind.HEAVY_HITTERS, field, 1, plan, privacy, z_score, max_per_level, [], spec)
     (round_parsed,) = _check_plan(analysis, [walk_recipe(parsed, schema)], field, "")
@@ -186,6 +190,49 @@ def _heavy_hitters_validate(problems: Problems, spec: dict, analysis: Analysis |
         levels=length,
     )
     return parsed
+
+
+def walk_comparison_refusal(run: AdaptiveRun | None, *, fleet_id: int, epsilon: float, cut: int) -> str | None:
+    """Why ``run`` cannot be a walk's local-DP comparison, or None: a finished character discovery of
+    the same fleet, words as long, the same total epsilon."""
+    if run is None:
+        return "No such interactive analysis."
+    if run.kind != AdaptiveRun.Kind.NGRAM_DISCOVERY or run.spec.get("unit") != "character":
+        return "Must be an n-gram discovery with characters as tokens (unit character): it spells words too."
+    if run.analysis.fleet_id != fleet_id:
+        return "Must have run on the same fleet."
+    if run.status != AdaptiveRun.Status.FINISHED:
+        return f"Must have finished (it is {run.get_status_display().lower()})."
+    if run.spec.get("maxLength") != cut:
+        return (
+            f"Must discover words of the same length: its maxLength is {run.spec.get('maxLength')}, this walk's {cut}."
+        )
+    spent = sum(p["epsilon"] for p in run.plan)
+    if not math.isclose(spent, epsilon, rel_tol=1e-9):
+        return f"Must have spent the same total epsilon: it planned {spent:g}, this walk {epsilon:g}."
+    return None
+
+
+def _check_walk_comparison(problems: Problems, spec: dict, analysis: Analysis, epsilon: float, length: int) -> None:
+    """The optional ``comparison``: a local-DP character discovery of the same fleet at the same total
+    epsilon, to put the walk's words beside (analyses.adaptive.comparison.walk_comparison)."""
+    comparison = spec.get("comparison")
+    if comparison is None:
+        return
+    if not isinstance(comparison, dict):
+        raise ValidationFailed({"comparison": ["Must be an object."]})
+    problems.only(comparison, ("run", "topK"), "comparison.")
+    run_id = problems.integer(comparison, "run", "comparison.run", minimum=1)
+    problems.integer(comparison, "topK", "comparison.topK", minimum=1, required=False)
+    if run_id is not None:
+        other = AdaptiveRun.objects.select_related("analysis").filter(pk=run_id).first()
+        if other is not None and other.analysis.owner_id != analysis.owner_id:
+            other = None  # another analyst's runs are not this analyst's to read
+        refusal = walk_comparison_refusal(other, fleet_id=analysis.fleet_id, epsilon=epsilon, cut=length)
+        if refusal:
+            problems.add("comparison.run", refusal)
+    if problems:
+        raise ValidationFailed(problems.errors)
 
 
 def walk_recipe(spec: Spec, schema: dict | None = None) -> dict[str, Any]:

@@ -303,9 +303,27 @@ def _combined_view(combined: dict[str, Any] | None, *, chart_index: int) -> dict
     return {**combined, "rows": rows, "chart_index": chart_index}
 
 
+# A heavy-hitters walk's comparison: its methods, in the order the table shows them.
+WALK_METHODS = (
+    ("poplar1", "Poplar1 walk (no local noise)"),
+    ("local", "Local-DP discovery (characters)"),
+    ("static", "Static baseline (sketch)"),
+)
+
+
 def _comparison_rows(comparison: dict[str, Any] | None) -> list[dict[str, Any]]:
     if not comparison or not comparison.get("available"):
         return []
+    if comparison.get("kind") == "heavy_hitters":
+        shown = [name for name, _ in WALK_METHODS if comparison["methods"].get(name) is not None]
+        return [
+            {
+                "ngram": row["word"],
+                "devices": row["devices"],
+                "methods": [_found_cell(row.get(name)) for name in shown],
+            }
+            for row in comparison["rows"]
+        ]
     return [
         {
             "ngram": row["ngram"],
@@ -329,8 +347,21 @@ def _found_cell(found: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _comparison_pending(run: AdaptiveRun) -> bool:
-    """Finished with a static baseline: the comparison on ground truth follows (its own task)."""
-    return run.status == AdaptiveRun.Status.FINISHED and bool(run.baseline) and run.comparison is None
+    """Finished with a static baseline (a walk: with a discovery to compare with): the comparison on
+    ground truth follows (its own task)."""
+    compared = bool(run.baseline) or (run.kind == AdaptiveRun.Kind.HEAVY_HITTERS and bool(run.spec.get("comparison")))
+    return run.status == AdaptiveRun.Status.FINISHED and compared and run.comparison is None
+
+
+def _walk_methods(comparison: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A walk comparison's methods that ran, each with its label and metrics, in the table's order."""
+    if not comparison or comparison.get("kind") != "heavy_hitters" or not comparison.get("available"):
+        return []
+    return [
+        {"name": name, "label": label, **comparison["methods"][name]}
+        for name, label in WALK_METHODS
+        if comparison["methods"].get(name) is not None
+    ]
 
 
 def _current_round(run: AdaptiveRun) -> dict[str, Any] | None:
@@ -390,6 +421,7 @@ def _adaptive_context(run: AdaptiveRun, *, next_form: AdaptiveJsonForm | None, r
         "follow": not run.is_finished or _comparison_pending(run),
         "comparison": output.get("comparison"),
         "comparison_rows": _comparison_rows(output.get("comparison")),
+        "walk_methods": _walk_methods(output.get("comparison")),
         "next_form": next_form,
         "refusal": refusal,
         "chart": chart,

@@ -232,7 +232,9 @@ def test_the_sdk_uploads_one_poplar1_report_of_a_word_it_typed(tmp_path) -> None
         seed=0,
         token_key=ISSUER.public.digest,
     )
-    offer = Offer(task=task, policy=policy, policy_digest=snapshot_digest(policy), report_length=BITS, issuer=ISSUER.public)
+    offer = Offer(
+        task=task, policy=policy, policy_digest=snapshot_digest(policy), report_length=BITS, issuer=ISSUER.public
+    )
     service = Aggregators()
     service.token = lambda collection_key, blinded: sign_blinded(ISSUER, blinded)
     uploaded: list[wire.Report] = []
@@ -247,7 +249,9 @@ def test_the_sdk_uploads_one_poplar1_report_of_a_word_it_typed(tmp_path) -> None
     vdaf = Poplar1(BITS)
     aad = hpke.share_aad(task.task_key, batch_key="", token_digest=report.token.digest, public_share=report.public)
     shares = [
-        vdaf.decode_input_share(i, hpke.open_sealed(private, sealed.enc, sealed.ciphertext, hpke.share_info(role), aad=aad))
+        vdaf.decode_input_share(
+            i, hpke.open_sealed(private, sealed.enc, sealed.ciphertext, hpke.share_info(role), aad=aad)
+        )
         for i, ((private, _), sealed, role) in enumerate(
             ((service.leader, report.leader, "leader"), (service.helper, report.helper, "helper"))
         )

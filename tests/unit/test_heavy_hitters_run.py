@@ -158,3 +158,84 @@ def test_the_run_page_shows_the_words_the_tree_and_the_walks_noise(hh_analysis, 
     assert "4-byte prefixes" in page and 'id="tree-table"' in page
     assert f"σ = {run.levels and round(level_sigma(2.0, 1e-6, 4), 1)}" in page
     assert "Finished: The walk" in page
+
+
+# ---------------------------------------------------------------- beside the local-DP discovery
+
+
+LOCAL_POLICY = {
+    **POLICY,
+    "identifier": "t.hh-local",
+    "budget": {"epsilon": 3.0, "reports": 3, "delta": 1e-5},
+    "fields": {"ngrams": {"localEpsilon": 4.0, "epsilon": 3.0, "reports": 3}},
+}
+LOCAL = {
+    "analysis": "t.hh-local",
+    "kind": "ngram_discovery",
+    "field": "ngrams",
+    "unit": "character",
+    "vocabulary": list("abcdefghijklmnopqrstuvwxyz"),
+    "maxLength": 2,
+    "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 4.0, "epsilonPerRound": 1.0, "delta": 1e-6},
+    "threshold": {"zScore": 4.0, "maxPerLevel": 8},
+}
+
+
+@pytest.fixture
+def big_fleet(db, analyst, officer):
+    """5,000 devices: a local-DP round at epsilon0 4, epsilon 1 needs a minimum cohort of 2,203."""
+    fleet_create(name="hh", size=5_000, seed=5, shard_size=2_500)
+    for policy in (POLICY, LOCAL_POLICY):
+        analysis_approve(analysis=analysis_create(spec=copy.deepcopy(policy), owner=analyst), officer=officer)
+
+
+def test_the_walk_is_compared_with_a_local_dp_discovery_at_the_same_total_epsilon(
+    big_fleet, analyst, run_to_end, client
+) -> None:
+    local = run_to_end(copy.deepcopy(LOCAL), analyst)
+    assert local.status == AdaptiveRun.Status.FINISHED, local.stop_reason
+    run = run_to_end(_spec(maxLength=2, comparison={"run": local.pk, "topK": 5}), analyst)
+
+    comparison = run.comparison
+    assert comparison["available"] and comparison["local_run"] == local.pk and comparison["epsilon"] == 2.0
+    assert set(comparison["methods"]) == {"poplar1", "local", "static"} and comparison["methods"]["static"] is None
+    words = [row["word"] for row in comparison["rows"]]
+    assert len(words) == 5 and "a" in words  # the fleet's most typed word
+    poplar1 = comparison["methods"]["poplar1"]
+    assert poplar1["hits"] >= 3 and 0 <= poplar1["precision"] <= 1
+    # Each found word's interval is about the reports naming it (both noises and the devices' own
+    # choice of word): within 4 of its standard errors of its estimand.
+    for row in comparison["rows"]:
+        found = row["poplar1"]
+        if found is not None:
+            assert abs(found["estimate"] - found["estimand"]) <= 4 * found["standard_error"], row
+    client.force_login(analyst)
+    page = client.get(f"/adaptive/{run.pk}/").content.decode()
+    assert "Without local noise against local DP" in page and "Poplar1 walk (no local noise)" in page
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"kind": "bucket_refinement"}, "unit character"),
+        ({"status": "running"}, "Must have finished"),
+        ({"plan": [{"epsilon": 1.0, "delta": 1e-6}]}, "same total epsilon"),
+        ({"spec_length": 3}, "same length"),
+    ],
+)
+def test_a_comparison_the_walk_cannot_make_is_refused_before_anything_is_sent(
+    hh_analysis, analyst, change, message
+) -> None:
+    spec = {**copy.deepcopy(LOCAL), "analysis": "t.hh", "maxLength": change.pop("spec_length", 4)}
+    other = AdaptiveRun.objects.create(
+        analysis=hh_analysis,
+        kind=change.pop("kind", "ngram_discovery"),
+        spec=spec,
+        plan=change.pop("plan", [{"epsilon": 1.0, "delta": 1e-6}, {"epsilon": 1.0, "delta": 1e-6}]),
+        status=change.pop("status", "finished"),
+        created_by=analyst,
+    )
+    with pytest.raises(ValidationFailed) as refused:
+        adaptive_start(spec=_spec(comparison={"run": other.pk}), user=analyst)
+    assert message in " ".join(refused.value.errors["comparison.run"])
+    assert not Round.objects.exists()
