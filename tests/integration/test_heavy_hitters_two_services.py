@@ -2,7 +2,8 @@
 here, the helper's own service as `make helper` runs it), and the faults between them: the helper
 killed in the middle of a level and restarted (each report counted exactly once, by both), the helper
 down at a level's release (nothing released by the leader alone; a retry releases the same level),
-a wrong auth token (refused and logged)."""
+a wrong auth token (refused and logged); and real devices' reports, each share sealed to its
+aggregator's key, kept by the helper's own service (the helper down meanwhile: none lost)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ from django.db import connections
 
 from aggregation import heavy_hitters_leader as leader
 from aggregation import helper_client
-from aggregation.models import Poplar1Level
+from aggregation.aggregators import LEADER
+from aggregation.ingest import reports_ingest
+from aggregation.issuer import issuer_public_key, token_issue
+from aggregation.models import PendingReport, Poplar1Level, Poplar1Report
+from pfs_device.report_client import AggregatorKeys, report_token_obtain, word_report_seal
 from privacy.heavy_hitters import word_bits
 from tests.integration.test_two_services import helper  # noqa: F401 (the helper's process, a fixture)
+from tests.unit.test_report_ingest import receive
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -108,3 +114,63 @@ def test_a_poplar1_leader_with_a_wrong_auth_token_is_refused_and_logged(helper, 
         leader.level_run(rules.key, _param("a", "c"))
     assert refused.value.status == 401 and "wrong aggregator auth token" in helper.log()
     assert helper.rows("SELECT COUNT(*) FROM aggregation_poplar1level") == [(0,)]
+
+
+# ---------------------------------------------------------------- real devices' reports, sealed
+
+
+def _devices_upload(key: str, words: list[str], *, first: int = 0) -> None:
+    """Devices' Poplar1 reports received by the leader: each word sharded and sealed to each
+    aggregator's key (the helper's as the helper serves it), under a token issued for its report."""
+    keys = AggregatorKeys(leader=LEADER.public_key(), helper=helper_client.public_key())
+    for i, word in enumerate(words, start=first):
+        sealed = word_report_seal(collection_key=key, batch_key="", word=word, bits=BITS, keys=keys)
+        receive(
+            report_token_obtain(
+                report=sealed,
+                issuer=issuer_public_key(key),
+                issue=lambda blinded, device=f"device-{i}": token_issue(
+                    collection_key=key, device_identity=device, blinded=blinded
+                ),
+            )
+        )
+
+
+def _open_for_devices(key: str) -> object:
+    return leader.collection_open(
+        collection_key=key,
+        bits=BITS,
+        min_cohort=10,
+        epsilon=8.0,
+        delta=1e-6,
+        levels=2,
+        token_key=issuer_public_key(key),
+    )
+
+
+def test_devices_reports_reach_the_helper_sealed_and_are_walked(helper) -> None:  # noqa: F811
+    rules = _open_for_devices("hh/two/devices-1")
+    words = ["ab"] * 30 + ["cd"] * 20
+    _devices_upload(rules.key, words)
+    assert reports_ingest(collection_key=rules.key).accepted == len(words)
+    # The helper opened its own shares with its own key and keeps them, and its spent tokens, in its
+    # own file; a replay of the same job is answered from its record.
+    assert helper.rows("SELECT COUNT(*) FROM aggregation_poplar1report") == [(len(words),)]
+    assert helper.rows("SELECT COUNT(*) FROM aggregation_spenttoken") == [(len(words),)]
+    assert not Poplar1Report.objects.using("helper").exists()  # nothing of the helper's in this process
+    first = leader.level_run(rules.key, _param("a", "c"))
+    assert first.reports == len(words) and _near(first, "a", 30) and _near(first, "c", 20)
+
+
+def test_the_helper_down_during_devices_uploads_loses_none_and_counts_each_once(helper) -> None:  # noqa: F811
+    rules = _open_for_devices("hh/two/devices-2")
+    _devices_upload(rules.key, ["ab"] * 12)
+    helper.stop()
+    with pytest.raises(helper_client.HelperUnavailable):
+        reports_ingest(collection_key=rules.key)
+    assert PendingReport.objects.filter(collection_key=rules.key).count() == 12
+    assert not Poplar1Report.objects.filter(collection_key=rules.key).exists()
+    helper.start()
+    assert reports_ingest(collection_key=rules.key).accepted == 12
+    assert helper.rows("SELECT COUNT(*) FROM aggregation_poplar1report") == [(12,)]
+    assert Poplar1Report.objects.filter(collection_key=rules.key).count() == 12
