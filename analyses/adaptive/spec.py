@@ -180,7 +180,8 @@ def _heavy_hitters_validate(problems: Problems, spec: dict, analysis: Analysis |
     _check_walk_comparison(problems, spec, analysis, epsilon, length)
     plan = [{"round": 1, "epsilon": epsilon, "delta": delta}]
     parsed = Spec(analysis, AdaptiveRun.Kind.HEAVY_HITTERS, field, 1, plan, privacy, z_score, max_per_level, [], spec)
-    (round_parsed,) = _check_plan(analysis, [walk_recipe(parsed, schema)], field, "")
+    # A refused budget is the walk's one epsilon's: privacy.epsilon, the key the spec gives it at.
+    (round_parsed,) = _check_plan(analysis, [walk_recipe(parsed, schema)], field, "", epsilon_key="privacy.epsilon")
     plan[0].update(
         noise=round_parsed.privacy.noise,
         mechanism="",
@@ -337,7 +338,9 @@ def _round_recipes(spec: Spec, analysis: Analysis, first: dict) -> list[dict]:
     return [{**first, "privacy": {**first["privacy"], **_round_privacy(spec, i)}} for i in range(spec.rounds)]
 
 
-def _check_plan(analysis: Analysis, recipes: list[dict], field: str, label: str) -> list[dict]:
+def _check_plan(
+    analysis: Analysis, recipes: list[dict], field: str, label: str, epsilon_key: str = "privacy.epsilonPerRound"
+) -> list[dict]:
     """Each planned round must be valid, and all of them together must fit the policy's budget,
     after the rounds other running analyses have planned but not sent yet. Returns the parsed rounds."""
     parsed = []
@@ -352,7 +355,7 @@ def _check_plan(analysis: Analysis, recipes: list[dict], field: str, label: str)
         index, errors = refusal
         raise ValidationFailed(
             {
-                f"{label}privacy.epsilonPerRound": [
+                f"{label}{epsilon_key}": [
                     f"The budget plan exceeds the policy of {analysis.identifier} at round {index + 1} of "
                     f"{len(recipes)}: {message}"
                     for message in errors

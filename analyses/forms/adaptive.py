@@ -14,6 +14,7 @@ from django.core.exceptions import NON_FIELD_ERRORS
 
 from analyses.forms.recipe_editor import MISSING, SOURCE_FORM, SOURCE_JSON, json_at, json_object
 from analyses.models import Analysis
+from privacy.heavy_hitters import DEFAULT_ALPHABET
 from privacy.mechanisms import MECHANISMS
 
 
@@ -49,7 +50,12 @@ class AdaptiveJsonForm(forms.Form):
 
 # ---------------------------------------------------------------- adaptive runs: the start form
 
-_DISCOVERY, _REFINEMENT = "ngram_discovery", "bucket_refinement"
+_DISCOVERY, _REFINEMENT, _HEAVY_HITTERS = "ngram_discovery", "bucket_refinement", "heavy_hitters"
+KIND_LABELS = {
+    _DISCOVERY: "n-gram discovery (text)",
+    _REFINEMENT: "bucket refinement (numbers)",
+    _HEAVY_HITTERS: "heavy hitters, Poplar1 (text, no local noise)",
+}
 # Spec key -> the start form's field that shows its errors (the JSON side of the same mapping is
 # static/js/adaptive_form.js, which reads this table from the page).
 _ADAPTIVE_FIELD_FOR_PATH = {
@@ -59,9 +65,11 @@ _ADAPTIVE_FIELD_FOR_PATH = {
     "vocabulary": "vocabulary",
     "maxLength": "rounds",
     "maxRounds": "rounds",
+    "alphabet": "alphabet",
     "boundaries": "boundaries",
     "minWidth": "min_width",
     "privacy.mechanism": "mechanism",
+    "privacy.epsilon": "epsilon",
     "privacy.epsilon0": "epsilon0",
     "privacy.epsilonPerRound": "epsilon_per_round",
     "privacy.delta": "delta",
@@ -75,6 +83,14 @@ _ADAPTIVE_FIELD_FOR_PATH = {
     "baseline.rows": "baseline_rows",
     "baseline.columns": "baseline_columns",
     "baseline.topK": "baseline_top_k",
+}
+# A heavy-hitters walk's maxLength is its longest word, not a number of rounds.
+_HEAVY_HITTERS_FIELD_FOR_PATH = {**_ADAPTIVE_FIELD_FOR_PATH, "maxLength": "max_length"}
+# The fields each kind needs; a kind's other fields may be blank (the page hides them).
+_REQUIRED_FOR_KIND = {
+    _DISCOVERY: ("rounds", "mechanism", "epsilon0", "epsilon_per_round"),
+    _REFINEMENT: ("rounds", "mechanism", "epsilon0", "epsilon_per_round"),
+    _HEAVY_HITTERS: ("max_length", "epsilon"),
 }
 _ROUND_PREFIX = re.compile(r"^(baseline )?round (\d+): (.*)$")
 VOCABULARY_FILE_LIMIT = 1_000_000  # bytes: a dictionary of words, not a corpus
@@ -118,16 +134,39 @@ class AdaptiveSpecForm(forms.Form):
         required=False,
         help_text="A text file, one word a line, or a JSON array; it replaces the list above.",
     )
-    rounds = forms.IntegerField(label="Rounds", min_value=1, max_value=12)
+    rounds = forms.IntegerField(label="Rounds", min_value=1, max_value=12, required=False)
+    # A walk's length and alphabet: the service states their limits (1 to 16 bytes, the prefixes a
+    # level) in its own words, under these fields.
+    max_length = forms.IntegerField(
+        label="Longest word (bytes)",
+        required=False,
+        help_text="The walk spells words a byte a level: one level a byte, 16 at most.",
+    )
+    alphabet = forms.CharField(
+        label="Alphabet",
+        required=False,
+        initial=DEFAULT_ALPHABET,
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
+        help_text="The characters a word may be spelled with: each level tries every one after each kept "
+        "prefix. Blank: a to z.",
+    )
     boundaries = forms.CharField(
         label="First bucket boundaries", required=False, help_text="Refinement: increasing numbers, comma-separated."
     )
     min_width = forms.FloatField(
         label="Narrowest bucket", required=False, help_text="Refinement: never split below it."
     )
-    mechanism = forms.ChoiceField(label="Local randomizer", choices=[(m, m) for m in sorted(MECHANISMS)])
-    epsilon0 = forms.FloatField(label="Local epsilon (ε₀)")
-    epsilon_per_round = forms.FloatField(label="Aggregate epsilon per round (ε)")
+    mechanism = forms.ChoiceField(
+        label="Local randomizer", choices=[(m, m) for m in sorted(MECHANISMS)], required=False
+    )
+    epsilon0 = forms.FloatField(label="Local epsilon (ε₀)", required=False)
+    epsilon_per_round = forms.FloatField(label="Aggregate epsilon per round (ε)", required=False)
+    epsilon = forms.FloatField(
+        label="Epsilon (ε) of the whole walk",
+        required=False,
+        help_text="No local noise: each aggregator adds discrete Gaussian noise to every level's counts, "
+        "and the levels compose within this ε and the δ below.",
+    )
     delta = forms.FloatField(label="Delta (δ) per round")
     sampling_rate = forms.FloatField(label="Sampling rate (q)", initial=1.0)
     z_score = forms.FloatField(label="Keep above (z-score)", required=False)
@@ -139,13 +178,20 @@ class AdaptiveSpecForm(forms.Form):
             "ngram_discovery": "The longest n-gram: one word (or letter) a round.",
             "bucket_refinement": "How many rounds of splitting, at most.",
         },
+        "delta": {
+            "heavy_hitters": "The whole walk's δ, as its ε: one round, every level within it.",
+        },
         "z_score": {
             "ngram_discovery": "An n-gram is kept when its estimate is this many standard errors above 0.",
             "bucket_refinement": "A bucket is split when its estimate is this many standard errors above 0.",
+            "heavy_hitters": "A prefix is extended when its noisy count is this many standard errors above 0 "
+            "(4 if blank).",
         },
         "max_per_level": {
             "ngram_discovery": "n-grams kept a level, at most.",
             "bucket_refinement": "Buckets in a round, at most.",
+            "heavy_hitters": "Prefixes kept a level, at most (32 if blank); times the alphabet's bytes plus one, "
+            "at most 4,096.",
         },
     }
 
@@ -188,30 +234,39 @@ class AdaptiveSpecForm(forms.Form):
         "baseline_top_k",
     )
     REFINEMENT_FIELDS = ("boundaries", "min_width")
-    PRIVACY_FIELDS = ("mechanism", "epsilon0", "epsilon_per_round", "delta", "sampling_rate")
+    PRIVACY_FIELDS = ("mechanism", "epsilon0", "epsilon_per_round", "epsilon", "delta", "sampling_rate")
 
     def __init__(
         self,
         *args: Any,
         analysis: Analysis,
         kinds: dict[str, list[str]],
+        kinds_refused: dict[str, str] | None = None,
         baselines: dict[str, dict[str, Any]],
-        example: dict[str, Any] | None,
+        examples: dict[str, dict[str, Any]],
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.analysis = analysis
         self.kinds = kinds  # kind -> the fields it can run on
+        # kind -> why no field of the analysis can run it (the page says so under the kinds).
+        self.kinds_refused = kinds_refused or {}
         self._fields_shown: dict[str, Any] | None = None
-        labels = {_DISCOVERY: "n-gram discovery (text)", _REFINEMENT: "bucket refinement (numbers)"}
-        self.fields["kind"].choices = [(k, labels[k]) for k in kinds]
-        self.fields["field"].choices = [(f, f) for fields in kinds.values() for f in fields]
+        self.fields["kind"].choices = [(k, KIND_LABELS[k]) for k in kinds]
+        # A text field may run more than one kind: listed once.
+        self.fields["field"].choices = [(f, f) for f in dict.fromkeys(f for fields in kinds.values() for f in fields)]
         # Only the analyses a start would accept (pages.adaptive._baselines), with what the page's
         # plan needs of each: the fields it can hold a baseline for, the budget it has left.
         self.baselines = baselines
         self.fields["baseline"].choices = [("", "none"), *((b, b) for b in baselines)]
-        if example is not None and not self.is_bound:
-            self.initial = {**fields_from_spec(example), **self.initial}
+        if examples and not self.is_bound:
+            first, *others = examples.values()
+            initial = fields_from_spec(first)
+            # The other kinds' own fields (a walk's length and ε, a refinement's boundaries) from
+            # their examples: choosing another kind on the page shows a spec that can run, not blanks.
+            for other in others:
+                initial.update({k: v for k, v in fields_from_spec(other).items() if initial.get(k) in (None, "")})
+            self.initial = {**initial, **self.initial}
 
     @property
     def json_is_source(self) -> bool:
@@ -250,6 +305,9 @@ class AdaptiveSpecForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        for name in _REQUIRED_FOR_KIND.get(data.get("kind"), ()):
+            if name not in self.errors and data.get(name) in (None, ""):
+                self.add_error(name, self.fields[name].error_messages["required"])
         if self.json_is_source:
             # The fields as posted (the page's script keeps them in sync with the JSON): an error at a
             # key a field shows as the JSON has it goes under that field (add_problems).
@@ -261,8 +319,12 @@ class AdaptiveSpecForm(forms.Form):
             return data
         kind = data.get("kind")
         if kind and data.get("field") and data["field"] not in self.kinds.get(kind, []):
-            wanted = "text" if kind == _DISCOVERY else "number"
-            self.add_error("field", f"A {wanted} field is needed for this kind: {', '.join(self.kinds[kind])}.")
+            wanted = {
+                _DISCOVERY: "A text field",
+                _REFINEMENT: "A number field",
+                _HEAVY_HITTERS: "A text field whose policy allows aggregator noise",
+            }[kind]
+            self.add_error("field", f"{wanted} is needed for this kind: {', '.join(self.kinds[kind])}.")
         if kind == _DISCOVERY and not (data.get("vocabulary_file") or vocabulary_words(data.get("vocabulary") or "")):
             self.add_error("vocabulary", "Give the words n-grams are made of: a list, or a file.")
         if kind == _REFINEMENT and not data.get("boundaries"):
@@ -289,7 +351,7 @@ class AdaptiveSpecForm(forms.Form):
                     key = "baseline.analysis"
             elif path.startswith("baseline "):  # the baseline's budget plan: its analysis is the field to change
                 key, prefix = "baseline.analysis", "Baseline: "
-            name = _ADAPTIVE_FIELD_FOR_PATH.get(key)
+            name = self._field_for_path().get(key)
             for message in messages:
                 if self.json_is_source and not (name and self._field_shows(key)):
                     self.add_error("document", f"{path}: {message}")
@@ -299,9 +361,15 @@ class AdaptiveSpecForm(forms.Form):
                 else:
                     self.add_error(name, prefix + message)
 
+    def _field_for_path(self) -> dict[str, str]:
+        """Spec key -> form field for the kind of the spec started (the JSON's when it is the source)."""
+        spec = self.cleaned_data.get("document") if self.json_is_source else self.cleaned_data
+        kind = spec.get("kind") if isinstance(spec, dict) else None
+        return _HEAVY_HITTERS_FIELD_FOR_PATH if kind == _HEAVY_HITTERS else _ADAPTIVE_FIELD_FOR_PATH
+
     def _field_shows(self, path: str) -> bool:
         """Whether a field shows the JSON's value at ``path`` (so that its error can go under it)."""
-        if self._fields_shown is None or path not in _ADAPTIVE_FIELD_FOR_PATH:
+        if self._fields_shown is None or path not in self._field_for_path():
             return False
         posted = self.cleaned_data.get("document")
         return json_at(posted, path) == json_at(self._fields_shown, path) != MISSING
@@ -312,6 +380,8 @@ class AdaptiveSpecForm(forms.Form):
         "field",
         "unit",
         "rounds",
+        "max_length",
+        "alphabet",
         "boundaries",
         "min_width",
         "vocabulary",
@@ -344,6 +414,8 @@ def spec_from_fields(analysis: str, data: dict[str, Any]) -> dict[str, Any]:
     """The spec for the start form's cleaned fields: the one form-to-JSON mapping."""
     kind = data["kind"]
     spec: dict[str, Any] = {"analysis": analysis, "kind": kind, "field": data["field"]}
+    if kind == _HEAVY_HITTERS:
+        return _walk_spec_from_fields(spec, data)
     if kind == _DISCOVERY:
         spec["unit"] = data.get("unit") or "word"
         spec["vocabulary"] = data.get("vocabulary_file") or vocabulary_words(data.get("vocabulary") or "")
@@ -375,22 +447,42 @@ def spec_from_fields(analysis: str, data: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def _walk_spec_from_fields(spec: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """A heavy-hitters walk's spec: its length and alphabet, the whole walk's privacy (no local
+    randomizer), its threshold; a blank alphabet, z-score or maximum is the walk's default."""
+    spec["maxLength"] = data["max_length"]
+    if data.get("alphabet"):
+        spec["alphabet"] = data["alphabet"]
+    spec["privacy"] = {"epsilon": data["epsilon"], "delta": data["delta"], "samplingRate": data["sampling_rate"]}
+    threshold: dict[str, Any] = {}
+    if data.get("z_score") is not None:
+        threshold["zScore"] = data["z_score"]
+    if data.get("max_per_level") is not None:
+        threshold["maxPerLevel"] = data["max_per_level"]
+    spec["threshold"] = threshold
+    return spec
+
+
 def fields_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """The start form's initial values for a spec (the page's examples)."""
     privacy = spec.get("privacy", {})
     threshold = spec.get("threshold", {})
     baseline = spec.get("baseline") or {}
+    walk = spec.get("kind") == _HEAVY_HITTERS
     return {
         "kind": spec.get("kind"),
         "field": spec.get("field"),
         "unit": spec.get("unit", "word"),
         "vocabulary": ", ".join(spec.get("vocabulary", [])),
-        "rounds": spec.get("maxLength", spec.get("maxRounds")),
+        "rounds": None if walk else spec.get("maxLength", spec.get("maxRounds")),
+        "max_length": spec.get("maxLength") if walk else None,
+        "alphabet": spec.get("alphabet", DEFAULT_ALPHABET),
         "boundaries": ", ".join(f"{b:g}" for b in spec.get("boundaries", [])),
         "min_width": spec.get("minWidth"),
         "mechanism": privacy.get("mechanism", "asymmetric_ohe"),
         "epsilon0": privacy.get("epsilon0"),
         "epsilon_per_round": privacy.get("epsilonPerRound"),
+        "epsilon": privacy.get("epsilon"),
         "delta": privacy.get("delta"),
         "sampling_rate": privacy.get("samplingRate", 1.0),
         "z_score": threshold.get("zScore"),

@@ -26,6 +26,7 @@ from analyses.services.rounds import round_progress
 from devices.synthetic import TOKENS
 from pfs_base.errors import NotAllowed, ValidationFailed
 from pfs_device.streams import field_kind
+from privacy.heavy_hitters import DEFAULT_ALPHABET
 from privacy.ngrams import END_LABEL, ngram_text
 
 Z95 = 1.96  # estimate ± 1.96 standard errors: the 95% interval of one estimate
@@ -51,12 +52,19 @@ def _example_privacy(analysis: Analysis, field: str, wanted_rounds: int) -> tupl
     }
 
 
+def _walk_fields(analysis: Analysis, text: list[str]) -> list[str]:
+    """The text fields a heavy-hitters walk can run on: their policy lets the aggregators add the noise."""
+    policies = [analysis.enforced.field(f) for f in text]
+    return [f for f, policy in zip(text, policies, strict=True) if policy is not None and policy.aggregator_noise]
+
+
 def _spec_examples(analysis: Analysis, user: AbstractBaseUser) -> dict[str, dict[str, Any]]:
     """A spec of each kind the query class allows (docs/examples), n-gram discovery first."""
     stream = analysis.enforced.query_class.get("stream", "")
     fields = analysis.enforced.query_class.get("fields", [])
     text = sorted((f for f in fields if field_kind(stream, f) == "text"), key=lambda f: f != "ngrams")
     numbers = [f for f in fields if field_kind(stream, f) == "number"]
+    walkable = _walk_fields(analysis, text)
     examples: dict[str, dict[str, Any]] = {}
     if text:
         rounds, privacy = _example_privacy(analysis, text[0], 3)
@@ -89,6 +97,22 @@ def _spec_examples(analysis: Analysis, user: AbstractBaseUser) -> dict[str, dict
             "maxRounds": rounds,
             "privacy": privacy,
             "threshold": {"zScore": 4.0, "maxBuckets": 64},
+        }
+    if walkable:
+        # One round: the whole walk's epsilon is what a single planned round may spend.
+        _, privacy = _example_privacy(analysis, walkable[0], 1)
+        examples[AdaptiveRun.Kind.HEAVY_HITTERS.value] = {
+            "analysis": analysis.identifier,
+            "kind": AdaptiveRun.Kind.HEAVY_HITTERS.value,
+            "field": walkable[0],
+            "maxLength": 8,
+            "alphabet": DEFAULT_ALPHABET,
+            "privacy": {
+                "epsilon": privacy["epsilonPerRound"],
+                "delta": privacy["delta"],
+                "samplingRate": privacy["samplingRate"],
+            },
+            "threshold": {"zScore": 4.0, "maxPerLevel": 24},
         }
     return examples
 
@@ -498,14 +522,27 @@ def _start_form(request: HttpRequest, analysis: Analysis, examples: dict[str, di
             (AdaptiveRun.Kind.BUCKET_REFINEMENT.value, "number"),
         )
     }
+    text = kinds[AdaptiveRun.Kind.NGRAM_DISCOVERY.value]
+    kinds[AdaptiveRun.Kind.HEAVY_HITTERS.value] = _walk_fields(analysis, text)
+    # Text fields but none a walk can run on: the page says why heavy hitters are not offered.
+    kinds_refused = (
+        {
+            AdaptiveRun.Kind.HEAVY_HITTERS.value: "Heavy hitters (Poplar1) are not offered: the policy of "
+            f"{', '.join(text)} does not allow aggregator noise, which a walk adds instead of local noise. "
+            "A privacy officer can allow it for a field."
+        }
+        if text and not kinds[AdaptiveRun.Kind.HEAVY_HITTERS.value]
+        else {}
+    )
     first = next(iter(examples.values()), None)
     form = AdaptiveSpecForm(
         request.POST if request.method == "POST" else None,
         request.FILES if request.method == "POST" else None,
         analysis=analysis,
         kinds={kind: names for kind, names in kinds.items() if names},
-        baselines=_baselines(request.user, analysis, kinds[AdaptiveRun.Kind.NGRAM_DISCOVERY.value]),
-        example=first,
+        kinds_refused=kinds_refused,
+        baselines=_baselines(request.user, analysis, text),
+        examples=examples,
         initial={"document": _pretty_json(_with_unit(first))} if first else None,
     )
     return form

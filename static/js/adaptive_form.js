@@ -18,6 +18,10 @@
   // can hold one for, and its budget left, which the baseline's rounds spend too.
   const baselines = JSON.parse(document.getElementById("spec-baselines").textContent);
   const DISCOVERY = "ngram_discovery";
+  const REFINEMENT = "bucket_refinement";
+  const WALK = "heavy_hitters"; // one round of Poplar1 reports; the aggregators add the noise
+  // The privacy keys the fields write, of every kind: a kind's own replace the other kind's.
+  const PRIVACY_OWNED = ["mechanism", "epsilon0", "epsilonPerRound", "epsilon", "delta", "samplingRate"];
   const isObject = (x) => x !== null && typeof x === "object" && !Array.isArray(x);
   const value = (name) => (form.elements[name] ? String(form.elements[name].value).trim() : "");
   const count = (n) => Number(n).toLocaleString("en-US");
@@ -64,7 +68,13 @@
   function specFromForm(previous) {
     const spec = { analysis: form.dataset.analysis, kind: kind(), field: value("field") };
     const keep = isObject(previous) ? previous : {};
-    if (spec.kind === DISCOVERY) {
+    const keptPrivacy = Object.fromEntries(
+      Object.entries(isObject(keep.privacy) ? keep.privacy : {}).filter(([key]) => !PRIVACY_OWNED.includes(key)),
+    );
+    if (spec.kind === WALK) {
+      spec.maxLength = asJson(value("max_length"));
+      if (value("alphabet") !== "") spec.alphabet = form.elements.alphabet.value.trim();
+    } else if (spec.kind === DISCOVERY) {
       spec.unit = value("unit") || "word";
       spec.vocabulary = words(form.elements.vocabulary.value);
       spec.maxLength = asJson(value("rounds"));
@@ -73,17 +83,24 @@
       if (value("min_width") !== "") spec.minWidth = asJson(value("min_width"));
       spec.maxRounds = asJson(value("rounds"));
     }
+    // A walk has no local randomizer: its epsilon is the whole walk's (forms.adaptive._walk_spec_from_fields).
+    const own =
+      spec.kind === WALK
+        ? { epsilon: asJson(value("epsilon")) }
+        : {
+            mechanism: value("mechanism"),
+            epsilon0: asJson(value("epsilon0")),
+            epsilonPerRound: asJson(value("epsilon_per_round")),
+          };
     spec.privacy = {
-      ...(isObject(keep.privacy) ? keep.privacy : {}),
-      mechanism: value("mechanism"),
-      epsilon0: asJson(value("epsilon0")),
-      epsilonPerRound: asJson(value("epsilon_per_round")),
+      ...keptPrivacy,
+      ...own,
       delta: asJson(value("delta")),
       samplingRate: asJson(value("sampling_rate")),
     };
     const threshold = {};
     if (value("z_score") !== "") threshold.zScore = asJson(value("z_score"));
-    if (value("max_per_level") !== "") threshold[spec.kind === DISCOVERY ? "maxPerLevel" : "maxBuckets"] = asJson(value("max_per_level"));
+    if (value("max_per_level") !== "") threshold[spec.kind === REFINEMENT ? "maxBuckets" : "maxPerLevel"] = asJson(value("max_per_level"));
     spec.threshold = threshold;
     if (spec.kind === DISCOVERY && value("baseline") !== "") {
       const baseline = { analysis: value("baseline") };
@@ -92,7 +109,9 @@
       }
       spec.baseline = baseline;
     }
-    const owned = ["analysis", "kind", "field", "unit", "vocabulary", "maxLength", "boundaries", "minWidth", "maxRounds", "privacy", "threshold", "baseline"];
+    const owned = ["analysis", "kind", "field", "unit", "vocabulary", "maxLength", "alphabet", "boundaries", "minWidth", "maxRounds", "privacy", "threshold", "baseline"];
+    // A walk reads no cohorts (the server refuses the key): a switch to it drops them.
+    if (spec.kind === WALK) owned.push("cohorts");
     const others = Object.fromEntries(Object.entries(keep).filter(([key]) => !owned.includes(key)));
     return { ...spec, ...others };
   }
@@ -116,12 +135,18 @@
     set("field", spec.field);
     set("unit", spec.unit || "word");
     if (Array.isArray(spec.vocabulary)) set("vocabulary", spec.vocabulary.join(", "));
-    set("rounds", spec.kind === DISCOVERY ? spec.maxLength : spec.maxRounds);
+    if (spec.kind === WALK) {
+      set("max_length", spec.maxLength ?? null);
+      set("alphabet", spec.alphabet ?? "");
+    } else {
+      set("rounds", spec.kind === DISCOVERY ? spec.maxLength : spec.maxRounds);
+    }
     if (Array.isArray(spec.boundaries)) set("boundaries", spec.boundaries.join(", "));
     set("min_width", spec.minWidth ?? null);
     const privacy = isObject(spec.privacy) ? spec.privacy : {};
     set("mechanism", privacy.mechanism);
     set("epsilon0", privacy.epsilon0 ?? null);
+    if (spec.kind === WALK) set("epsilon", privacy.epsilon ?? null);
     set("epsilon_per_round", Array.isArray(privacy.epsilonPerRound) ? privacy.epsilonPerRound.join(", ") : privacy.epsilonPerRound ?? null);
     set("delta", privacy.delta ?? null);
     set("sampling_rate", privacy.samplingRate ?? 1);
@@ -158,11 +183,12 @@
     runFrom(parsed.ok ? "json" : "form");
   }
 
-  // Only the fields of the kind chosen, and only that kind's fields in the field list.
+  // Only the fields of the kind chosen (data-kinds: the kinds that have it, space-separated), and
+  // only that kind's fields in the field list.
   function showKind() {
     const chosen = kind();
     for (const element of form.querySelectorAll("[data-kinds]")) {
-      if (element.dataset.kinds) element.hidden = element.dataset.kinds !== chosen;
+      if (element.dataset.kinds) element.hidden = !element.dataset.kinds.split(" ").includes(chosen);
     }
     const select = form.elements.field;
     for (const option of select.options) option.hidden = !(kinds[chosen] || []).includes(option.value);
@@ -207,8 +233,9 @@
 
   function planRows(spec) {
     const privacy = isObject(spec.privacy) ? spec.privacy : {};
-    const rounds = Number(spec.kind === DISCOVERY ? spec.maxLength : spec.maxRounds);
-    const perRound = privacy.epsilonPerRound;
+    // A walk is one round, its epsilon the whole walk's whatever its length.
+    const rounds = spec.kind === WALK ? 1 : Number(spec.kind === DISCOVERY ? spec.maxLength : spec.maxRounds);
+    const perRound = spec.kind === WALK ? privacy.epsilon : privacy.epsilonPerRound;
     const epsilons = Array.isArray(perRound) ? perRound.map(Number) : Array.from({ length: rounds || 0 }, () => Number(perRound));
     if (!Number.isInteger(rounds) || rounds < 1 || rounds > 12 || epsilons.length !== rounds || epsilons.some((e) => !(e > 0))) return null;
     const delta = Number(privacy.delta);

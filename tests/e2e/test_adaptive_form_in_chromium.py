@@ -4,6 +4,7 @@ start."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -11,8 +12,11 @@ import pytest
 from playwright.sync_api import expect
 
 from analyses.models import AdaptiveRun, Round
+from analyses.services.policy import analysis_approve, analysis_create
+from devices.fleet_io import fleet_create
 from devices.synthetic import TOKENS
 from tests.e2e.screenshots import shot
+from tests.unit.test_heavy_hitters_round import POLICY as HH_POLICY
 
 pytestmark = pytest.mark.e2e
 
@@ -109,3 +113,40 @@ def test_each_kind_reads_help_in_its_own_words(analysis, live_server, page) -> N
     page.get_by_label("n-gram discovery (text)").check()
     expect(form.get_by_text("The longest n-gram: one word (or letter) a round.")).to_be_visible()
     expect(form.get_by_text("How many rounds of splitting, at most.")).to_be_hidden()
+
+
+@pytest.fixture
+def hh_analysis(analyst, officer):
+    """t.hh: its text field ngrams allows aggregator noise, so a heavy-hitters walk can run on it."""
+    fleet_create(name="hh", size=2_000, seed=5, shard_size=1_000)
+    return analysis_approve(analysis=analysis_create(spec=copy.deepcopy(HH_POLICY), owner=analyst), officer=officer)
+
+
+def test_a_walk_hides_the_local_randomizer_and_plans_one_round(hh_analysis, live_server, page) -> None:
+    sign_in(page, f"{live_server.url}/analyses/t.hh/adaptive/")
+    randomizer = page.get_by_label("Local randomizer")
+    local_epsilon = page.get_by_label("Local epsilon (ε₀)")
+    longest = page.get_by_label("Longest word (bytes)")
+    expect(randomizer).to_be_visible()
+    expect(longest).to_be_hidden()
+
+    page.get_by_label("heavy hitters, Poplar1 (text, no local noise)").check()
+    for hidden in (
+        randomizer,
+        local_epsilon,
+        page.get_by_label("Aggregate epsilon per round (ε)"),
+        page.get_by_label("Rounds", exact=True),
+        page.get_by_label("Vocabulary", exact=True),
+    ):
+        expect(hidden).to_be_hidden()
+    expect(longest).to_have_value("8")
+    expect(page.get_by_label("Alphabet")).to_have_value("abcdefghijklmnopqrstuvwxyz")
+    spec = spec_of(page)
+    assert spec["kind"] == "heavy_hitters" and spec["maxLength"] == 8
+    assert set(spec["privacy"]) == {"epsilon", "delta", "samplingRate"} and "vocabulary" not in spec
+    expect(page.locator("#plan-sum")).to_contain_text("1 round: ε 3 of the 3 left for the analysis")
+
+    page.get_by_label("n-gram discovery (text)").check()
+    expect(randomizer).to_be_visible()
+    expect(longest).to_be_hidden()
+    assert "epsilon" not in spec_of(page)["privacy"]
