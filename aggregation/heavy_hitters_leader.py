@@ -18,9 +18,10 @@ import hashlib
 import secrets
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from aggregation import dap, dap_poplar1, helper_client
 from aggregation import heavy_hitters as hh
@@ -34,6 +35,9 @@ from privacy.vdaf.poplar1 import AggParam, Poplar1
 
 STORE = "default"
 JOB_REPORTS = 200  # a job well within the helper's request timeout, even at the leaf level (Field255)
+# Jobs of a level in flight at once: one prepared while the helper works on another (its service runs
+# two workers). One inside a transaction (a test's): another thread's connection would not see it.
+JOBS_IN_FLIGHT = 2
 
 
 @dataclass(frozen=True)
@@ -143,16 +147,43 @@ def level_run(collection_key: str, agg_param: AggParam) -> LevelRelease:
     with transaction.atomic(using=STORE):
         hh.level_refusal(STORE, rules, agg_param, encoded)
         hh.level_open(STORE, rules, agg_param, encoded)
-    refused: dict[str, int] = {}
-    eligible = Poplar1Report.objects.using(STORE).filter(
-        collection_key=collection_key, refused=False, last_level__lt=agg_param[0]
-    )
-    # Jobs the helper takes: at most MAX_JOB_ELEMENTS output-share elements each.
+    refused: Counter[str] = Counter()
+    jobs = _jobs(collection_key, agg_param)
+    in_flight = 1 if transaction.get_connection(STORE).in_atomic_block else JOBS_IN_FLIGHT
+    if in_flight == 1:
+        for ids in jobs:
+            refused.update(_job(rules, vdaf, agg_param, encoded, ids))
+    else:
+        # While the helper works on one job the leader prepares the next: the two processes' work
+        # overlaps on the two cores. Each job commits on its own (its thread's connection).
+        with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="poplar1-job") as pool:
+            for counts in pool.map(lambda ids: _job_in_thread(rules, vdaf, agg_param, encoded, ids), jobs):
+                refused.update(counts)
+    return _release(rules, vdaf, agg_param, dict(refused))
+
+
+def _jobs(collection_key: str, agg_param: AggParam) -> list[list[str]]:
+    """The level's jobs: the collection's reports in order of id, in slices of a fixed size (at most
+    MAX_JOB_ELEMENTS output-share elements each), each holding the reports of its slice still to be
+    verified at the level. A slice commits whole (_job), so a level run again after a stop finds the
+    slices not committed exactly as they were: the same jobs, under the same ids, which the helper
+    answers as it did; and the committed ones empty."""
     size = max(1, min(JOB_REPORTS, dap_poplar1.MAX_JOB_ELEMENTS // len(agg_param[1])))
-    while ids := list(eligible.order_by("report_id").values_list("report_id", flat=True)[:size]):
-        for reason, count in _job(rules, vdaf, agg_param, encoded, ids).items():
-            refused[reason] = refused.get(reason, 0) + count
-    return _release(rules, vdaf, agg_param, refused)
+    reports = Poplar1Report.objects.using(STORE).filter(collection_key=collection_key).order_by("report_id")
+    rows = list(reports.values_list("report_id", "refused", "last_level"))
+    jobs = []
+    for start in range(0, len(rows), size):
+        ids = [rid for rid, refused, last in rows[start : start + size] if not refused and last < agg_param[0]]
+        if ids:
+            jobs.append(ids)
+    return jobs
+
+
+def _job_in_thread(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, encoded: bytes, ids: list[str]):
+    try:
+        return _job(rules, vdaf, agg_param, encoded, ids)
+    finally:
+        connections.close_all()  # this thread's own connections
 
 
 def _job(rules: CollectionRules, vdaf: Poplar1, agg_param: AggParam, encoded: bytes, ids: list[str]) -> dict[str, int]:
