@@ -384,7 +384,8 @@ class ReleaseCsv(APIView):
     @extend_schema(
         summary="A round's release as CSV",
         operation_id="rounds_release_csv_retrieve",
-        description="Columns: cohort, bucket, estimate, standard_error, ci_low, ci_high. 404 until released.",
+        description="Columns: cohort, bucket, estimate, standard_error, ci_low, ci_high; a Poplar1 round's "
+        "(a walk): word, count, standard_error, complete. 404 until released.",
         parameters=RELEASE_OPTIONS,
         responses={
             (200, "text/csv"): OpenApiResponse(response=OpenApiTypes.STR, description="The release table."),

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from analyses import device_rounds
 from analyses.forms.recipe_editor import RecipeForm, recipe_problem_said
 from analyses.models import Analysis, Round
-from analyses.presenters.releases import release_file_name
+from analyses.presenters.releases import release_file_name, walks
 from analyses.reads import drilldown, release_cache, selectors
 from analyses.reads.recipe_preview import recipe_preview, spend_digest
 from analyses.rules.roles import check_may_run, check_may_stop
@@ -236,6 +236,7 @@ def round_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_cancel": not round_.is_finished and _may(check_may_stop, request.user, round_),
         "can_close": not round_.is_finished and _may(check_may_run, request.user, round_),
         "release": release,
+        "walk": walks(round_.recipe),
         "release_section": release_cache.release_section(round_, release, _release_view(request)) if release else "",
         "messages": _messages_shown(request, round_),
     }

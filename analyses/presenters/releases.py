@@ -14,9 +14,10 @@ import re
 from typing import Any
 
 from analyses.models import Recipe, Release, Round
-from analyses.services.releases import ReleaseView, refusals_shown
+from analyses.services.releases import ReleaseView, is_walk, refusals_shown
 from privacy.aggregator_noise import AggregatorLaplace
-from privacy.intervals import view_rule
+from privacy.heavy_hitters import Poplar1WordsType
+from privacy.intervals import view_rule, z_value
 from privacy.parameters import PRIVACY_KEYS
 
 
@@ -51,12 +52,65 @@ RELEASE_CSV_COLUMNS = ("cohort", "bucket", "estimate", "standard_error", "ci_low
 
 
 def release_as_csv(release: Release, view: ReleaseView | None = None) -> str:
-    """The release table (release_table) as CSV text with a header row, for the dashboard and the API."""
+    """The release table (release_table) as CSV text with a header row, for the dashboard and the API;
+    a walk's release (no buckets) as the words it found (walk_as_csv)."""
+    if is_walk(release.content):
+        return walk_as_csv(release.content)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=RELEASE_CSV_COLUMNS)
     writer.writeheader()
     writer.writerows(release_table(release, view))
     return out.getvalue()
+
+
+WALK_CSV_COLUMNS = ("word", "count", "standard_error", "complete")
+
+
+def walk_as_csv(content: dict[str, Any]) -> str:
+    """A walk's words found as CSV text, largest count first: a word not ``complete`` fills every
+    byte, so it may be the start of a longer word. The levels are in the JSON."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=WALK_CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows({k: word[k] for k in WALK_CSV_COLUMNS} for word in content["walk"]["words"])
+    return out.getvalue()
+
+
+def walks(recipe: Recipe) -> bool:
+    """Whether a recipe's rounds walk a Poplar1 prefix tree (a Poplar1Words recipe): their release is
+    the words found, not a histogram. A recipe whose content no longer parses is shown as a histogram's,
+    as the round page showed every recipe before walks (drilldown.plain_labels reads it as leniently)."""
+    try:
+        return isinstance(recipe.encoding, Poplar1WordsType)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def walk_section(content: dict[str, Any]) -> dict[str, Any]:
+    """What the round page shows of a walk's release (analyses.services.releases.walk_release_content):
+    the words found with their 95% intervals, the levels, and the noise behind both in words."""
+    walk = content["walk"]
+    z = z_value(level=ReleaseView.LEVEL, cells=1, intervals="per-bucket")
+    words = [
+        {
+            **word,
+            # A word that fills every byte may be cut from a longer one: "hell…" of "hello".
+            "shown": word["word"] if word["complete"] else f"{word['word']}…",
+            "ci_low": word["count"] - z * word["standard_error"],
+            "ci_high": word["count"] + z * word["standard_error"],
+        }
+        for word in walk["words"]
+    ]
+    return {
+        "content": content,
+        "bytes": walk["bits"] // 8,
+        "words": words,
+        "cut": any(not word["complete"] for word in words),
+        "levels": walk["levels"],
+        "sigma": content["aggregator_sigma"],
+        "standard_error": walk["standard_error"],
+        "z": z,
+    }
 
 
 def release_file_name(round_: Round, view: ReleaseView, extension: str) -> str:
@@ -69,7 +123,11 @@ def release_file_name(round_: Round, view: ReleaseView, extension: str) -> str:
 
 
 def release_as_json(release: Release, view: ReleaseView | None = None) -> dict[str, Any]:
-    """The release in the CLI's and API's shape: per bucket of each batch, and the round's cost."""
+    """The release in the CLI's and API's shape: per bucket of each batch, and the round's cost. A
+    walk's release is as stored: its counts are named by their prefixes, with no view or interval
+    rule to apply to them."""
+    if is_walk(release.content):
+        return dict(release.content)
     view = view or ReleaseView()
     content = release.content
     batches, negative = [], 0

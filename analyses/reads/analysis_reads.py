@@ -23,7 +23,7 @@ from analyses.reads import selectors
 from analyses.rules.enforced_policy import EnforcedPolicy
 from analyses.rules.validation import Problems
 from analyses.services.budget import analysis_guarantees
-from analyses.services.releases import ReleaseView
+from analyses.services.releases import ReleaseView, is_walk
 from analyses.services.rounds import rounds_progress
 from devices.models import PolicySnapshot
 from pfs_base.errors import ValidationFailed
@@ -368,6 +368,12 @@ def release_compare(*, user: AbstractBaseUser, a: int, b: int) -> dict[str, Any]
                 key,
                 f"Round {round_.pk} is {round_.get_status_display().lower()}, not released: "
                 "only released rounds can be compared.",
+            )
+        elif is_walk(round_.release.content):
+            problems.add(
+                key,
+                f"Round {round_.pk} walked a Poplar1 prefix tree: its release is the words found, not "
+                "buckets, so it cannot be compared bucket by bucket. Its round page lists them.",
             )
     if problems:
         raise ValidationFailed(problems.errors)

@@ -35,6 +35,7 @@ from analyses.models import Analysis, Recipe, Round
 from analyses.reads import selectors
 from analyses.reads.recipe_preview import recipe_preview, spend_digest
 from analyses.services.policy import analysis_spent
+from analyses.services.releases import is_walk
 from pfs_base.errors import ValidationFailed
 from pfs_device.decision import fields_of
 from privacy.encoding import BucketedType, CombinationType, Encoding, content_encoding
@@ -61,6 +62,16 @@ def refined_recipe(*, round_: Round, cohort: str, bucket: int) -> dict[str, Any]
     released raise ValidationFailed.
     """
     release = _released(round_)
+    if is_walk(release.content):
+        raise ValidationFailed(
+            {
+                "refine": [
+                    f"Round {round_.pk} walked a Poplar1 prefix tree: its release is the words found, not "
+                    "buckets, so it cannot be refined. A new Poplar1Words recipe (more bits, a lower zScore) "
+                    "looks further."
+                ]
+            }
+        )
     labels = release.content["buckets"]
     if isinstance(bucket, bool) or not isinstance(bucket, int) or not 0 <= bucket < len(labels):
         raise ValidationFailed({"bucket": [f"Must be a bucket index from 0 to {len(labels) - 1}."]})

@@ -27,7 +27,7 @@ from django.utils.safestring import mark_safe
 from analyses.models import Release, Round
 from analyses.presenters import releases
 from analyses.reads import drilldown
-from analyses.services.releases import ReleaseView
+from analyses.services.releases import ReleaseView, is_walk
 from privacy.intervals import INTERVALS, VIEWS
 
 RENDERING = 2
@@ -72,11 +72,15 @@ def release_csv(release: Release, view: ReleaseView) -> str:
 
 
 def release_section(round_: Round, release: Release, view: ReleaseView) -> str:
-    """The round page's release section (summary, chart data, table with drill-down links), as HTML.
+    """The round page's release section (summary, chart data, table with drill-down links), as HTML;
+    a walk's (a Poplar1 round's), its words found and levels.
 
     Besides the release and the view it shows the drill-down links, which depend on the analysis
     (its identifier, and the cohort fields its query class allows): those are in the key.
     """
+    if is_walk(release.content):  # no buckets: nothing to chart, view or drill down into
+        key = release_key(release, view, "walk-page", round_.pk)
+        return mark_safe(cached(key, lambda: _walk_html(round_, release)))  # noqa: S308 - our template's output
     analysis = round_.recipe.analysis
     unused = ",".join(drilldown.unused_cohort_fields(round_.recipe))
     key = release_key(release, view, "page", round_.pk, analysis.identifier, unused)
@@ -124,3 +128,8 @@ def _section_html(round_: Round, release: Release, view: ReleaseView) -> str:
         },
     }
     return render_to_string("analyses/includes/release_section.html", context)
+
+
+def _walk_html(round_: Round, release: Release) -> str:
+    context = {"round": round_, "walk": releases.walk_section(release.content)}
+    return render_to_string("analyses/includes/walk_section.html", context)

@@ -118,6 +118,12 @@ def walk_release_content(round_: Round, walk: Walk | None, progress: dict) -> di
     }
 
 
+def is_walk(content: dict[str, Any]) -> bool:
+    """Whether a release is a Poplar1 walk's (walk_release_content): the words found and the levels,
+    named by their prefixes, with no buckets to show, compare or refine."""
+    return content.get("kind") == "heavy_hitters"
+
+
 def _largest(counts: dict[str, int]) -> list[tuple[str, int]]:
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 

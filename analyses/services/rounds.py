@@ -320,8 +320,14 @@ def _round_walk(round_: Round, progress: dict[str, Any]) -> Round | None:
     reports_ingest(collection_key=round_.task_key, wait=True)
     try:
         walk = heavy_hitters_walk(round_.task_key, recipe.encoding.plan())
-    except NotAllowed as refusal:  # the first level holds fewer verified reports than the minimum cohort
-        walk, withheld = None, f"{refusal}: nothing released"
+    except NotAllowed:  # a level holds fewer verified reports than the minimum cohort
+        # Not the refusal's own words: they count the level's reports, a size below the minimum cohort
+        # that is never released (the round page and the API show this error).
+        walk, withheld = (
+            None,
+            f"a level of the walk held fewer verified reports than the minimum cohort of "
+            f"{recipe.privacy.min_cohort:,}: nothing released",
+        )
     else:
         withheld = "" if walk.levels else "the walk asked no level: nothing released"
     with transaction.atomic():
