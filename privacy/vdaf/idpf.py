@@ -38,7 +38,7 @@ from privacy.vdaf.xof import (
 Bits = Sequence[bool]
 # (seed correction, the two control bit corrections, value correction) of one level (Section 8.3.2).
 CorrectionWord = tuple[bytes, tuple[bool, bool], Vec]
-PublicShare = list[CorrectionWord]
+PublicShare = list[CorrectionWord]  # or a DecodedPublicShare, which reads as one
 Seeds = npt.NDArray[np.uint8]  # one 16-byte seed per row
 # One row of VALUE_LEN field elements per node or prefix: uint64 for 8-byte fields, Python integers (object) otherwise.
 Values = npt.NDArray[np.uint64] | npt.NDArray[np.object_]
@@ -309,6 +309,9 @@ class IdpfBBCGGI21:
         return bytes(packed) + seeds + inner + self.field_leaf.encode_vec(public_share[-1][2])
 
     def decode_public_share(self, encoded: bytes) -> PublicShare:
+        """The correction words, every one checked now (length, trailing bits, each value below its
+        field's modulus), held as arrays and read a level at a time (DecodedPublicShare): an
+        aggregator decodes each report's public share at every level of a walk, and reads a few."""
         packed_len = (2 * self.BITS + 7) // 8
         inner_len = self.field_inner.ENCODED_SIZE * self.VALUE_LEN * (self.BITS - 1)
         leaf_len = self.field_leaf.ENCODED_SIZE * self.VALUE_LEN
@@ -316,15 +319,48 @@ class IdpfBBCGGI21:
             raise DecodeError("public share has the wrong length")
         packed, rest = encoded[:packed_len], encoded[packed_len:]
         bits = np.unpackbits(np.frombuffer(packed, dtype=np.uint8), bitorder="little")[: 2 * self.BITS]
-        bits = bits.astype(bool).tolist()
         if packed[-1] >> ((2 * self.BITS + 7) % 8 + 1):
             raise DecodeError("trailing bits in the packed control bits")
         seeds, rest = rest[: self.KEY_SIZE * self.BITS], rest[self.KEY_SIZE * self.BITS :]
-        inner = self.field_inner.decode_vec(rest[:inner_len])
+        inner = np.frombuffer(rest[:inner_len], dtype="<u8")
+        if (inner >= np.uint64(self.field_inner.MODULUS)).any():
+            raise DecodeError("modulus overflow")
         leaf = self.field_leaf.decode_vec(rest[inner_len:])
-        width, size = self.VALUE_LEN, self.KEY_SIZE
-        values = [inner[i : i + width] for i in range(0, len(inner), width)] + [leaf]
-        controls = list(zip(bits[::2], bits[1::2], strict=True))
-        return [
-            (seeds[level * size : (level + 1) * size], controls[level], values[level]) for level in range(self.BITS)
-        ]
+        return DecodedPublicShare(
+            seeds=seeds,
+            controls=bits.astype(bool).reshape(self.BITS, 2),
+            inner=inner.reshape(self.BITS - 1, self.VALUE_LEN),
+            leaf=leaf,
+            key_size=self.KEY_SIZE,
+        )
+
+
+class DecodedPublicShare(Sequence):
+    """A decoded public share, a list of correction words (seed, (ctrl0, ctrl1), values) to its
+    readers, held as the arrays it was decoded into: a level's word is built when read, so reading
+    the first levels of a 64-bit share costs a few levels' work, not 64. ``inner``: the Field64
+    values of the inner levels (BITS - 1 rows); ``leaf``: the last level's (Field255, Python ints)."""
+
+    def __init__(
+        self, *, seeds: bytes, controls: np.ndarray, inner: np.ndarray, leaf: list[int], key_size: int
+    ) -> None:
+        self.seeds, self.controls, self.inner, self.leaf, self.key_size = seeds, controls, inner, leaf, key_size
+
+    def __len__(self) -> int:
+        return len(self.controls)
+
+    def __getitem__(self, index):  # noqa: ANN001, ANN204 - an int gives a word, a slice a list of them
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        level = index + len(self) if index < 0 else index
+        if not 0 <= level < len(self):
+            raise IndexError("public share level out of range")
+        seed = self.seeds[level * self.key_size : (level + 1) * self.key_size]
+        ctrl = (bool(self.controls[level, 0]), bool(self.controls[level, 1]))
+        values = self.inner[level].tolist() if level < len(self) - 1 else list(self.leaf)
+        return seed, ctrl, values
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # a list's equality: not hashable

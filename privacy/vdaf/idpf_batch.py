@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.ciphers import CipherContext
 from privacy.vdaf import field64_arrays
 from privacy.vdaf.errors import VdafError
 from privacy.vdaf.field import Field, Field64, next_power_of_2
-from privacy.vdaf.idpf import Bits, IdpfBBCGGI21, PublicShare, Values, _Hashing, _WalkPlan
+from privacy.vdaf.idpf import Bits, DecodedPublicShare, IdpfBBCGGI21, PublicShare, Values, _Hashing, _WalkPlan
 from privacy.vdaf.turboshake_arrays import turboshake128
 
 Halves = npt.NDArray[np.uint64]  # (..., 2): a 16-byte block as two little-endian uint64
@@ -75,10 +75,17 @@ def eval_batch(
 def _walk(idpf, agg_id, public_shares, keys, level, plan, ctx, nonces) -> Values:  # noqa: ANN001 - see eval_batch
     reports = len(keys)
     hashings = [_Hashing(ctx, nonce) for nonce in nonces]
-    seed_cws = np.frombuffer(
-        b"".join(cw[0] for public_share in public_shares for cw in public_share[: level + 1]), dtype="<u8"
-    ).reshape(reports, level + 1, 2)
-    ctrl_cws = np.array([[cw[1] for cw in public_share[: level + 1]] for public_share in public_shares], dtype=bool)
+    if all(isinstance(public_share, DecodedPublicShare) for public_share in public_shares):
+        # The aggregators' case: the first levels' seeds and control bits straight from the arrays.
+        size = (level + 1) * idpf.KEY_SIZE
+        seed_cws = np.frombuffer(b"".join(ps.seeds[:size] for ps in public_shares), dtype="<u8")
+        ctrl_cws = np.stack([ps.controls[: level + 1] for ps in public_shares])
+    else:
+        seed_cws = np.frombuffer(
+            b"".join(cw[0] for public_share in public_shares for cw in public_share[: level + 1]), dtype="<u8"
+        )
+        ctrl_cws = np.array([[cw[1] for cw in ps[: level + 1]] for ps in public_shares], dtype=bool)
+    seed_cws = seed_cws.reshape(reports, level + 1, 2)
     seeds = np.frombuffer(b"".join(keys), dtype="<u8").reshape(reports, 1, 2)
     ctrl = np.full((reports, 1), bool(agg_id))
     last_tree_level = idpf.BITS - 1
@@ -245,7 +252,10 @@ def _corrected_values(idpf, agg_id, public_shares, level, values, ctrl, order) -
     """The value correction where the control bit is set, aggregator 1's negated, back in the prefixes' order."""
     field = idpf.current_field(level)
     if values.dtype == np.uint64:
-        w_cw = np.array([public_share[level][2] for public_share in public_shares], dtype=np.uint64)
+        if all(isinstance(public_share, DecodedPublicShare) for public_share in public_shares):
+            w_cw = np.stack([public_share.inner[level] for public_share in public_shares])
+        else:
+            w_cw = np.array([public_share[level][2] for public_share in public_shares], dtype=np.uint64)
         shares = np.empty_like(values)
         for k in range(idpf.VALUE_LEN):  # column by column: numpy is slow on a last axis of 2
             column = values[:, :, k]

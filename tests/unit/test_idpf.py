@@ -59,6 +59,23 @@ def test_the_drafts_public_share_decodes_and_encodes_back_to_the_same_bytes() ->
     assert idpf.encode_public_share(idpf.decode_public_share(encoded)) == encoded
 
 
+def test_a_decoded_public_share_reads_as_the_list_of_correction_words_it_encodes() -> None:
+    """decode_public_share keeps arrays and builds a level's word when read: every way of reading it
+    (a level, a negative index, a slice, iteration) gives the words gen made, values as field elements."""
+    idpf = IdpfBBCGGI21(bits=10, value_len=2)
+    rng = random.Random(3)
+    alpha = tuple(rng.random() < 0.5 for _ in range(10))
+    beta_inner = [[rng.randrange(Field64.MODULUS) for _ in range(2)] for _ in range(9)]
+    beta_leaf = [rng.randrange(Field255.MODULUS) for _ in range(2)]
+    public, _ = idpf.gen(alpha, beta_inner, beta_leaf, b"ctx", bytes(16), bytes(idpf.RAND_SIZE))
+    decoded = idpf.decode_public_share(idpf.encode_public_share(public))
+    assert decoded == public and list(decoded) == public and len(decoded) == 10
+    assert decoded[3] == public[3] and decoded[-1] == public[-1] and decoded[2:5] == public[2:5]
+    assert all(type(v) is int for _, _, values in decoded for v in values)
+    with pytest.raises(IndexError):
+        decoded[10]
+
+
 def test_the_drafts_keys_share_beta_on_alphas_path_and_zero_beside_it() -> None:
     data = _vector()
     beta_inner, beta_leaf = _betas(data)
