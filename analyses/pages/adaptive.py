@@ -400,7 +400,8 @@ def _current_round(run: AdaptiveRun) -> dict[str, Any] | None:
         if in_baseline
         else f"Round {interactive} of {len(run.plan)}",
         "in_baseline": in_baseline,
-        "progress": round_progress(current),
+        "progress": (progress := round_progress(current)),
+        "walk": progress.get("walk"),
     }
 
 

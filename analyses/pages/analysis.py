@@ -336,10 +336,22 @@ def _progress(round_: Round) -> dict[str, Any]:
         eta = "estimating…"
     else:
         eta = f"about {_duration(progress['eta_seconds'])}"
+    status = round_.get_status_display()
+    walk = progress.get("walk")
+    collecting = (progress.get("collection") or {}).get("open", False)  # real devices still uploading
+    if (
+        walk is not None
+        and not round_.is_finished
+        and not collecting
+        and progress["shards_done"] >= progress["shards_total"]
+    ):
+        # Every device answered: the aggregators are walking the tree, a level at a time.
+        status = f"Walking the prefix tree: {walk['released']} of at most {walk['levels']} levels released"
+        eta = "until the walk ends"
     return {
         **progress,
         "finished": round_.is_finished,
-        "status_display": round_.get_status_display(),
+        "status_display": status,
         "elapsed_text": "not started"
         if progress["elapsed_seconds"] is None
         else _duration(progress["elapsed_seconds"]),

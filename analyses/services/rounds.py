@@ -19,7 +19,7 @@ from django.utils import timezone
 from aggregation.heavy_hitters_leader import collection_open
 from aggregation.ingest import reports_ingest
 from aggregation.issuer import issuer_public_key
-from aggregation.models import CollectionRules
+from aggregation.models import CollectionRules, Poplar1Level
 from aggregation.services import (
     collection_discard,
     collection_provision,
@@ -397,7 +397,13 @@ def round_progress(round_: Round, *, exact_refusals: bool = False) -> dict[str, 
     includes a batch below its minimum cohort, live or after the release. ``exact_refusals``: the
     refusal counts themselves, for the release's record (release_content), never for display.
     """
-    return rounds_progress([round_], exact_refusals=exact_refusals)[round_.pk]
+    progress = rounds_progress([round_], exact_refusals=exact_refusals)[round_.pk]
+    walk = walk_levels(round_.recipe.encoding)
+    if walk:
+        # A walk's levels as the leader released them so far: what the analyst sees as it goes.
+        released = Poplar1Level.objects.filter(collection_key=round_.task_key, released=True).count()
+        progress["walk"] = {"levels": walk, "released": released}
+    return progress
 
 
 def rounds_progress(rounds: list[Round], *, exact_refusals: bool = False) -> dict[int, dict[str, Any]]:

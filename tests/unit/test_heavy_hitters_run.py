@@ -239,3 +239,29 @@ def test_a_comparison_the_walk_cannot_make_is_refused_before_anything_is_sent(
         adaptive_start(spec=_spec(comparison={"run": other.pk}), user=analyst)
     assert message in " ".join(refused.value.errors["comparison.run"])
     assert not Round.objects.exists()
+
+
+def test_while_the_aggregators_walk_the_round_says_how_far_they_are(
+    hh_analysis, analyst, run_to_end, client, monkeypatch
+) -> None:
+    from analyses.services import heavy_hitters  # noqa: PLC0415 - the walk's own module, wrapped
+
+    client.force_login(analyst)
+    seen: list[str] = []
+    real = heavy_hitters.level_run
+
+    def level_then_look(*args):  # noqa: ANN002, ANN202
+        release = real(*args)
+        round_ = Round.objects.get(recipe__analysis=hh_analysis)
+        seen.append(client.get(f"/rounds/{round_.pk}/status.json").json()["status_display"])
+        return release
+
+    monkeypatch.setattr(heavy_hitters, "level_run", level_then_look)
+    run = run_to_end(_spec(), analyst)
+    assert seen[:2] == [
+        "Walking the prefix tree: 1 of at most 4 levels released",
+        "Walking the prefix tree: 2 of at most 4 levels released",
+    ]
+    round_ = Round.objects.get(recipe__analysis=hh_analysis)
+    assert client.get(f"/rounds/{round_.pk}/status.json").json()["status_display"] == "Released"
+    assert run.status == AdaptiveRun.Status.FINISHED
