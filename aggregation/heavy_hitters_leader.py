@@ -34,7 +34,9 @@ from privacy.vdaf.errors import VdafError
 from privacy.vdaf.poplar1 import AggParam, Poplar1
 
 STORE = "default"
-JOB_REPORTS = 200  # a job well within the helper's request timeout, even at the leaf level (Field255)
+JOB_REPORTS = (
+    500  # a job well within the helper's request timeout (about 11 s at the leaf level, Field255, 2^20 elements)
+)
 # Jobs of a level in flight at once: one prepared while the helper works on another (its service runs
 # two workers). One inside a transaction (a test's): another thread's connection would not see it.
 JOBS_IN_FLIGHT = 2

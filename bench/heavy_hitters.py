@@ -135,8 +135,11 @@ def run(args: argparse.Namespace) -> dict:
 
     walker.level_run = timed
     plan = WalkPlan(bits=args.bits, alphabet=alphabet, z=args.z_score, max_per_level=args.max_per_level)
-    # With PFS_BENCH_PROFILE=<path> the walk runs under cProfile (the leader's side), saved to <path>.
+    # With PFS_BENCH_PROFILE=<path> the walk runs under cProfile (the leader's side), saved to <path>,
+    # its jobs one at a time: cProfile sees this thread only.
     profile = cProfile.Profile() if os.environ.get("PFS_BENCH_PROFILE") else None
+    if profile is not None:
+        leader.JOBS_IN_FLIGHT = 1
     started = time.perf_counter()
     if profile is not None:
         profile.enable()

@@ -54,7 +54,7 @@ from pfs_base.task_queue import enqueue
 from pfs_device.budget import Decision
 from pfs_device.decision import DeviceTask
 from privacy.aggregator_noise import aggregator_noise
-from privacy.heavy_hitters import Poplar1WordsType, walk_levels
+from privacy.heavy_hitters import POPLAR1_WORDS, Poplar1WordsType, walk_levels
 from privacy.report_vdaf import report_shape
 
 
@@ -398,7 +398,10 @@ def round_progress(round_: Round, *, exact_refusals: bool = False) -> dict[str, 
     refusal counts themselves, for the release's record (release_content), never for display.
     """
     progress = rounds_progress([round_], exact_refusals=exact_refusals)[round_.pk]
-    walk = walk_levels(round_.recipe.encoding)
+    schemas = (round_.recipe.content.get("dataTypeContent") or {}).values()
+    walk = next(
+        (s.get("bits", 0) // 8 for s in schemas if isinstance(s, dict) and s.get("dataType") == POPLAR1_WORDS), 0
+    )
     if walk:
         # A walk's levels as the leader released them so far: what the analyst sees as it goes.
         released = Poplar1Level.objects.filter(collection_key=round_.task_key, released=True).count()

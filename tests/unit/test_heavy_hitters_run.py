@@ -178,6 +178,8 @@ LOCAL = {
     "maxLength": 2,
     "privacy": {"mechanism": "asymmetric_ohe", "epsilon0": 4.0, "epsilonPerRound": 1.0, "delta": 1e-6},
     "threshold": {"zScore": 4.0, "maxPerLevel": 8},
+    # The static baseline on a twin analysis: every 2-character prefix hashed into a sketch.
+    "baseline": {"analysis": "t.hh-static", "rows": 2, "columns": 1024, "topK": 5},
 }
 
 
@@ -185,7 +187,8 @@ LOCAL = {
 def big_fleet(db, analyst, officer):
     """5,000 devices: a local-DP round at epsilon0 4, epsilon 1 needs a minimum cohort of 2,203."""
     fleet_create(name="hh", size=5_000, seed=5, shard_size=2_500)
-    for policy in (POLICY, LOCAL_POLICY):
+    static = {**LOCAL_POLICY, "identifier": "t.hh-static"}
+    for policy in (POLICY, LOCAL_POLICY, static):
         analysis_approve(analysis=analysis_create(spec=copy.deepcopy(policy), owner=analyst), officer=officer)
 
 
@@ -198,7 +201,8 @@ def test_the_walk_is_compared_with_a_local_dp_discovery_at_the_same_total_epsilo
 
     comparison = run.comparison
     assert comparison["available"] and comparison["local_run"] == local.pk and comparison["epsilon"] == 2.0
-    assert set(comparison["methods"]) == {"poplar1", "local", "static"} and comparison["methods"]["static"] is None
+    assert set(comparison["methods"]) == {"poplar1", "local", "static"}
+    assert all(comparison["methods"][name]["found"] >= 1 for name in ("poplar1", "local", "static"))
     words = [row["word"] for row in comparison["rows"]]
     assert len(words) == 5 and "a" in words  # the fleet's most typed word
     poplar1 = comparison["methods"]["poplar1"]
@@ -212,6 +216,7 @@ def test_the_walk_is_compared_with_a_local_dp_discovery_at_the_same_total_epsilo
     client.force_login(analyst)
     page = client.get(f"/adaptive/{run.pk}/").content.decode()
     assert "Without local noise against local DP" in page and "Poplar1 walk (no local noise)" in page
+    assert "Static baseline (sketch)" in page
 
 
 @pytest.mark.parametrize(
