@@ -14,6 +14,7 @@ from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
 from devices.synthetic import TOKENS
 from pfs_web.celery import app as celery_app
+from tests.heavy_hitters import fixed_coins, hh_analysis  # noqa: F401 (fixtures, shared by the heavy-hitters tests)
 from tests.services import Worker, chromium_or_fail, redis_url_or_fail
 
 FLEET_SIZE = 5_000

@@ -8,33 +8,16 @@ import copy
 import csv
 import io
 import json
-import types
 
-import numpy as np
 import pytest
 
-from aggregation import heavy_hitters as hh
 from aggregation.models import Poplar1Report
 from analyses.models import Recipe, Round
 from analyses.services import rounds
-from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.rounds import round_create_and_start
-from devices.fleet_io import fleet_create
-from tests.unit.test_heavy_hitters_round import POLICY, RECIPE
+from tests.heavy_hitters import RECIPE
 
-
-@pytest.fixture(autouse=True)
-def seeded_noise(monkeypatch):
-    rng = np.random.default_rng(32)
-    monkeypatch.setattr(hh, "noise_rng", lambda: rng)
-    # The round's coins (which device reports which word) fixed too: the same walk every run.
-    monkeypatch.setattr(rounds, "secrets", types.SimpleNamespace(randbits=lambda bits: 12345))
-
-
-@pytest.fixture
-def hh_analysis(db, analyst, officer):
-    fleet_create(name="hh", size=2_000, seed=5, shard_size=1_000)
-    return analysis_approve(analysis=analysis_create(spec=copy.deepcopy(POLICY), owner=analyst), officer=officer)
+pytestmark = pytest.mark.usefixtures("fixed_coins")
 
 
 def _run(analysis, user, capture) -> Round:

@@ -4,12 +4,10 @@ round of Poplar1 reports, the walk's levels and words on the run, the API and th
 from __future__ import annotations
 
 import copy
-import types
 
 import numpy as np
 import pytest
 
-from aggregation import heavy_hitters as hh
 from analyses.adaptive.chain import adaptive_start
 from analyses.adaptive.presenters import adaptive_output
 from analyses.models import AdaptiveRun, Round
@@ -20,7 +18,7 @@ from devices.models import ShardLedger
 from pfs_base.errors import ValidationFailed
 from pfs_device.budget import query_pld_key, to_units
 from privacy.heavy_hitters import level_sigma
-from tests.unit.test_heavy_hitters_round import POLICY
+from tests.heavy_hitters import POLICY
 
 SPEC = {
     "analysis": "t.hh",
@@ -32,18 +30,7 @@ SPEC = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fixed_coins(monkeypatch):
-    """The aggregators' noise and the round's seed fixed: the same walk every run."""
-    rng = np.random.default_rng(32)
-    monkeypatch.setattr(hh, "noise_rng", lambda: rng)
-    monkeypatch.setattr(rounds, "secrets", types.SimpleNamespace(randbits=lambda bits: 20261127))
-
-
-@pytest.fixture
-def hh_analysis(db, analyst, officer):
-    fleet_create(name="hh", size=2_000, seed=5, shard_size=1_000)
-    return analysis_approve(analysis=analysis_create(spec=copy.deepcopy(POLICY), owner=analyst), officer=officer)
+pytestmark = pytest.mark.usefixtures("fixed_coins")
 
 
 @pytest.fixture

@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
-import types
 
-import numpy as np
 import pytest
 
-from aggregation import heavy_hitters as hh
 from analyses.adaptive.spec import adaptive_validate
 from analyses.models import AdaptiveRun, Round
-from analyses.services import rounds
-from analyses.services.policy import analysis_approve, analysis_create
-from devices.fleet_io import fleet_create
+from analyses.services.policy import analysis_approve
 from privacy.heavy_hitters import DEFAULT_ALPHABET
-from tests.unit.test_heavy_hitters_round import POLICY
 
 START = "/analyses/t.hh/adaptive/"
 FIELDS = {
@@ -45,18 +39,7 @@ SPEC = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fixed_coins(monkeypatch):
-    """The aggregators' noise and the round's seed fixed: the same walk every run."""
-    rng = np.random.default_rng(32)
-    monkeypatch.setattr(hh, "noise_rng", lambda: rng)
-    monkeypatch.setattr(rounds, "secrets", types.SimpleNamespace(randbits=lambda bits: 20261127))
-
-
-@pytest.fixture
-def hh_analysis(db, analyst, officer):
-    fleet_create(name="hh", size=2_000, seed=5, shard_size=1_000)
-    return analysis_approve(analysis=analysis_create(spec=copy.deepcopy(POLICY), owner=analyst), officer=officer)
+pytestmark = pytest.mark.usefixtures("fixed_coins")
 
 
 @pytest.fixture
