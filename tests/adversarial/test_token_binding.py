@@ -25,7 +25,7 @@ from aggregation import dap
 from aggregation.aggregators import LEADER, rules_shape
 from aggregation.ingest import reports_ingest
 from aggregation.models import HelperShare, LeaderShare, PendingReport, SpentToken
-from aggregation.reports import _verify_init, rejections
+from aggregation.reports import rejections, verify_init_of
 from aggregation.verification import AggregatorVerification, VerifyConfig
 from analyses.services.collector import ClientNoiseEstimator, collection_release
 from pfs_device import wire
@@ -163,7 +163,7 @@ def _job_entry(sealed: wire.Report, rules) -> dap.VerifyInit:
     (verifier_share,) = AggregatorVerification("leader", config).start(
         [report_nonce(sealed.token.nonce)], [sealed.public], [share]
     )
-    return _verify_init(sealed, verifier_share, 0.0)
+    return verify_init_of(sealed, verifier_share, 0.0)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from analyses.services.policy import analysis_approve, analysis_create
 from devices.fleet_io import fleet_create
 from devices.synthetic import TOKENS
 from tests.e2e.screenshots import shot
-from tests.unit.test_heavy_hitters_round import POLICY as HH_POLICY
+from tests.heavy_hitters import POLICY as HH_POLICY
 
 pytestmark = pytest.mark.e2e
 
