@@ -111,7 +111,7 @@ def ingest_phases(rules, bodies: list[bytes], helper_key: bytes) -> dict[str, fl
     from aggregation.helper_service import _token_valid
     from aggregation.ingest import _parse
     from aggregation.issuer import issuer_public_key
-    from aggregation.reports import _verify_init
+    from aggregation.reports import verify_init_of
     from aggregation.verification import AggregatorVerification, VerifyConfig, output_sum, proofs_decide
     from pfs_device import wire
     from pfs_device.tokens import Token
@@ -152,7 +152,7 @@ def ingest_phases(rules, bodies: list[bytes], helper_key: bytes) -> dict[str, fl
             dap.AggregationJobInitReq(
                 collection=rules.key,
                 min_cohort=rules.min_cohort,
-                verify_inits=[_verify_init(r, s, 0.0) for r, s in zip(reports, leader_shares, strict=True)],
+                verify_inits=[verify_init_of(r, s, 0.0) for r, s in zip(reports, leader_shares, strict=True)],
             )
         ),
     )

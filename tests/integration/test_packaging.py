@@ -160,6 +160,7 @@ def test_the_device_sdk_and_the_client_install_together_beside_packages_named_li
     assert sorted(r.split(">=")[0] for r in meta.get_all("Requires-Dist")) == [
         "cryptography",
         "numpy",
+        "pybase64",
         "pycryptodome",
         "pyhpke",
         "scipy",

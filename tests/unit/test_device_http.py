@@ -516,6 +516,34 @@ def test_garbage_base64_and_bad_json_get_field_messages(phones, central_round) -
     assert rejections("gone") == {} and not PendingReport.objects.exists()
 
 
+# What a hurried client or an attacker sends as base64: each is refused, as the standard library's
+# decoder refuses it, though the server decodes with pybase64 (pfs_device.wire); excess padding too.
+NOT_BASE64 = [
+    "QUJD\nRA==",
+    " QUJDRA==",
+    "QUJD RA==",
+    "QUJDRA",
+    "QUJDRA=",
+    "QU-_RA==",
+    "QUJDRA==QUJD",
+    "QUJDRA====",
+    "QUJDRÄ==",
+]
+
+
+@pytest.mark.parametrize("ct", NOT_BASE64)
+def test_a_share_that_is_not_strict_base64_is_refused_and_nothing_is_stored(phones, central_round, ct) -> None:
+    _, (device, *_) = phones
+    key = central_round.task_key
+    body = wire.report_json(device.report(key, 0))
+    body["leader"]["ct"] = ct
+    response = upload(json.dumps(body).encode())
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"leader.ct": ["Not valid base64."]}
+    assert rejections(key) == {"leader": {"report_malformed": 1}}
+    assert not PendingReport.objects.exists()
+
+
 def test_a_v3_upload_is_refused_with_its_reason_and_nothing_is_stored(phones, central_round) -> None:
     # A device on an SDK from before wire format v4: its token would sign the collection, not its report.
     _, (device, *_) = phones

@@ -28,7 +28,7 @@ SERVER_ROOTS = (
 )
 DEVICE = ROOT / "clients" / "device"
 # What the device SDK's distribution depends on (clients/device/pyproject.toml), by import name.
-DEVICE_DEPENDENCIES = {"numpy", "scipy", "cryptography", "Crypto", "pyhpke"}
+DEVICE_DEPENDENCIES = {"numpy", "scipy", "cryptography", "Crypto", "pyhpke", "pybase64"}
 
 
 def packages_under(root: Path, name: str) -> list[str]:
