@@ -224,16 +224,6 @@ class AdaptiveSpecForm(forms.Form):
         "before round 1 is sent.",
     )
 
-    DISCOVERY_FIELDS = (
-        "unit",
-        "vocabulary",
-        "vocabulary_file",
-        "baseline",
-        "baseline_rows",
-        "baseline_columns",
-        "baseline_top_k",
-    )
-    REFINEMENT_FIELDS = ("boundaries", "min_width")
     PRIVACY_FIELDS = ("mechanism", "epsilon0", "epsilon_per_round", "epsilon", "delta", "sampling_rate")
 
     def __init__(

@@ -112,6 +112,8 @@ def analysis_detail(request: HttpRequest, identifier: str) -> HttpResponse:
         "guarantee": analysis_guarantees(analysis)[None] if rounds else None,
         "form": form,
         "rounds": rounds,
+        # A walk's release is words, not buckets: it offers no A or B (release_compare refuses it).
+        "comparable": {r.pk for r in rounds if r.status == Round.Status.RELEASED and not walks(r.recipe)},
         "dry_run": dry_run,
         "spend_question": spend_question,
         "proposal": proposal,

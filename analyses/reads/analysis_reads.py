@@ -23,7 +23,7 @@ from analyses.reads import selectors
 from analyses.rules.enforced_policy import EnforcedPolicy
 from analyses.rules.validation import Problems
 from analyses.services.budget import analysis_guarantees
-from analyses.services.releases import ReleaseView, is_walk
+from analyses.services.releases import WALK_KIND, ReleaseView, is_walk
 from analyses.services.rounds import rounds_progress
 from devices.models import PolicySnapshot
 from pfs_base.errors import ValidationFailed
@@ -343,10 +343,14 @@ def compare_ids(params: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def released_rounds(*, user: AbstractBaseUser) -> QuerySet[Round]:
-    """The released rounds the user may read, newest first (what a comparison can choose from)."""
+    """The released rounds the user may read and compare, newest first (what a comparison can
+    choose from): not a Poplar1 walk's, whose release is words, not buckets (release_compare
+    refuses it)."""
     visible = selectors.analysis_list(user=user)
     return (
         Round.objects.filter(status=Round.Status.RELEASED, recipe__analysis__in=visible)
+        # A histogram's release has no "kind": SQL's NULL would drop it from a bare exclude.
+        .filter(Q(release__content__kind__isnull=True) | ~Q(release__content__kind=WALK_KIND))
         .select_related("recipe__analysis")
         .order_by("-created_at", "-pk")
     )

@@ -20,6 +20,9 @@ from privacy.encoding import CombinationType, Encoding
 from privacy.intervals import INTERVALS, VIEWS, miss_probability, present, view_rule, z_value
 from privacy.parameters import PrivacyParameters
 
+# A walk's release says so in its "kind" (walk_release_content); the comparison's query filters on it.
+WALK_KIND = "heavy_hitters"
+
 
 def release_content(round_: Round, encoding: Encoding, batches: list, progress: dict) -> dict[str, Any]:
     recipe = round_.recipe
@@ -70,7 +73,7 @@ def walk_release_content(round_: Round, walk: Walk | None, progress: dict) -> di
         "recipe": recipe.identifier,
         "round": round_.pk,
         "field": recipe.encoded_field,
-        "kind": "heavy_hitters",
+        "kind": WALK_KIND,
         "buckets": [],
         "joint": None,
         **privacy.as_json(),
@@ -121,7 +124,7 @@ def walk_release_content(round_: Round, walk: Walk | None, progress: dict) -> di
 def is_walk(content: dict[str, Any]) -> bool:
     """Whether a release is a Poplar1 walk's (walk_release_content): the words found and the levels,
     named by their prefixes, with no buckets to show, compare or refine."""
-    return content.get("kind") == "heavy_hitters"
+    return content.get("kind") == WALK_KIND
 
 
 def _largest(counts: dict[str, int]) -> list[tuple[str, int]]:

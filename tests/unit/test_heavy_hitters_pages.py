@@ -10,6 +10,7 @@ import io
 import json
 
 import pytest
+from django.core.management import call_command
 
 from aggregation.models import Poplar1Report
 from analyses.models import Recipe, Round
@@ -47,6 +48,11 @@ def test_a_released_walk_on_its_pages_and_in_its_exports(
     identifier = walk_round.recipe.analysis.identifier
     for page in ("/", f"/analyses/{identifier}/", f"/analyses/{identifier}/budget/", f"/compare/?a={walk_round.pk}"):
         assert client.get(page).status_code == 200, page
+    # Neither chooser offers the walk for a comparison it would refuse.
+    chooser = client.get("/compare/").content.decode()
+    assert f'<option value="{walk_round.pk}"' not in chooser
+    rounds_table = client.get(f"/analyses/{identifier}/").content.decode().split('id="compare-form"')[1]
+    assert f'name="a" value="{walk_round.pk}"' not in rounds_table and "a walk: words, not buckets" in rounds_table
     _refused(client, api, walk_round, analysis, recipe, django_capture_on_commit_callbacks)
 
 
@@ -157,3 +163,17 @@ def test_a_withheld_walk_says_why_and_not_how_many_reports(
     identifier = hh_analysis.identifier
     assert client.get(f"/analyses/{identifier}/").status_code == 200
     assert client.get(f"/analyses/{identifier}/budget/").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)  # the round's tasks run on commit, as the command's would
+def test_run_recipe_prints_the_words_a_walk_found(hh_analysis, analyst, tmp_path, capsys) -> None:
+    """The CLI's release of a walk: the words found with their 95% intervals, not an empty histogram."""
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps(RECIPE))
+    call_command("run_recipe", str(path), "--analysis", hh_analysis.identifier, "--user", analyst.username)
+    out = capsys.readouterr().out
+    walk = Round.objects.get(recipe__analysis=hh_analysis).release.content["walk"]
+    assert f"{len(walk['words']):,} words found over {len(walk['levels'])} levels" in out and "cohort all" not in out
+    for word in walk["words"]:
+        shown = word["word"] if word["complete"] else f"{word['word']}…"
+        assert f"{shown:>20}  {word['count']:>10,} ± {1.96 * word['standard_error']:.1f}" in out

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from analyses.management.commands._json_input import invalid, read_json
 from analyses.models import Analysis, Round
 from analyses.presenters.releases import release_as_json
+from analyses.services.releases import is_walk
 from analyses.services.rounds import round_create_and_start, round_progress
 from pfs_base.errors import NotAllowed, ValidationFailed
 
@@ -69,6 +70,14 @@ class Command(BaseCommand):
             f"\nround {round_.pk}: {release['reports']:,} reports, min cohort {release['min_cohort']:,}, "
             f"epsilon spent {release['epsilon_spent']}"
         )
+        if is_walk(release):  # a Poplar1 walk's release: the words found, not buckets
+            walk = release["walk"]
+            self.stdout.write(f"{len(walk['words']):,} words found over {len(walk['levels'])} levels")
+            for word in walk["words"]:
+                # A word that fills every byte may be cut from a longer one: it ends with "…".
+                shown = word["word"] if word["complete"] else f"{word['word']}…"
+                self.stdout.write(f"  {shown:>20}  {word['count']:>10,} ± {1.96 * word['standard_error']:.1f}")
+            return
         for batch in release["batches"]:
             if batch["suppressed"]:
                 self.stdout.write(f"cohort {batch['cohort'] or 'all'}: fewer than {batch['min_cohort']:,} reports")
