@@ -56,8 +56,8 @@ class PackedColumns(Mapping[str, npt.NDArray]):
     A round reads two or three of a shard's columns (the encoded field, the cohort fields, the
     phrase times for retention), while the typed text takes most of the bytes: reading only what is
     used costs about 1 ms a shard of 10,000 devices instead of 5 (``unpack`` reads every column).
-    The arrays are read-only views of the packed bytes: a round reads a shard's data and never
-    changes it in place (retention writes new columns).
+    The arrays are read-only views of the packed bytes (a narrowed column: a copy at its own
+    width): a round reads a shard's data and never changes it in place (retention writes new columns).
     """
 
     def __init__(self, blob: bytes | memoryview) -> None:
@@ -81,6 +81,11 @@ class PackedColumns(Mapping[str, npt.NDArray]):
 # prefix: MAGIC (8 bytes), the header's length and its CRC-32 (two little-endian uint32);
 # header: UTF-8 JSON, one [name, dtype, shape, offset, length, CRC-32] per column, in order, the dtype
 #   as numpy spells it with its byte order ("<i8", "|b1", "<U5"), the offset from the data's start;
+#   an integer column whose values all fit a narrower integer type is stored in it, named as a
+#   seventh item ("|u1", "<u2", "<i4"...), and read back as its own dtype: a shard's phrase offsets,
+#   times and token ids, and a ledger's spent units, take half their bytes or less, which every
+#   round reads and retention and a charge rewrite (at 10^6 devices the first round took 17% less
+#   CPU, the next 5%: bench/results/fleet_round_target.md); the dtypes a reader sees do not change;
 # data: from the first multiple of ALIGN after the header, each column's bytes in C order, each
 #   starting at a multiple of ALIGN (so that the read-only views PackedColumns gives are aligned).
 
@@ -103,6 +108,7 @@ class _Stored:
     shape: tuple[int, ...]
     data: memoryview
     crc: int
+    stored_dtype: str | None = None  # the narrower integer type its bytes hold, if any
 
     @classmethod
     def of(cls, name: str, column: npt.ArrayLike) -> _Stored:
@@ -111,10 +117,32 @@ class _Stored:
         # Only plain dtypes: their one-string spelling (dtype.str) reads back as the same dtype.
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or np.dtype(dtype.str) != dtype:
             raise ValueError(f"column {name}: dtype {dtype} cannot be packed (plain numbers, booleans or text only)")
-        if not array.flags.c_contiguous:  # Fortran order or a strided view: its values in C order
+        narrow = _narrowest(array)
+        if narrow is not None:
+            array = array.astype(narrow, order="C")
+        elif not array.flags.c_contiguous:  # Fortran order or a strided view: its values in C order
             array = array.copy(order="C")
         data = memoryview(array.reshape(-1).view(np.uint8))
-        return cls(name, dtype.str, tuple(array.shape), data, zlib.crc32(data))
+        stored = None if narrow is None else narrow.str
+        return cls(name, dtype.str, tuple(array.shape), data, zlib.crc32(data), stored)
+
+
+# Integer types a column may be stored in, narrowest first.
+_NARROW = [np.dtype(t) for t in ("|u1", "|i1", "<u2", "<i2", "<u4", "<i4")]
+
+
+def _narrowest(array: npt.NDArray) -> np.dtype | None:
+    """The narrowest integer type that holds every value of an integer column, if narrower than its own."""
+    if array.dtype.kind not in "iu" or array.size == 0:
+        return None
+    low, high = int(array.min()), int(array.max())
+    for narrow in _NARROW:
+        if narrow.itemsize >= array.dtype.itemsize:
+            return None
+        info = np.iinfo(narrow)
+        if info.min <= low and high <= info.max:
+            return narrow
+    return None
 
 
 def _write(columns: list[_Stored]) -> bytes:
@@ -124,7 +152,15 @@ def _write(columns: list[_Stored]) -> bytes:
         end = offsets[-1] + column.data.nbytes
     header = json.dumps(
         [
-            [c.name, c.dtype, list(c.shape), offset, c.data.nbytes, c.crc]
+            [
+                c.name,
+                c.dtype,
+                list(c.shape),
+                offset,
+                c.data.nbytes,
+                c.crc,
+                *([c.stored_dtype] if c.stored_dtype else []),
+            ]
             for c, offset in zip(columns, offsets, strict=True)
         ],
         separators=(",", ":"),
@@ -161,11 +197,14 @@ class _Columns:
             raise CorruptColumns("packed columns: bad CRC-32 of the header")
         self._stored = {}
         start, end = _aligned(_PREFIX.size + length), _PREFIX.size + length
-        for name, dtype, shape, offset, size, column_crc in json.loads(header):
+        for name, dtype, shape, offset, size, column_crc, *narrow in json.loads(header):
             view = memoryview(blob)[start + offset : start + offset + size]
             if offset < 0 or len(view) != size:
                 raise CorruptColumns(f"column {name}: truncated")
-            self._stored[name] = _Stored(name, dtype, tuple(shape), view, column_crc)
+            stored_dtype = narrow[0] if narrow else None
+            if stored_dtype is not None and np.dtype(stored_dtype) not in _NARROW:
+                raise CorruptColumns(f"column {name}: stored as {stored_dtype}, not a narrow integer type")
+            self._stored[name] = _Stored(name, dtype, tuple(shape), view, column_crc, stored_dtype)
             end = start + offset + size
         if end != len(blob):
             raise CorruptColumns(f"packed columns: {len(blob)} bytes where the header says {end}")
@@ -180,10 +219,17 @@ class _Columns:
     def read(self, name: str) -> npt.NDArray:
         stored = self.stored(name)
         dtype = np.dtype(stored.dtype)
+        held = dtype if stored.stored_dtype is None else np.dtype(stored.stored_dtype)
         count = int(np.prod(stored.shape, dtype=np.int64))
-        if count * dtype.itemsize != stored.data.nbytes:
-            raise CorruptColumns(f"column {name}: {stored.data.nbytes} bytes for {count} values of {dtype}")
-        return np.frombuffer(stored.data, dtype=dtype, count=count).reshape(stored.shape)
+        if count * held.itemsize != stored.data.nbytes:
+            raise CorruptColumns(f"column {name}: {stored.data.nbytes} bytes for {count} values of {held}")
+        values = np.frombuffer(stored.data, dtype=held, count=count).reshape(stored.shape)
+        if held != dtype:
+            if dtype.kind not in "iu" or dtype.itemsize <= held.itemsize:
+                raise CorruptColumns(f"column {name}: {dtype} stored as {held}")
+            values = values.astype(dtype)  # widening: every value is exact
+            values.flags.writeable = False  # as the views of columns stored at their width
+        return values
 
 
 class _NpzMembers:

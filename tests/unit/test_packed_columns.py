@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterator, Mapping
 
 import numpy as np
@@ -84,7 +87,7 @@ def npz(columns: dict) -> bytes:
 
 
 def test_packed_columns_refuse_bytes_whose_crc_does_not_match() -> None:
-    column = np.arange(1_000, dtype=np.int64)
+    column = np.arange(1_000, dtype=np.int64) + 2**40  # too wide for a narrower type: stored as it is
     blob = bytearray(pack({"values": column}))
     blob[bytes(blob).index(column.tobytes()) + 100] ^= 1
     with pytest.raises(CorruptColumns, match="CRC"):
@@ -196,3 +199,93 @@ def test_retention_reads_only_the_phrase_columns() -> None:
     assert set(read) == {"phrase_start", "phrase_time", "token_start", "tokens"}
     np.testing.assert_array_equal(kept["age"], columns["age"])  # the rest, read when asked for
     assert list(kept) == list(columns)
+
+
+def _header(blob: bytes) -> list:
+    length = struct.unpack_from("<I", blob, len(MAGIC))[0]
+    return json.loads(blob[len(MAGIC) + 8 : len(MAGIC) + 8 + length])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "values", "stored"),
+    [
+        (np.int64, [0, 255], "|u1"),
+        (np.int64, [-128, 127], "|i1"),
+        (np.int64, [0, 256], "<u2"),
+        (np.int64, [-129, 0], "<i2"),
+        (np.int64, [0, 65_535], "<u2"),
+        (np.int64, [-1, 65_535], "<i4"),
+        (np.int64, [0, 2**32 - 1], "<u4"),
+        (np.int64, [-(2**31), 2**31 - 1], "<i4"),
+        (np.int64, [-1, 2**32 - 1], None),  # no narrower type holds both
+        (np.int64, [0, 2**63 - 1], None),
+        (np.uint64, [0, 2**64 - 1], None),
+        (np.int32, [0, 40_000], "<u2"),
+        (np.int16, [-5, 5], "|i1"),
+        (np.uint8, [0, 255], None),  # nothing is narrower
+        (np.float64, [0.0, 1.0], None),  # floats are stored as they are
+        ("<U5", ["d0001", "d9999"], None),  # text is stored as it is
+    ],
+)
+def test_an_integer_column_is_stored_in_the_narrowest_type_and_read_back_as_its_own(dtype, values, stored) -> None:
+    column = np.array(values * 50, dtype=dtype)
+    blob = pack({"c": column})
+    entry = _header(blob)[0]
+    assert (entry[6] if len(entry) > 6 else None) == stored
+    width = np.dtype(stored or dtype).itemsize
+    assert entry[4] == column.size * width  # the bytes stored are the narrow ones
+    for read in (PackedColumns(blob)["c"], unpack(blob)["c"]):
+        assert read.dtype == column.dtype
+        np.testing.assert_array_equal(read, column)
+    assert not PackedColumns(blob)["c"].flags.writeable and unpack(blob)["c"].flags.writeable
+
+
+def test_a_shard_and_a_ledger_pack_into_half_their_bytes_or_less() -> None:
+    shard = generate_shard(2_000, np.random.default_rng(5), now=NOW)
+    raw = sum(column.nbytes for column in shard.values())
+    text = sum(column.nbytes for column in shard.values() if column.dtype.kind in "fU")  # kept as they are
+    assert len(pack(shard)) < text + (raw - text) / 2
+    ledger = ledger_empty(2_000)
+    ledger["epsilon_used"][::3] = 2_000_000_000  # 2.0 in nano units: fits a uint32
+    assert len(pack(ledger)) < sum(column.nbytes for column in ledger.values()) / 2
+
+
+def test_pack_over_keeps_the_copied_columns_narrow_and_narrows_the_changed() -> None:
+    shard = generate_shard(300, np.random.default_rng(6), now=NOW)
+    blob = pack(shard)
+    changed = {"tokens": shard["tokens"][:10].copy(), "extra": np.arange(5, dtype=np.int64)}
+    over = pack_over(blob, changed)
+    assert {e[0]: e[6:] for e in _header(over)} == {
+        **{e[0]: e[6:] for e in _header(blob)},
+        "tokens": ["|u1"] if changed["tokens"].max() < 256 else ["<u2"],
+        "extra": ["|u1"],
+    }
+    read = unpack(over)
+    for name, column in {**shard, **changed}.items():
+        np.testing.assert_array_equal(read[name], column)
+        assert read[name].dtype == column.dtype
+
+
+@pytest.mark.parametrize(
+    ("column", "stored"),
+    [
+        (np.arange(10, dtype=np.int64), "<f4"),
+        (np.arange(10, dtype=np.int64), "<i8"),
+        (np.arange(10, dtype=np.int64), "|S8"),
+        (np.array(["d01", "d02"]), "|S3"),
+        (np.array(["d01", "d02"]), "<u4"),
+    ],
+)
+def test_a_header_naming_another_stored_type_is_refused(column, stored) -> None:
+    blob = pack({"c": column})
+    entries = _header(blob)
+    entries[0][6:] = [stored]
+    header = json.dumps(entries, separators=(",", ":")).encode()
+    length = struct.unpack_from("<I", blob, len(MAGIC))[0]
+    start = len(MAGIC) + 8
+    data = blob[-(entries[0][4]) :]  # the one column's bytes, at the end
+    padding = -(start + len(header)) % 16
+    forged = MAGIC + struct.pack("<II", len(header), zlib.crc32(header)) + header + bytes(padding) + data
+    assert len(blob) > start + length  # the original had a header and data too
+    with pytest.raises(CorruptColumns):
+        PackedColumns(forged)["c"]
