@@ -284,14 +284,15 @@ def _rows_locked(of_job: QuerySet[PendingReport]) -> list[PendingReport]:
     if connection.vendor != "postgresql":
         return list(locked)
     sql, params = locked.query.get_compiler(using=locked.db).as_sql()
-    fields = [field.attname for field in PendingReport._meta.concrete_fields]
+    fields = PendingReport._meta.concrete_fields
     connection.ensure_connection()
     # A server-side-binding cursor on the same connection, so in the same transaction.
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, binary=True)
-        if [column.name for column in cursor.description] != [f.column for f in PendingReport._meta.concrete_fields]:
+        if [column.name for column in cursor.description] != [f.column for f in fields]:
             raise AssertionError("the job's query selects other columns than PendingReport's")
-        return [PendingReport.from_db(locked.db, fields, row) for row in cursor]
+        names = [f.attname for f in fields]
+        return [PendingReport.from_db(locked.db, names, row) for row in cursor]
 
 
 def _parse(body: bytes) -> wire.Report | None:

@@ -131,6 +131,11 @@ class _Stored:
 _NARROW = [np.dtype(t) for t in ("|u1", "|i1", "<u2", "<i2", "<u4", "<i4")]
 
 
+def _narrows(dtype: np.dtype, stored: np.dtype) -> bool:
+    """Whether a header may say that a column of ``dtype`` is stored as ``stored``."""
+    return dtype.kind in "iu" and stored in _NARROW and stored.itemsize < dtype.itemsize
+
+
 def _narrowest(array: npt.NDArray) -> np.dtype | None:
     """The narrowest integer type that holds every value of an integer column, if narrower than its own."""
     if array.dtype.kind not in "iu" or array.size == 0:
@@ -202,8 +207,8 @@ class _Columns:
             if offset < 0 or len(view) != size:
                 raise CorruptColumns(f"column {name}: truncated")
             stored_dtype = narrow[0] if narrow else None
-            if stored_dtype is not None and np.dtype(stored_dtype) not in _NARROW:
-                raise CorruptColumns(f"column {name}: stored as {stored_dtype}, not a narrow integer type")
+            if stored_dtype is not None and not _narrows(np.dtype(dtype), np.dtype(stored_dtype)):
+                raise CorruptColumns(f"column {name}: {dtype} stored as {stored_dtype}")
             self._stored[name] = _Stored(name, dtype, tuple(shape), view, column_crc, stored_dtype)
             end = start + offset + size
         if end != len(blob):
@@ -224,9 +229,7 @@ class _Columns:
         if count * held.itemsize != stored.data.nbytes:
             raise CorruptColumns(f"column {name}: {stored.data.nbytes} bytes for {count} values of {held}")
         values = np.frombuffer(stored.data, dtype=held, count=count).reshape(stored.shape)
-        if held != dtype:
-            if dtype.kind not in "iu" or dtype.itemsize <= held.itemsize:
-                raise CorruptColumns(f"column {name}: {dtype} stored as {held}")
+        if held != dtype:  # a narrow integer type, checked when the header was read
             values = values.astype(dtype)  # widening: every value is exact
             values.flags.writeable = False  # as the views of columns stored at their width
         return values
