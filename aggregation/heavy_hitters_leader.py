@@ -88,11 +88,19 @@ def collection_open(
     return rules
 
 
-def simulated_reports(
+@dataclass(frozen=True)
+class ShardedReports:
+    """Simulated devices' Poplar1 reports, sharded: the leader's (nonce, public share, input share)
+    and the helper's as its service takes them."""
+
+    mine: list[tuple[bytes, bytes, bytes]]
+    theirs: list[dap_poplar1.Poplar1Report]
+
+
+def simulated_shard(
     rules: CollectionRules, measurements: list[tuple[bool, ...]], coins: Callable[[int], bytes] = secrets.token_bytes
-) -> int:
-    """Shard each measurement as a device would (privacy.vdaf.poplar1) and hand the helper its shares
-    (in requests of at most dap_poplar1.MAX_JOB_REPORTS), then keep the leader's; how many.
+) -> ShardedReports:
+    """Shard each measurement as a device would (privacy.vdaf.poplar1); nothing is stored or sent.
 
     ``coins``: the devices' randomness (a simulated shard's keyed coins, so that a retried shard sends
     the helper the same reports, which it takes once)."""
@@ -111,18 +119,31 @@ def simulated_reports(
                 input_share=dap.b64(vdaf.encode_input_share(shares[hh.HELPER])),
             )
         )
-    for start in range(0, len(theirs), dap_poplar1.MAX_JOB_REPORTS):
+    return ShardedReports(mine=mine, theirs=theirs)
+
+
+def sharded_upload(rules: CollectionRules, reports: ShardedReports) -> int:
+    """Hand the helper its shares of ``reports`` (in requests of at most dap_poplar1.MAX_JOB_REPORTS),
+    then keep the leader's; how many."""
+    for start in range(0, len(reports.theirs), dap_poplar1.MAX_JOB_REPORTS):
         request = dap_poplar1.Poplar1ReportsReq(
-            collection=rules.key, reports=theirs[start : start + dap_poplar1.MAX_JOB_REPORTS]
+            collection=rules.key, reports=reports.theirs[start : start + dap_poplar1.MAX_JOB_REPORTS]
         )
         helper_client.call(
             "POST", rules.key, "/poplar1_reports", dap_poplar1.REPORTS, dap.encode(request), expect=(204,)
         )
     Poplar1Report.objects.using(STORE).bulk_create(
         Poplar1Report(collection_key=rules.key, report_id=nonce.hex(), nonce=nonce, public_share=p, input_share=s)
-        for nonce, p, s in mine
+        for nonce, p, s in reports.mine
     )
-    return len(mine)
+    return len(reports.mine)
+
+
+def simulated_reports(
+    rules: CollectionRules, measurements: list[tuple[bool, ...]], coins: Callable[[int], bytes] = secrets.token_bytes
+) -> int:
+    """Shard each measurement as a device would and upload the reports to both aggregators; how many."""
+    return sharded_upload(rules, simulated_shard(rules, measurements, coins))
 
 
 def collection_finish(collection_key: str) -> None:

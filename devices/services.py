@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
-from aggregation.heavy_hitters_leader import simulated_reports
+from aggregation.heavy_hitters_leader import ShardedReports, sharded_upload, simulated_shard
 from aggregation.models import CollectionRules
 from aggregation.upload import BatchPair, shard_shares_upload, verified_reports_upload
 from devices.models import Enrollment, Fleet, FleetShard, PolicySnapshot, ShardLedger, ShardRun
@@ -67,6 +67,8 @@ class ShardOutcome:
 
 def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
     """Have every device of one shard decide on, and possibly answer, ``task``. Idempotent."""
+    now = time.time()
+    prepared = _poplar1_prepared(shard_id, task, now)
     with transaction.atomic():
         # Lock order: the shard row first, then its ledger; every writer takes them in this order.
         shard = FleetShard.objects.select_for_update().select_related("fleet").get(pk=shard_id)
@@ -75,12 +77,15 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
         if done is not None:
             return ShardOutcome(created=False, answered=done[0], outcomes=done[1])
 
-        columns = _columns_after_retention(shard)
+        stored = shard.columns  # as read, before retention rewrites it
+        columns = _columns_after_retention(shard, now)
         ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
         ledger = ledger_row.load_state() if ledger_row else ledger_empty(shard.size)
         decision, accountant = _decide(shard, task, ledger)
         answered = decision == Decision.ANSWERED
-        pairs = _answer(shard, task, answered, columns) if answered.any() else []
+        if prepared is not None and not prepared.holds(bytes(stored), answered):
+            prepared = None  # the shard or its devices' decisions changed since: shard again, here
+        pairs = _answer(shard, task, answered, columns, prepared) if answered.any() else []
         # The helper stores its shares while the rest of the shard is written here; the commit waits
         # for its answer (aggregation.upload).
         with shard_shares_upload(collection_key=task.task_key, source=f"shard:{shard.pk}", batches=pairs):
@@ -153,20 +158,57 @@ def fleet_batch_sizes(*, fleet: Fleet, cohorts: tuple[str, ...]) -> dict[str, in
     return sizes
 
 
-def _columns_after_retention(shard: FleetShard) -> Mapping[str, np.ndarray]:
-    """Retention first: events older than their stream's policy are deleted before any query runs.
+def _columns_after_retention(shard: FleetShard, now: float) -> Mapping[str, np.ndarray]:
+    """Retention first: events older than their stream's policy at ``now`` are deleted before any
+    query runs.
 
     The shard is rewritten in the transaction that answers the query, so the deletion is durable
     before the answer leaves; only the rewritten columns are encoded again (pack_over), and the
     columns the query reads come from them or, read when first used, from the stored bytes.
     """
     stored = shard.load_columns()
-    changed, dropped = retention_changes(stored, now=time.time())
+    changed, dropped = retention_changes(stored, now=now)
     if not dropped:
         return stored
     shard.columns = pack_over(shard.columns, changed)
     shard.save(update_fields=["columns"])
     return ChainMap(changed, stored)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A Poplar1 shard's reports, sharded before the shard's lock for the devices that would answer
+    then. Each device spends milliseconds sharding its word, so a shard of thousands would hold the
+    database's write lock (SQLite's, for every writer) for tens of seconds; drawn from the shard's
+    keyed coins, they are the reports the locked answer would draw, as long as it finds the same
+    stored columns and the same devices answering."""
+
+    columns: bytes
+    answered: np.ndarray
+    reports: ShardedReports
+
+    def holds(self, columns: bytes, answered: np.ndarray) -> bool:
+        return self.columns == columns and np.array_equal(self.answered, answered)
+
+
+def _poplar1_prepared(shard_id: int, task: DeviceTask, now: float) -> _Prepared | None:
+    """``shard_answer``'s Poplar1 reports, sharded without a lock (see _Prepared); None for any other
+    query, and where nothing would be sent. Reads, never writes: the locked answer decides again."""
+    parsed = task.parsed_content
+    if parsed is None or not isinstance(parsed[1], Poplar1WordsType):
+        return None
+    if ShardRun.objects.filter(task_key=task.task_key, shard_id=shard_id).exists():
+        return None
+    shard = FleetShard.objects.select_related("fleet").get(pk=shard_id)
+    stored = shard.load_columns()
+    changed, _ = retention_changes(stored, now=now)
+    ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
+    decision, _ = _decide(shard, task, ledger_row.load_state() if ledger_row else ledger_empty(shard.size))
+    answered = decision == Decision.ANSWERED
+    if not answered.any():
+        return None
+    reports = _poplar1_sharded(shard, task, parsed[1], answered, ChainMap(changed, stored))
+    return _Prepared(columns=bytes(shard.columns), answered=answered, reports=reports)
 
 
 def _coins(task: DeviceTask, shard: FleetShard, stream: int) -> np.random.Generator:
@@ -204,17 +246,23 @@ def _decide(shard: FleetShard, task: DeviceTask, ledger: dict) -> tuple[np.ndarr
 
 
 def _answer(
-    shard: FleetShard, task: DeviceTask, answered: np.ndarray, columns: Mapping[str, np.ndarray]
+    shard: FleetShard,
+    task: DeviceTask,
+    answered: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    prepared: _Prepared | None = None,
 ) -> list[BatchPair]:
     """Encode, privatize and secret-share the answers of the answering devices, one batch per cohort:
     each batch's pair of shares, for shard_shares_upload (none for a fleet with ``prio3_reports``,
-    whose devices' reports are verified and stored here)."""
+    whose devices' reports are verified and stored here, nor for a Poplar1 walk, whose reports are
+    sharded per device, ``prepared`` when it holds, and sent here)."""
     parsed = task.parsed_content or content_encoding(task.data_types)  # unparseable: raises here
     _, encoding = parsed
-    encode_rng = _coins(task, shard, 3)
     if isinstance(encoding, Poplar1WordsType):
-        _poplar1_reports_upload(shard, task, encoding, answered, columns, encode_rng)
+        reports = prepared.reports if prepared else _poplar1_sharded(shard, task, encoding, answered, columns)
+        sharded_upload(CollectionRules.objects.get(key=task.task_key), reports)
         return []
+    encode_rng = _coins(task, shard, 3)
     values = encode_devices(task.data_types, columns, shard.fleet.vocabularies, encode_rng, parsed)
     privacy = task.privacy
     oracle = None if privacy.aggregator_noise else mechanism_get(privacy.mechanism, privacy.epsilon0)
@@ -249,23 +297,20 @@ def _answer(
     return pairs
 
 
-def _poplar1_reports_upload(
+def _poplar1_sharded(
     shard: FleetShard,
     task: DeviceTask,
     encoding: Poplar1WordsType,
     answered: np.ndarray,
     columns: Mapping[str, np.ndarray],
-    encode_rng: np.random.Generator,
-) -> None:
+) -> ShardedReports:
     """A Poplar1 walk: each answering device picks one of its words by its own coins and shards it into
-    one Poplar1 report (privacy.vdaf.poplar1, as a real device does); the helper's input shares go to
-    the helper's service, the leader's are kept (aggregation.heavy_hitters_leader.simulated_reports).
+    one Poplar1 report (privacy.vdaf.poplar1, as a real device does); nothing is sent yet.
     The coins are the shard's, keyed: a retried shard sends the same reports, which the helper takes once."""
-    words = device_words(columns, shard.fleet.vocabularies["tokens"], encode_rng)
-    share_rng = _coins(task, shard, 2)
+    words = device_words(columns, shard.fleet.vocabularies["tokens"], _coins(task, shard, 3))
     measurements = [word_bits(word, encoding.bits) for word, chosen in zip(words, answered, strict=True) if chosen]
     rules = CollectionRules.objects.get(key=task.task_key)
-    simulated_reports(rules, measurements, coins=share_rng.bytes)
+    return simulated_shard(rules, measurements, coins=_coins(task, shard, 2).bytes)
 
 
 def _prio3_reports_upload(
