@@ -10,7 +10,7 @@ helper_service), reached over HTTP as the product reaches it (``PFS_HELPER_TRANS
 - ``worker``: as deployed: PostgreSQL, and a real ``celery -A pfs_web worker --concurrency=2``
   consuming from Redis; the clock runs from the API call until the Release row exists.
 
-Each run: a synthetic fleet (``PFS_SHARD_SIZE`` devices per shard, default 10,000), an approved
+Each run: a synthetic fleet (``PFS_SHARD_SIZE`` devices per shard, default 25,000), an approved
 analysis, and a BucketedType recipe of K buckets under asymmetric OHE at epsilon0 = 4, started
 with ``POST /api/recipes/<id>/rounds/`` (DRF's test client in the process). Devices privatize
 with their own coins, except where a shard's devices × buckets exceed 2^26 coins: there the
@@ -75,6 +75,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
 
     sys.path.insert(0, str(ROOT))
     django.setup()
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from rest_framework.test import APIClient
@@ -87,7 +88,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
     call_command("migrate", verbosity=0)  # the leader's store; the helper's service migrated its own
     officer = get_user_model().objects.create_user("officer", is_staff=True)
     built = time.perf_counter()
-    fleet = fleet_create(name="bench", size=devices, seed=1, shard_size=shard_size())
+    fleet = fleet_create(name="bench", size=devices, seed=1, shard_size=settings.PFS_SHARD_SIZE)
     built = time.perf_counter() - built
     fleet_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     spec = {
@@ -134,6 +135,7 @@ def run_one(path: str, devices: int, buckets: int) -> dict:
         "devices": devices,
         "buckets": buckets,
         "shards": fleet.shards.count(),
+        "shard_size": settings.PFS_SHARD_SIZE,
         "fleet_seconds": built,
         "fleet_peak_rss_mib": fleet_rss,
         "seconds": elapsed,
@@ -299,12 +301,16 @@ def run_workload(path: str, devices: int, buckets: int, args: argparse.Namespace
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def shard_size() -> int:
-    return int(os.environ.get("PFS_SHARD_SIZE", 10_000))
+def shard_size(rows: list[dict]) -> int | None:
+    """Devices per shard, as the runs' fleets were built (the product's default, or PFS_SHARD_SIZE);
+    None when no run got as far."""
+    return next((row["shard_size"] for row in rows if "shard_size" in row), None)
 
 
-def sampler(devices: int, buckets: int) -> str:
-    per_shard = min(devices, shard_size()) * buckets
+def sampler(devices: int, buckets: int, size: int | None) -> str:
+    if size is None:
+        return "—"
+    per_shard = min(devices, size) * buckets
     return "exact sum" if per_shard > EXACT_SUM_ABOVE else "per-device coins"
 
 
@@ -325,7 +331,7 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
             context=context,
             busy="the numbers are noisy and slow.",
         ),
-        f"Asymmetric OHE at epsilon0 = 4, one batch (no cohorts), {shard_size():,} devices per shard "
+        f"Asymmetric OHE at epsilon0 = 4, one batch (no cohorts), {shard_size(rows) or 0:,} devices per shard "
         "(`PFS_SHARD_SIZE`). The clock runs from "
         "`POST /api/recipes/<id>/rounds/` until the release exists; building the fleet and starting the worker "
         "are not timed. The helper aggregator runs as its own service (gunicorn, `pfs_web.settings_helper`, "
@@ -371,7 +377,7 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
     failures = []
     for devices, buckets in context["grid"]:
         cells = [by_key.get((p, devices, buckets)) for p in paths]
-        shards = next((c["shards"] for c in cells if c and "shards" in c), -(-devices // shard_size()))
+        shards = next((c["shards"] for c in cells if c and "shards" in c), "—")
         built = next((f"{c['fleet_seconds']:.1f}" for c in cells if c and "fleet_seconds" in c), "—")
         secs, cpus, rss, draws = [], [], [], []
         for p, c in zip(paths, cells, strict=True):
@@ -390,7 +396,7 @@ def render(rows: list[dict], paths: list[str], context: dict) -> str:
             ratios = f"{c['seconds'] / c['draws_seconds']:.2f} / {c['seconds_next'] / c['draws_seconds']:.2f}"
             draws += [f"{c['draws_seconds']:.2f}", ratios]
         lines.append(
-            f"| {devices:,} | {buckets:,} | {shards} | {sampler(devices, buckets)} | {built} | "
+            f"| {devices:,} | {buckets:,} | {shards} | {sampler(devices, buckets, shard_size(rows))} | {built} | "
             + " | ".join(secs + cpus + rss + draws)
             + " |"
         )
@@ -444,7 +450,7 @@ def main() -> None:
         "load_after": load_text(),
         "busy": max(float(x) for x in load_before.split()[:2]) > 0.5,
         "command": (
-            ("" if "PFS_SHARD_SIZE" not in os.environ else f"PFS_SHARD_SIZE={shard_size()} ")
+            ("" if "PFS_SHARD_SIZE" not in os.environ else f"PFS_SHARD_SIZE={os.environ['PFS_SHARD_SIZE']} ")
             + f".venv/bin/python bench/fleet_round.py {' '.join(sys.argv[1:])}".strip()
         ),
         "grid": grid,

@@ -166,7 +166,7 @@ def _database(url: str, *, test_sqlite: str) -> dict:
         # Write-ahead log: a commit appends to one file and syncs it once (the default rollback journal
         # syncs a journal and the database, then deletes the journal), and pages read while a shard
         # task writes do not wait for it. Durability is unchanged (synchronous stays FULL).
-        # 16 KiB pages, not SQLite's 4 KiB: a shard is a blob of about 1.5 MiB per 10,000 devices,
+        # 16 KiB pages, not SQLite's 4 KiB: a shard is a blob of about 0.9 MB per 10,000 devices,
         # stored as a chain of overflow pages, each logged then checkpointed with its own writes, and
         # retention rewrites every shard. Rewriting 100 such blobs took half the CPU and wall clock
         # at 16 KiB (bench/README.md, "What the first round pays"). A small row's commit logs 16 KiB
@@ -424,8 +424,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 CELERY_TASK_DEFAULT_QUEUE = env_str("PFS_TASK_QUEUE", "celery")
 
 # Devices per shard of a new fleet: one shard is one task, one lock and one transaction.
-# 10,000 devices with a 1,024-bucket encoding privatize in well under a second.
-PFS_SHARD_SIZE = env_int("PFS_SHARD_SIZE", 10_000, minimum=1)
+# Each shard pays about 20 ms of queries, commits and a request to the helper whatever its size,
+# while 25,000 devices privatize a 1,024-bucket encoding in about 15 ms: smaller shards would
+# spend most of a round on that fixed cost (bench/results/fleet_round_target.md).
+PFS_SHARD_SIZE = env_int("PFS_SHARD_SIZE", 25_000, minimum=1)
 
 # The reaper (analyses.reaper): a round with no progress for PFS_ROUND_STUCK_AFTER seconds is
 # resumed; one older than PFS_ROUND_FAIL_AFTER seconds is failed instead. With `celery beat`

@@ -17,7 +17,7 @@ COINS_PER_BLOCK = 1 << 22
 # coordinates are independent (asymmetric OHE, symmetric RAPPOR) draws the sum of the reports from
 # its exact distribution instead of every device's report. Below it, per-device reports are cheap:
 # only their ones are drawn (``unary_ones``, about 1 + (k - 1) p_other variates a device), and a
-# benchmarked fleet shard (10,000 devices x 1,024 buckets) stays on that path. Above it (e.g. 20,000
+# benchmarked fleet shard (25,000 devices x 1,024 buckets) stays on that path. Above it (e.g. 20,000
 # buckets x 1,000,000 devices: 3.6e8 ones at p_other = 0.018), even the ones are too many, while the
 # sum drawn from its exact distribution is the same distribution at O(n + k) cost: see
 # ``exact_report_sum``. Read at call time, so a test or a benchmark may move it.

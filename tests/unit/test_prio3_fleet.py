@@ -10,11 +10,13 @@ an invalid report handed over by a simulated device is rejected and counted, nev
 from __future__ import annotations
 
 import copy
+import io
 import os
 
 import numpy as np
 import pytest
 from django.core.management import call_command
+from django.test import override_settings
 
 from aggregation import aggregators
 from aggregation.models import HelperShare, LeaderShare
@@ -25,7 +27,7 @@ from analyses.models import Round
 from analyses.services.policy import analysis_approve, analysis_create
 from analyses.services.rounds import round_create_and_start
 from devices import services
-from devices.fleet_io import fleet_create
+from devices.fleet_io import PRIO3_SHARD_SIZE, fleet_create
 from devices.models import Fleet
 from privacy.report_vdaf import ReportShape, context
 from privacy.vdaf.field import Field128
@@ -122,3 +124,18 @@ def test_the_fleet_command_creates_a_fleet_with_per_device_reports() -> None:
     call_command("fleet", "create", "--name", "opted", "--size", "5", "--seed", "1", "--prio3-reports")
     call_command("fleet", "create", "--name", "plain", "--size", "5", "--seed", "1")
     assert Fleet.objects.get(name="opted").prio3_reports and not Fleet.objects.get(name="plain").prio3_reports
+
+
+@pytest.mark.parametrize(
+    ("flags", "shard_size"),
+    [
+        ((), 25_000),
+        (("--prio3-reports",), PRIO3_SHARD_SIZE),  # each device proves its report under the shard's lock
+        (("--prio3-reports", "--shard-size", "3000"), 3_000),  # asked for: taken as asked
+    ],
+)
+@override_settings(PFS_SHARD_SIZE=25_000)
+def test_a_fleet_of_per_device_reports_gets_small_shards_unless_asked(flags, shard_size) -> None:
+    call_command("fleet", "create", "--name", "f", "--size", "60000", "--seed", "1", *flags, stdout=io.StringIO())
+    sizes = list(Fleet.objects.get(name="f").shards.order_by("index").values_list("size", flat=True))
+    assert sizes[0] == shard_size and sum(sizes) == 60_000

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 
-from devices.fleet_io import MAX_SEED, FleetInvalid, fleet_create, fleet_import, unix_seconds
+from devices.fleet_io import MAX_SEED, PRIO3_SHARD_SIZE, FleetInvalid, fleet_create, fleet_import, unix_seconds
 from devices.models import Fleet
 
 
@@ -37,7 +37,9 @@ class Command(BaseCommand):
     @staticmethod
     def _shard_options(parser: CommandParser) -> None:
         parser.add_argument(
-            "--shard-size", type=int, default=settings.PFS_SHARD_SIZE, help="devices per shard (default: %(default)s)"
+            "--shard-size",
+            type=int,
+            help=f"devices per shard (default: {settings.PFS_SHARD_SIZE}, or {PRIO3_SHARD_SIZE} with --prio3-reports)",
         )
         parser.add_argument(
             "--now",
@@ -63,7 +65,7 @@ class Command(BaseCommand):
                     name=options["name"],
                     size=options["size"],
                     seed=seed,
-                    shard_size=options["shard_size"],
+                    shard_size=self._shard_size(options),
                     now=now,
                     prio3_reports=options["prio3_reports"],
                 )
@@ -72,7 +74,7 @@ class Command(BaseCommand):
                 fleet = fleet_import(
                     name=options["name"],
                     path=options["file"],
-                    shard_size=options["shard_size"],
+                    shard_size=self._shard_size(options),
                     now=now,
                     prio3_reports=options["prio3_reports"],
                 )
@@ -82,6 +84,12 @@ class Command(BaseCommand):
             raise CommandError(f"invalid input, nothing was changed:\n{lines}", returncode=2) from error
         shards = fleet.shards.count()
         self.stdout.write(f"created fleet {fleet.name}: {fleet.size:,} devices in {shards:,} shards ({source})")
+
+    @staticmethod
+    def _shard_size(options: dict) -> int:
+        if options["shard_size"] is not None:
+            return options["shard_size"]
+        return min(PRIO3_SHARD_SIZE, settings.PFS_SHARD_SIZE) if options["prio3_reports"] else settings.PFS_SHARD_SIZE
 
     @staticmethod
     def _now(value: object) -> float | None:
