@@ -50,9 +50,9 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
     page.evaluate("window.__notReloaded = true")
     expect(page.locator("#release-reports")).to_have_text("100,000", timeout=90_000)
     bar = page.get_by_role("progressbar", name="Shards done")
-    expect(bar).to_have_attribute("value", "10")
-    expect(bar).to_have_attribute("max", "10")
-    expect(page.locator("#progress-text")).to_contain_text("10 of 10 shards done")
+    expect(bar).to_have_attribute("value", "4")  # 100,000 devices in the default 25,000-device shards
+    expect(bar).to_have_attribute("max", "4")
+    expect(page.locator("#progress-text")).to_contain_text("4 of 4 shards done")
     expect(page.locator("#progress-text")).to_contain_text("100,000 devices answered")
     assert page.evaluate("window.__notReloaded === true")
     # Finished: how long it took, no "time left", and the refusals are not "so far".
@@ -96,24 +96,24 @@ def test_a_round_runs_to_its_release_and_a_click_on_a_bar_prefills_its_refinemen
 
 
 def test_a_half_run_round_shows_its_time_left_and_can_be_cancelled(demo, live_server, page) -> None:
-    # Dispatched by hand and never sent to the worker, 3 of the 10 shards answered: the round
-    # stays half run for as long as the test looks at it.
+    # Dispatched by hand and never sent to the worker, 1 of the 4 shards answered: the round
+    # stays part run for as long as the test looks at it.
     analyst = get_user_model().objects.get(username="analyst")
     analysis = Analysis.objects.get(identifier="demo.refinement")
     recipe = recipe_create(analysis=analysis, content=PERPLEXITY, user=analyst)
     round_ = Round.objects.create(recipe=recipe, seed=7, created_by=analyst)
-    for shard_id in round_dispatch(round_id=round_.pk)[:3]:
+    for shard_id in round_dispatch(round_id=round_.pk)[:1]:
         round_shard_run(round_id=round_.pk, shard_id=shard_id)
     Round.objects.filter(pk=round_.pk).update(started_at=timezone.now() - timedelta(seconds=60))
 
     sign_in(page, f"{live_server.url}/rounds/{round_.pk}/")
     bar = page.get_by_role("progressbar", name="Shards done")
-    expect(bar).to_have_attribute("value", "3")
+    expect(bar).to_have_attribute("value", "1")
     expect(page.locator("#round-status")).to_have_text("Running on devices")
-    expect(page.locator("#progress-text")).to_contain_text("3 of 10 shards done")
-    expect(page.locator("#progress-text")).to_contain_text("30,000 devices answered")
-    # 3 shards in a minute: the 7 left take about 7/3 of that, 2 min 20 s and counting.
-    expect(page.locator("#eta")).to_have_text(re.compile(r"^about 2 min [2-5]\d s$"))
+    expect(page.locator("#progress-text")).to_contain_text("1 of 4 shards done")
+    expect(page.locator("#progress-text")).to_contain_text("25,000 devices answered")
+    # 1 shard in a minute: the 3 left take about 3 times that, 3 min 00 s and counting.
+    expect(page.locator("#eta")).to_have_text(re.compile(r"^about 3 min [0-5]\d s$"))
     shot(page, "round_progress")
 
     page.on("dialog", lambda dialog: dialog.accept())  # "Cancel this round?"
