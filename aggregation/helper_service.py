@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from dataclasses import replace
+from collections.abc import Set
+from dataclasses import dataclass, replace
 
 import numpy as np
 from django.conf import settings
@@ -169,14 +170,23 @@ def job_run(collection_key: str, job: str, body: bytes) -> bytes:
     if request.collection != collection_key:
         raise dap.MessageError("collection: the body names another collection than the path")
     rules = _rules(collection_key)
+    # The costly part (HPKE opens, Prio3 verification) runs before the lock, so that jobs of one
+    # collection verify side by side: under the lock a leader's concurrent jobs took turns, leaving
+    # a core idle. What the verdicts read that others write (the closed flag, the spent tokens) is
+    # read again under the lock; if it changed, the job is verified again there.
+    seen = _Seen.of(rules, request.verify_inits)
+    verdict = _job_verify(rules, request, job, seen.spent)
     try:
         with transaction.atomic(using=STORE):
-            # The rules row, locked: a job and the aggregate share request never interleave.
+            # The rules row, locked: a job's commit and the aggregate share request never interleave.
             rules = CollectionRules.objects.using(STORE).select_for_update().get(pk=rules.pk)
             replay = job_answer(collection_key, job, digest)
             if replay is not None:
                 return replay
-            resps, counts, sums, spent = _job_verify(rules, request, job)
+            now = _Seen.of(rules, request.verify_inits)
+            if now != seen:
+                verdict = _job_verify(rules, request, job, now.spent)
+            resps, counts, sums, spent = verdict
             answer = dap.encode(dap.AggregationJobResp(verify_resps=resps))
             HelperJob.objects.using(STORE).create(
                 collection_key=collection_key, job=job, request_digest=digest, response=answer
@@ -202,18 +212,31 @@ def job_answer(collection_key: str, job: str, digest: str) -> bytes | None:
     return bytes(stored.response)
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """What a job's verdicts read of the helper's store that other requests change: whether the
+    collection is closed, and which of the job's tokens are spent."""
+
+    closed: bool
+    spent: frozenset[str]
+
+    @classmethod
+    def of(cls, rules: CollectionRules, inits: list[dap.VerifyInit]) -> _Seen:
+        return cls(closed=rules.closed, spent=frozenset(spent_digests(rules, inits)))
+
+
 def _job_verify(
-    rules: CollectionRules, request: dap.AggregationJobInitReq, job: str
+    rules: CollectionRules, request: dap.AggregationJobInitReq, job: str, spent: frozenset[str]
 ) -> tuple[list[dap.VerifyResp], Counter, dict[str, tuple[list[bytes], list[float]]], list[str]]:
     """The helper's verdict on each report of a job, with nothing written: the answers, the
     rejections by (role, reason), each batch's accepted output shares and arrival times, the tokens
-    to record spent."""
+    to record spent. ``spent``: which of the job's tokens the helper's store holds spent."""
     inits = request.verify_inits
     plain: dict[int, tuple[bytes, bytes]] = {}
     if rules.closed:
         reasons = dict.fromkeys(range(len(inits)), COLLECTION_CLOSED)
     else:
-        reasons, plain = open_checks(rules, inits)
+        reasons, plain = open_checks(rules, inits, spent)
     opened = sorted(plain)
     sums: dict[str, tuple[list[bytes], list[float]]] = defaultdict(lambda: ([], []))
     messages: dict[int, bytes] = {}
@@ -258,21 +281,30 @@ def _payload(init: dap.VerifyInit) -> bytes | None:
         return None
 
 
-def open_checks(
-    rules: CollectionRules, inits: list[dap.VerifyInit]
-) -> tuple[dict[int, str], dict[int, tuple[bytes, bytes]]]:
-    """Each report's token and input share, checked and opened by the helper alone: why each one it
-    refuses is refused, and (public share, input share) of each it opened, by report index."""
-    reasons: dict[int, str] = {}
-    opened: dict[int, tuple[bytes, bytes]] = {}
-    simulated = rules.token_key is None
-    issuer = None if simulated else tokens.IssuerPublicKey(int(rules.token_key["n"]), int(rules.token_key["e"]))
+def spent_digests(rules: CollectionRules, inits: list[dap.VerifyInit]) -> set[str]:
+    """Which of these reports' tokens the helper's store holds spent."""
     digests = [init.report_id for init in inits if init.token is not None]
-    spent = set(
+    if not digests:
+        return set()
+    return set(
         SpentToken.objects.using(STORE)
         .filter(role="helper", collection_key=rules.key, token_digest__in=digests)
         .values_list("token_digest", flat=True)
     )
+
+
+def open_checks(
+    rules: CollectionRules, inits: list[dap.VerifyInit], spent: Set[str] | None = None
+) -> tuple[dict[int, str], dict[int, tuple[bytes, bytes]]]:
+    """Each report's token and input share, checked and opened by the helper alone: why each one it
+    refuses is refused, and (public share, input share) of each it opened, by report index.
+    ``spent``: which of their tokens are spent, when the caller has read it (else read here)."""
+    reasons: dict[int, str] = {}
+    opened: dict[int, tuple[bytes, bytes]] = {}
+    simulated = rules.token_key is None
+    issuer = None if simulated else tokens.IssuerPublicKey(int(rules.token_key["n"]), int(rules.token_key["e"]))
+    if spent is None:
+        spent = spent_digests(rules, inits)
     private_key = HELPER.private_key() if not simulated else b""
     expected = share_sizes_of(rules)[1]
     for i, init in enumerate(inits):
@@ -304,7 +336,7 @@ def _token_and_share(
     issuer: tokens.IssuerPublicKey,
     init: dap.VerifyInit,
     public: bytes,
-    spent: set[str],
+    spent: Set[str],
     private_key: bytes,
 ) -> tuple[str | None, bytes]:
     try:

@@ -264,6 +264,77 @@ def test_a_leader_that_forges_its_verifier_share_gets_no_report_accepted(rules, 
     assert (resp.type, resp.report_error) == (dap.REJECT, "proof_invalid")
 
 
+def _between_verify_and_lock(monkeypatch, meanwhile) -> list[int]:
+    """Run ``meanwhile(request)`` once, as a concurrent request would, after the helper's first
+    (unlocked) verification of a job and before it locks the collection; the transaction depth of
+    the helper's store at each verification, for the caller to check."""
+    from django.db import connections
+
+    from aggregation import helper_service
+
+    real, depths = helper_service._job_verify, []
+
+    def verify(rules, request, job, spent):
+        depths.append(len(connections[HELPER_STORE].atomic_blocks))
+        verdict = real(rules, request, job, spent)
+        if len(depths) == 1:
+            meanwhile(request)
+        return verdict
+
+    monkeypatch.setattr(helper_service, "_job_verify", verify)
+    return depths
+
+
+def test_the_helper_verifies_a_job_before_it_locks_the_collection(rules, monkeypatch) -> None:
+    """Concurrent jobs of one collection verify side by side; only the commit is serialized."""
+    from django.db import connections
+
+    outside = len(connections[HELPER_STORE].atomic_blocks)
+    depths = _between_verify_and_lock(monkeypatch, lambda request: None)
+    honest_job(monkeypatch)
+    assert depths == [outside]  # once, outside any transaction: nothing changed meanwhile
+    assert sum(HelperShare.objects.using(HELPER_STORE).values_list("reports", flat=True)) == 3
+
+
+def test_a_token_spent_while_the_helper_verified_a_job_is_refused_as_reused(rules, monkeypatch) -> None:
+    """A concurrent job that spends one of this job's tokens first (a leader replaying a report in
+    two jobs at once): the helper reads the spent tokens again under its lock, verifies again, and
+    counts that report once, in the other job."""
+
+    def spend_first(request):
+        SpentToken.objects.using(HELPER_STORE).create(
+            role="helper", collection_key=KEY, token_digest=request.verify_inits[0].report_id, job="concurrent"
+        )
+
+    depths = _between_verify_and_lock(monkeypatch, spend_first)
+    from aggregation.ingest import reports_ingest
+
+    for device in ("a", "b", "c"):
+        receive(report(device, one_hot(1)))
+    result = reports_ingest(collection_key=KEY)
+    assert (result.accepted, result.rejected) == (2, 1) and len(depths) == 2
+    assert rejections(KEY)["helper"] == {"token_reused": 1}
+    assert sum(HelperShare.objects.using(HELPER_STORE).values_list("reports", flat=True)) == 2
+
+
+def test_a_job_verified_while_its_collection_closed_counts_nothing(rules, monkeypatch) -> None:
+    """The release closes the collection between the helper's verification and its lock: the job's
+    reports come too late, and none joins the released shares."""
+
+    def close(request):
+        CollectionRules.objects.using(HELPER_STORE).filter(key=KEY).update(closed=True)
+
+    depths = _between_verify_and_lock(monkeypatch, close)
+    from aggregation.ingest import reports_ingest
+
+    for device in ("a", "b", "c"):
+        receive(report(device, one_hot(1)))
+    result = reports_ingest(collection_key=KEY)
+    assert (result.accepted, result.rejected) == (0, 3) and len(depths) == 2
+    assert rejections(KEY)["helper"] == {"collection_closed": 3}
+    assert not HelperShare.objects.using(HELPER_STORE).exists()
+
+
 # ------------------------------------------------------------------ aggregate shares
 
 
