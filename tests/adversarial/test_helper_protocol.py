@@ -264,6 +264,15 @@ def test_a_leader_that_forges_its_verifier_share_gets_no_report_accepted(rules, 
     assert (resp.type, resp.report_error) == (dap.REJECT, "proof_invalid")
 
 
+def three_ingested():
+    """Three devices' reports received, then verified by both aggregators: the leader's result."""
+    from aggregation.ingest import reports_ingest
+
+    for device in ("a", "b", "c"):
+        receive(report(device, one_hot(1)))
+    return reports_ingest(collection_key=KEY)
+
+
 def _between_verify_and_lock(monkeypatch, meanwhile) -> list[int]:
     """Run ``meanwhile(request)`` once, as a concurrent request would, after the helper's first
     (unlocked) verification of a job and before it locks the collection; the transaction depth of
@@ -307,11 +316,7 @@ def test_a_token_spent_while_the_helper_verified_a_job_is_refused_as_reused(rule
         )
 
     depths = _between_verify_and_lock(monkeypatch, spend_first)
-    from aggregation.ingest import reports_ingest
-
-    for device in ("a", "b", "c"):
-        receive(report(device, one_hot(1)))
-    result = reports_ingest(collection_key=KEY)
+    result = three_ingested()
     assert (result.accepted, result.rejected) == (2, 1) and len(depths) == 2
     assert rejections(KEY)["helper"] == {"token_reused": 1}
     assert sum(HelperShare.objects.using(HELPER_STORE).values_list("reports", flat=True)) == 2
@@ -325,11 +330,7 @@ def test_a_job_verified_while_its_collection_closed_counts_nothing(rules, monkey
         CollectionRules.objects.using(HELPER_STORE).filter(key=KEY).update(closed=True)
 
     depths = _between_verify_and_lock(monkeypatch, close)
-    from aggregation.ingest import reports_ingest
-
-    for device in ("a", "b", "c"):
-        receive(report(device, one_hot(1)))
-    result = reports_ingest(collection_key=KEY)
+    result = three_ingested()
     assert (result.accepted, result.rejected) == (0, 3) and len(depths) == 2
     assert rejections(KEY)["helper"] == {"collection_closed": 3}
     assert not HelperShare.objects.using(HELPER_STORE).exists()
