@@ -79,8 +79,7 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
 
         stored = shard.columns  # as read, before retention rewrites it
         columns = _columns_after_retention(shard, now)
-        ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
-        ledger = ledger_row.load_state() if ledger_row else ledger_empty(shard.size)
+        ledger_row, ledger = _ledger_read(shard, task.analysis)
         decision, accountant = _decide(shard, task, ledger)
         answered = decision == Decision.ANSWERED
         if prepared is not None and not prepared.holds(bytes(stored), answered):
@@ -108,6 +107,12 @@ def shard_answer(*, shard_id: int, task: DeviceTask) -> ShardOutcome:
     return ShardOutcome(created=True, answered=int(counts[Decision.ANSWERED]), outcomes=outcomes)
 
 
+def _ledger_read(shard: FleetShard, analysis: str) -> tuple[ShardLedger | None, dict]:
+    """A shard's ledger for an analysis: its row (None before the first charge) and its state."""
+    row = ShardLedger.objects.filter(shard=shard, analysis_identifier=analysis).first()
+    return row, row.load_state() if row else ledger_empty(shard.size)
+
+
 def _ledger_write(row: ShardLedger | None, shard: FleetShard, analysis: str, state: bytes) -> None:
     """Store a shard's charged ledger: a new row, or the existing one's state (the only column a
     charge changes, and its time; not every column, as a plain save would)."""
@@ -127,8 +132,7 @@ def shard_dry_run(*, shard_id: int, task: DeviceTask) -> tuple[dict[str, int], d
     Only the cohort fields (approved as non-sensitive) are read, and only when the task has any.
     """
     shard = FleetShard.objects.select_related("fleet").defer("columns").get(pk=shard_id)
-    ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
-    ledger = ledger_row.load_state() if ledger_row else ledger_empty(shard.size)
+    _, ledger = _ledger_read(shard, task.analysis)
     decision, _ = _decide(shard, task, ledger)
     counts = np.bincount(decision, minlength=len(Decision))
     answering = decision == Decision.ANSWERED
@@ -202,8 +206,7 @@ def _poplar1_prepared(shard_id: int, task: DeviceTask, now: float) -> _Prepared 
     shard = FleetShard.objects.select_related("fleet").get(pk=shard_id)
     stored = shard.load_columns()
     changed, _ = retention_changes(stored, now=now)
-    ledger_row = ShardLedger.objects.filter(shard=shard, analysis_identifier=task.analysis).first()
-    decision, _ = _decide(shard, task, ledger_row.load_state() if ledger_row else ledger_empty(shard.size))
+    decision, _ = _decide(shard, task, _ledger_read(shard, task.analysis)[1])
     answered = decision == Decision.ANSWERED
     if not answered.any():
         return None
