@@ -56,3 +56,13 @@ def child_exit(server, worker) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)
+
+
+def post_worker_init(worker) -> None:
+    """The helper's workers verify every aggregation job they serve: each loads the compiled
+    verification loop (aggregation.wire_sums_jit, about 0.5 s) before its first request, not in it.
+    The dashboard's workers never verify and never load it."""
+    if os.environ.get("DJANGO_SETTINGS_MODULE") == "pfs_web.settings_helper":
+        from aggregation.wire_sums_jit import warm
+
+        warm()

@@ -26,7 +26,7 @@ need the XOF's rejection sampling (a draw >= p: probability about 2**-49 per rep
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +50,29 @@ from privacy.vdaf.prio3 import (
 # Reports whose numpy arrays are built at once. With 1,024 buckets a chunk of 128 takes about 4 MB per
 # limb array and 9 MB per product, which stays in cache; 64 or 256 measured no faster (bench/prio3.py).
 CHUNK = 128
+
+# The FLP query's heavy part: for each report and slot j, with x the measurement share (zero past its
+# end), l_i a call's Lagrange basis value and r_i its joint randomness,
+#     even[j] = sum_i l_i r_i**(j+1) x[i*chunk + j]    and    odd[j] = sum_i l_i x[i*chunk + j],
+# as unreduced columns (limbs.mul_wide's, summed): (x (4, n, MEAS_LEN), l (4, n, calls), r (4, n, calls),
+# chunk, calls) -> (even, odd), each (8, chunk, n). ``wire_sums`` below computes them with numpy; a
+# caller may pass a faster function with the same contract (the aggregators pass a compiled one,
+# aggregation.wire_sums_jit, tested against this one).
+WireSums = Callable[[limbs.Limbs, limbs.Limbs, limbs.Limbs, int, int], tuple[limbs.Columns, limbs.Columns]]
+
+
+def wire_sums(
+    x: limbs.Limbs, inner: limbs.Limbs, r: limbs.Limbs, chunk: int, calls: int
+) -> tuple[limbs.Columns, limbs.Columns]:
+    """The wire sums (see WireSums) in numpy: the coefficients l_i r_i**(j+1) built by doubling, then two
+    dot products over the calls."""
+    n = x.shape[1]
+    # Measurement share as (slot j, report, call i), zero past its end as the circuit pads it.
+    grid = np.zeros((limbs.LIMBS, n, calls * chunk), dtype=np.uint64)
+    grid[..., : x.shape[-1]] = x
+    grid = np.ascontiguousarray(grid.reshape(limbs.LIMBS, n, calls, chunk).transpose(0, 3, 1, 2))
+    coeffs = limbs.geometric(limbs.mul(inner, r), r, chunk)  # l_i r_i**(j+1) at [:, j, :, i]
+    return limbs.mul_wide(coeffs, grid).sum(axis=-1), limbs.mul_wide(inner[:, None], grid).sum(axis=-1)
 
 
 @dataclass(frozen=True)
@@ -76,10 +99,13 @@ def verify_init_batch(
     nonces: Sequence[bytes],
     public_shares: Sequence[bytes],
     input_shares: Sequence[bytes],
+    *,
+    sums: WireSums = wire_sums,
 ) -> tuple[BatchVerifyState, list[bytes | None]]:
     """verify_init for every report of this aggregator: its state and the encoded verifier shares.
 
-    A report whose messages do not parse, or that verify_init refuses, gets None.
+    A report whose messages do not parse, or that verify_init refuses, gets None. ``sums``: how the
+    vectorised path computes the wire sums (WireSums).
     """
     if not len(nonces) == len(public_shares) == len(input_shares):
         raise ValueError("nonces, public shares and input shares must be given per report")
@@ -93,7 +119,7 @@ def verify_init_batch(
     for start in range(0, count, CHUNK):
         indices = range(start, min(start + CHUNK, count))
         if fast:
-            results = _FastVerifier(vdaf, verify_key, ctx, agg_id).run(
+            results = _FastVerifier(vdaf, verify_key, ctx, agg_id, sums).run(
                 [nonces[i] for i in indices], [public_shares[i] for i in indices], [input_shares[i] for i in indices]
             )
         else:
@@ -225,8 +251,9 @@ def _rows_canonical(data: bytes, rows: int, length: int) -> npt.NDArray[np.bool_
 class _FastVerifier:
     """verify_init for one chunk of reports of one aggregator, vectorised (see the module docstring)."""
 
-    def __init__(self, vdaf: Prio3, verify_key: bytes, ctx: bytes, agg_id: int) -> None:
+    def __init__(self, vdaf: Prio3, verify_key: bytes, ctx: bytes, agg_id: int, sums: WireSums) -> None:
         self.vdaf = vdaf
+        self.sums = sums
         self.verify_key = verify_key
         self.ctx = ctx
         self.agg_id = agg_id
@@ -352,23 +379,12 @@ class _FastVerifier:
         basis = self._lagrange(powers, p)  # (4, p, n)
         basis2 = self._lagrange(powers, 2 * p)  # (4, 2p, n)
 
-        # Measurement share as (slot j, report, call i), zero past its end as the circuit pads it.
-        grid = np.zeros((limbs.LIMBS, n, calls * c), dtype=np.uint64)
-        grid[..., : x.shape[-1]] = x
-        grid = np.ascontiguousarray(grid.reshape(limbs.LIMBS, n, calls, c).transpose(0, 3, 1, 2))
-
         # l_{i+1}(t): the value of call i sits at position i + 1 of its wire polynomial.
         inner = np.ascontiguousarray(basis[:, 1 : calls + 1].transpose(0, 2, 1))  # (4, n, calls)
-        coeffs = limbs.geometric(limbs.mul(inner, r), r, c)  # l_{i+1} r_i**(j+1) at [:, j, :, i]
+        even, odd = self.sums(x, inner, r, c, calls)
         seed_basis = basis[:, :1]
-        wire_even = limbs.reduce(
-            limbs.mul_wide(coeffs, grid).sum(axis=-1)
-            + limbs.mul_wide(proof[..., 0 : 2 * c : 2].transpose(0, 2, 1), seed_basis)
-        )
-        wire_odd = limbs.reduce(
-            limbs.mul_wide(inner[:, None], grid).sum(axis=-1)
-            + limbs.mul_wide(proof[..., 1 : 2 * c : 2].transpose(0, 2, 1), seed_basis)
-        )
+        wire_even = limbs.reduce(even + limbs.mul_wide(proof[..., 0 : 2 * c : 2].transpose(0, 2, 1), seed_basis))
+        wire_odd = limbs.reduce(odd + limbs.mul_wide(proof[..., 1 : 2 * c : 2].transpose(0, 2, 1), seed_basis))
         # Every call's x - 1/SHARES, padding included, contributes -l_{i+1}(t) / SHARES.
         constant_term = limbs.mul(limbs.limb_sum(inner, -1), limbs.constant(-shares_inv, 1))
         wire_odd = limbs.add(wire_odd, constant_term[:, None])

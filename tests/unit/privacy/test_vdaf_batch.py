@@ -83,12 +83,15 @@ def _scalar_verify_init(vdaf: Prio3, verify_key: bytes, agg_id: int, report: Rep
     return vdaf.encode_agg_share(out_share), seed, vdaf.encode_verifier_share(verifier_share)
 
 
-def _assert_batch_matches_scalar(vdaf: Prio3, reports: list[Report], verify_key: bytes) -> None:
+def _assert_batch_matches_scalar(
+    vdaf: Prio3, reports: list[Report], verify_key: bytes, sums: batch.WireSums = batch.wire_sums
+) -> None:
+    """Every output of the batch functions equals the per-report path's (``sums``: the wire sums used)."""
     nonces, publics = [r[0] for r in reports], [r[1] for r in reports]
     states, all_verifier_shares = [], []
     for agg_id in range(vdaf.SHARES):
         state, verifier_shares = batch.verify_init_batch(
-            vdaf, verify_key, CTX, agg_id, nonces, publics, [r[2][agg_id] for r in reports]
+            vdaf, verify_key, CTX, agg_id, nonces, publics, [r[2][agg_id] for r in reports], sums=sums
         )
         for i, report in enumerate(reports):
             expected = _scalar_verify_init(vdaf, verify_key, agg_id, report)
@@ -199,7 +202,7 @@ def test_a_leader_share_with_a_value_above_the_modulus_is_refused_by_both_paths(
 def test_the_batch_query_refuses_a_test_point_among_the_roots_of_unity() -> None:
     # The FLP must refuse t with t**p == 1 (Section 7.3.4): t is derived by the XOF, so inject one.
     vdaf = Prio3Histogram(length=12, chunk_length=4)
-    verifier = batch._FastVerifier(vdaf, bytes(32), CTX, 0)
+    verifier = batch._FastVerifier(vdaf, bytes(32), CTX, 0, batch.wire_sums)
     from privacy.vdaf import limbs
     from privacy.vdaf.flp import wire_poly_len
 
