@@ -90,6 +90,13 @@ def _mul(a0, a1, a2, a3, b0, b1, b2, b3):
     return np.uint64(v0), np.uint64(v1), np.uint64(v2), np.uint64(v3), carry != 0
 
 
+@numba.njit(inline="always")
+def _accumulate(sums, j, s, columns):
+    """Adds the 8 columns of a product to report s's sums at slot j."""
+    for q in range(8):
+        sums[q, j, s] += columns[q]
+
+
 def _compiled(function):
     try:
         return numba.njit(cache=True)(function)
@@ -122,26 +129,9 @@ def _sums(x, inner, r, chunk, calls):
             e = i * chunk + j
             for s in range(n):
                 x0, x1, x2, x3 = x[0, e, s], x[1, e, s], x[2, e, s], x[3, e, s]
-                e0, e1, e2, e3, e4, e5, e6, e7 = _columns(k[0, s], k[1, s], k[2, s], k[3, s], x0, x1, x2, x3)
-                even[0, j, s] += e0
-                even[1, j, s] += e1
-                even[2, j, s] += e2
-                even[3, j, s] += e3
-                even[4, j, s] += e4
-                even[5, j, s] += e5
-                even[6, j, s] += e6
-                even[7, j, s] += e7
-                o0, o1, o2, o3, o4, o5, o6, o7 = _columns(
-                    inner[0, i, s], inner[1, i, s], inner[2, i, s], inner[3, i, s], x0, x1, x2, x3
-                )
-                odd[0, j, s] += o0
-                odd[1, j, s] += o1
-                odd[2, j, s] += o2
-                odd[3, j, s] += o3
-                odd[4, j, s] += o4
-                odd[5, j, s] += o5
-                odd[6, j, s] += o6
-                odd[7, j, s] += o7
+                _accumulate(even, j, s, _columns(k[0, s], k[1, s], k[2, s], k[3, s], x0, x1, x2, x3))
+                a0, a1, a2, a3 = inner[0, i, s], inner[1, i, s], inner[2, i, s], inner[3, i, s]
+                _accumulate(odd, j, s, _columns(a0, a1, a2, a3, x0, x1, x2, x3))
                 k[0, s], k[1, s], k[2, s], k[3, s], bad = _mul(
                     k[0, s], k[1, s], k[2, s], k[3, s], r[0, i, s], r[1, i, s], r[2, i, s], r[3, i, s]
                 )
