@@ -10,7 +10,7 @@ the difference between the two paths.
 The arithmetic is limbs.mul_wide's and limbs.reduce's, element by element: four 32-bit limbs in
 uint64, products split into 32-bit columns, the columns folded with 2**128 = 28 * 2**64 - 1 (mod p).
 It lives here, not in privacy/, because the device SDK ships privacy/ and has no use for a compiler.
-tests/unit/privacy/test_wire_sums_jit.py holds it to the numpy function, extreme limbs included;
+tests/unit/test_wire_sums_jit.py holds it to the numpy function, extreme limbs included;
 the batch path, and so this, agrees byte for byte with the per-report reference path.
 
 Compiled on first use, about 2 s, and kept on disk (``cache=True``: in __pycache__ beside this file,
