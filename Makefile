@@ -30,6 +30,8 @@ PLOTLY_CARTESIAN_SHA256 := c5f9a84666b97e571a04de689e09319869e60900e265c89eac2f7
 AXE_CORE_VERSION := 4.11.0
 AXE_CORE_SHA256 := 39bed7d72308f6d620789c169d699bfd7e8da80f65b545821a6b2215c3e83107
 VENDOR := static/vendor/plotly.min.js static/vendor/plotly-full.min.js static/vendor/redoc.standalone.js
+# Stamp of the aggregators' compiled FLP query (its rule below).
+COMPILED := var/flp_query_jit.compiled
 
 .PHONY: run setup install serve helper relay worker beat test lint lock bench bench-load clean
 
@@ -46,7 +48,7 @@ run: setup ## serve the dashboard with the demo at http://$(HOST):$(PORT), the h
 	  trap 'kill $$helper $$relay 2>/dev/null' EXIT; \
 	  $(PY) manage.py runserver $(HOST):$(PORT) --noreload
 
-setup: $(VENV)/.runtime $(VENDOR) .env ## install, migrate and seed the demo (no serving)
+setup: $(VENV)/.runtime $(VENDOR) .env $(COMPILED) ## install, migrate and seed the demo (no serving)
 	mkdir -p var var/prometheus var/prometheus-helper
 	$(PY) manage.py database_create
 	$(PY) manage.py migrate --noinput
@@ -55,9 +57,9 @@ setup: $(VENV)/.runtime $(VENDOR) .env ## install, migrate and seed the demo (no
 	$(HELPER) $(PY) manage.py migrate --database helper --noinput
 	$(PY) manage.py seed_demo
 
-install: $(VENV)/.runtime $(VENDOR) ## production hosts: the virtualenv from the lock and the vendored front-end files, nothing else (docs/deployment.md)
+install: $(VENV)/.runtime $(VENDOR) $(COMPILED) ## production hosts: the virtualenv from the lock and the vendored front-end files, nothing else (docs/deployment.md)
 
-serve: $(VENV)/.runtime $(VENDOR) .env ## the production profile: gunicorn with DEBUG off, static files collected (docs/deployment.md)
+serve: $(VENV)/.runtime $(VENDOR) .env $(COMPILED) ## the production profile: gunicorn with DEBUG off, static files collected (docs/deployment.md)
 	mkdir -p var var/prometheus
 	DEBUG=0 $(PY) manage.py migrate --noinput
 	DEBUG=0 $(PY) manage.py migrate --database issuer --noinput
@@ -65,7 +67,7 @@ serve: $(VENV)/.runtime $(VENDOR) .env ## the production profile: gunicorn with 
 	DEBUG=0 $(PY) manage.py check --deploy
 	DEBUG=0 PFS_BIND=$(HOST):$(PORT) exec $(VENV)/bin/gunicorn -c gunicorn.conf.py
 
-helper: $(VENV)/.runtime .env ## the helper aggregator's own service alone, for a host of its own (docs/deployment.md): its store migrated, gunicorn at http://$(HELPER_HOST):$(HELPER_PORT)
+helper: $(VENV)/.runtime .env $(COMPILED) ## the helper aggregator's own service alone, for a host of its own (docs/deployment.md): its store migrated, gunicorn at http://$(HELPER_HOST):$(HELPER_PORT)
 	mkdir -p var var/prometheus-helper
 	$(HELPER) $(PY) manage.py database_create
 	$(HELPER) $(PY) manage.py migrate --database helper --noinput
@@ -74,7 +76,7 @@ helper: $(VENV)/.runtime .env ## the helper aggregator's own service alone, for 
 relay: $(VENV)/.runtime ## the Oblivious HTTP relay alone, for a third operator's host (docs/deployment.md): no database, no key, at http://$(RELAY_HOST):$(RELAY_PORT), forwarding to RELAY_LEADER's gateway
 	exec $(PY) -m pfs_relay --leader $(RELAY_LEADER) --bind $(RELAY_HOST):$(RELAY_PORT)
 
-worker: $(VENV)/.runtime .env ## a Celery worker consuming from Redis (needs REDIS_URL)
+worker: $(VENV)/.runtime .env $(COMPILED) ## a Celery worker consuming from Redis (needs REDIS_URL)
 	mkdir -p var var/prometheus
 	exec $(VENV)/bin/celery -A pfs_web worker --loglevel=INFO
 
@@ -82,7 +84,7 @@ beat: $(VENV)/.runtime .env ## Celery beat, its own process: schedules the stuck
 	mkdir -p var var/prometheus
 	exec $(VENV)/bin/celery -A pfs_web beat --loglevel=INFO
 
-test: $(VENV)/.dev $(VENDOR) var/vendor/axe.min.js ## the whole suite: unit, stats, integration (Redis + worker), browser
+test: $(VENV)/.dev $(VENDOR) var/vendor/axe.min.js $(COMPILED) ## the whole suite: unit, stats, integration (Redis + worker), browser
 	scripts/with-test-services.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.dev
@@ -96,7 +98,7 @@ lock: $(VENV)/.dev ## pin requirements*.in, with every package they pull in and 
 	$(PIP_COMPILE) --output-file requirements.txt requirements.in
 	$(PIP_COMPILE) --output-file requirements-dev.txt requirements-dev.in
 
-bench: $(VENV)/.dev $(VENDOR)
+bench: $(VENV)/.dev $(VENDOR) $(COMPILED)
 	$(PY) bench/fleet_round.py
 	$(PY) bench/ngram_discovery.py
 
@@ -109,6 +111,14 @@ $(VENV)/bin/python:
 
 $(VENV)/.runtime: requirements.txt | $(VENV)/bin/python
 	$(PIP_INSTALL) -r requirements.txt
+	touch $@
+
+# The aggregators' compiled FLP query (aggregation.flp_query_jit), compiled here once (about 15 s)
+# and kept in aggregation/__pycache__, so that no worker compiles it at its first job. Again
+# whenever its source changes (numba would then compile it afresh anyway).
+$(COMPILED): aggregation/flp_query_jit.py $(VENV)/.runtime
+	mkdir -p var
+	$(PY) -c 'from aggregation.flp_query_jit import warm; warm()'
 	touch $@
 
 # requirements-dev.txt holds the runtime packages too, at the same versions.

@@ -47,6 +47,15 @@ def on_starting(server) -> None:
     folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
+    # The helper's workers verify every aggregation job they serve: the compiled FLP query
+    # (aggregation.flp_query_jit) is loaded here, once, before they fork, so that each has it from
+    # its start and shares its memory with the others; and where it was not compiled at install
+    # (`make`), it compiles here (about 15 s), not in a worker, which would time out doing so. The
+    # dashboard's workers never verify and never load it.
+    if os.environ.get("DJANGO_SETTINGS_MODULE") == "pfs_web.settings_helper":
+        from aggregation.flp_query_jit import warm
+
+        warm()
 
 
 def child_exit(server, worker) -> None:
@@ -56,13 +65,3 @@ def child_exit(server, worker) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)
-
-
-def post_worker_init(worker) -> None:
-    """The helper's workers verify every aggregation job they serve: each loads the compiled
-    verification loop (aggregation.wire_sums_jit, about 0.5 s) before its first request, not in it.
-    The dashboard's workers never verify and never load it."""
-    if os.environ.get("DJANGO_SETTINGS_MODULE") == "pfs_web.settings_helper":
-        from aggregation.wire_sums_jit import warm
-
-        warm()

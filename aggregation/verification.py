@@ -12,8 +12,7 @@ encoded, in DAP's ping-pong order for a one-round VDAF (aggregation.dap, aggrega
 3. the leader runs verify_next on its own state with the messages and keeps its output shares.
 
 A report counts only if both accept it. Everything is done for a whole job of reports at once
-(privacy.vdaf.batch: the FLP query vectorised with numpy, its hot loop compiled by
-aggregation.wire_sums_jit), and agrees byte for byte with the per-report reference path of
+(privacy.vdaf.batch, its FLP query compiled by aggregation.flp_query_jit), and agrees byte for byte with the per-report reference path of
 privacy.vdaf.prio3.
 """
 
@@ -31,13 +30,13 @@ AGG_IDS = {"leader": 0, "helper": 1}
 
 
 @functools.cache
-def compiled_sums() -> batch.WireSums:
-    """The compiled wire sums, imported on a process's first verification: numba and its compiled
+def compiled_query() -> batch.FlpQuery:
+    """The compiled FLP query, imported on a process's first verification: numba and its compiled
     code take about 200 MiB, which the processes that never verify (the dashboard's, most tasks')
     should not hold."""
-    from aggregation.wire_sums_jit import wire_sums
+    from aggregation.flp_query_jit import flp_query
 
-    return wire_sums
+    return flp_query
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ class AggregatorVerification:
             nonces,
             public_shares,
             input_shares,
-            sums=compiled_sums(),
+            query=compiled_query(),
         )
         return verifier_shares
 

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from host import describe  # bench/host.py: this script's folder is on sys.path
+from host import describe, machine_cpu_seconds  # bench/host.py: this script's folder is on sys.path
 from upload_setup import RECIPE, setup, write_bodies
 
 
@@ -45,6 +45,7 @@ def prio3_ingest(options, helper, helper_key: bytes) -> None:
     connections.close_all()  # each process opens its own
     load_before = os.getloadavg()
     helper_cpu = helper.cpu_seconds()
+    machine = machine_cpu_seconds()
     context = multiprocessing.get_context("fork")
     global _BARRIER  # inherited by the forked processes (a Barrier cannot be sent to them)
     _BARRIER = context.Barrier(options.processes)
@@ -52,6 +53,7 @@ def prio3_ingest(options, helper, helper_key: bytes) -> None:
         runs = pool.map(_ingest_run, [key] * options.processes)
     load_after = os.getloadavg()
     helper_cpu = helper.cpu_seconds() - helper_cpu
+    busy, every = (after - before for after, before in zip(machine_cpu_seconds(), machine, strict=True))
     result = IngestResult(
         accepted=sum(r["accepted"] for r in runs),
         rejected=sum(r["rejected"] for r in runs),
@@ -72,6 +74,7 @@ def prio3_ingest(options, helper, helper_key: bytes) -> None:
         wall=wall,
         cpu=cpu,
         helper_cpu=helper_cpu,
+        busy=busy / every,
         phases=phases,
         loads=(load_start, load_before, load_after),
     )
@@ -85,8 +88,8 @@ def _ingest_run(key: str) -> dict:
     With ``PFS_BENCH_PROFILE=<path>`` it runs under cProfile, saved to ``<path>.<pid>``."""
     import cProfile
 
+    from aggregation.flp_query_jit import warm
     from aggregation.ingest import reports_ingest
-    from aggregation.wire_sums_jit import warm
 
     warm()  # as a long-running worker has: its first verification loads the compiled loop
     profile = cProfile.Profile() if os.environ.get("PFS_BENCH_PROFILE") else None
@@ -110,12 +113,12 @@ def ingest_phases(rules, bodies: list[bytes], helper_key: bytes) -> dict[str, fl
     exchange, the queries and the commits of either side."""
     from aggregation import dap
     from aggregation.aggregators import HELPER, LEADER, rules_shape, token_valid
+    from aggregation.flp_query_jit import warm
     from aggregation.helper_service import _token_valid
     from aggregation.ingest import _parse
     from aggregation.issuer import issuer_public_key
     from aggregation.reports import verify_init_of
     from aggregation.verification import AggregatorVerification, VerifyConfig, output_sum, proofs_decide
-    from aggregation.wire_sums_jit import warm
     from pfs_device import wire
     from pfs_device.tokens import Token
     from privacy.report_vdaf import report_nonce
@@ -235,7 +238,7 @@ def _finish(timed, role: str, side, messages: list[bytes], config, output_sum) -
 
 
 def write_prio3(
-    path: Path, options, *, rules, sealing, seal_seconds, appended, result, wall, cpu, helper_cpu, phases, loads
+    path: Path, options, *, rules, sealing, seal_seconds, appended, result, wall, cpu, helper_cpu, busy, phases, loads
 ):
     import statistics
 
@@ -292,10 +295,11 @@ def write_prio3(
         f"{wall:.2f} s: **{rate:,.0f} reports/s by the wall clock** through both aggregators, two services on the "
         f"2 cores (issue 28's target: 1,500/s). CPU per report: the leader's processes {leader_ms:.3f} ms, the "
         f"helper's {helper_ms:.3f} ms (its gunicorn processes, read from /proc), {leader_ms + helper_ms:.3f} ms "
-        "in all. Every check of every report: the token's signature and spent record, each aggregator's HPKE "
+        f"in all. The machine's cores were {busy:.0%} busy meanwhile (/proc/stat: the services, PostgreSQL and "
+        "anything else). Every check of every report: the token's signature and spent record, each aggregator's HPKE "
         "open, both aggregators' Prio3 verification (each with its own state, the helper deciding the proofs), "
         "the sums of the output shares, the spent tokens, and each side's commit per chunk. Each process had "
-        "loaded the compiled verification loop (`aggregation.wire_sums_jit`) before the start, as a running "
+        "loaded the compiled FLP query (`aggregation.flp_query_jit`) before the start, as a running "
         "worker has: the leader's on their own, the helper's workers as they started (gunicorn.conf.py).",
         "",
         "## Where the time goes",

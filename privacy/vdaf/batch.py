@@ -51,20 +51,108 @@ from privacy.vdaf.prio3 import (
 # limb array and 9 MB per product, which stays in cache; 64 or 256 measured no faster (bench/prio3.py).
 CHUNK = 128
 
-# The FLP query's heavy part: for each report and slot j, with x the measurement share (zero past its
-# end), l_i a call's Lagrange basis value and r_i its joint randomness,
-#     even[j] = sum_i l_i r_i**(j+1) x[i*chunk + j]    and    odd[j] = sum_i l_i x[i*chunk + j],
-# as unreduced columns (limbs.mul_wide's, summed): (x (4, n, MEAS_LEN), l (4, n, calls), r (4, n, calls),
-# chunk, calls) -> (even, odd), each (8, chunk, n). ``wire_sums`` below computes them with numpy; a
-# caller may pass a faster function with the same contract (the aggregators pass a compiled one,
-# aggregation.wire_sums_jit, tested against this one).
-WireSums = Callable[[limbs.Limbs, limbs.Limbs, limbs.Limbs, int, int], tuple[limbs.Columns, limbs.Columns]]
+
+@dataclass(frozen=True)
+class QueryCircuit:
+    """What the vectorised FLP query needs of a circuit with the chunked bit check (Field128, one proof)."""
+
+    chunk: int  # the circuit's chunk_length: a gadget call's pairs of inputs
+    calls: int  # gadget calls
+    shares: int  # the VDAF's number of aggregators
+    outputs: int  # the circuit's EVAL_OUTPUT_LEN: 1, or 2 with the affine check
+    affine: tuple[tuple[int, ...], int] | None  # its affine check (weights, constant), as affine_check gives
+
+    @classmethod
+    def of(cls, vdaf: Prio3) -> QueryCircuit:
+        valid = vdaf.flp.valid
+        assert isinstance(valid, ChunkedRangeCheck)
+        affine = valid.affine_check()
+        return cls(
+            chunk=valid.chunk_length,
+            calls=valid.GADGET_CALLS[0],
+            shares=vdaf.SHARES,
+            outputs=valid.EVAL_OUTPUT_LEN,
+            affine=None if affine is None else (tuple(affine[0]), affine[1]),
+        )
+
+    @property
+    def points(self) -> int:
+        """p: the values of each wire polynomial (a power of two); the gadget polynomial has 2p - 1."""
+        return wire_poly_len(self.calls)
 
 
-def wire_sums(
+# The FLP query of a chunk of reports: (circuit, x (4, n, MEAS_LEN), proof (4, n, PROOF_LEN), joint
+# randomness (4, n, JOINT_RAND_LEN), query randomness (4, n, QUERY_RAND_LEN)) -> (verifier shares
+# (4, n, VERIFIER_LEN), which reports the FLP refuses). ``flp_query`` below is numpy's; a caller may
+# pass a faster function with the same contract (the aggregators pass a compiled one,
+# aggregation.flp_query_jit, tested against this one).
+FlpQuery = Callable[
+    [QueryCircuit, limbs.Limbs, limbs.Limbs, limbs.Limbs, limbs.Limbs], tuple[limbs.Limbs, npt.NDArray[np.bool_]]
+]
+
+
+def flp_query(
+    circuit: QueryCircuit, x: limbs.Limbs, proof: limbs.Limbs, r: limbs.Limbs, q: limbs.Limbs
+) -> tuple[limbs.Limbs, npt.NDArray[np.bool_]]:
+    """The FLP query (FlpQuery) in numpy: verifier shares of n reports, and which the FLP refuses
+    (t a root of unity)."""
+    c, calls, n, p = circuit.chunk, circuit.calls, x.shape[1], circuit.points
+    shares_inv = Field128.inv(circuit.shares)
+
+    # Point-major layout: the polynomial points (or slots) first, then the reports, so that the
+    # blocks the vectorised steps work on are contiguous.
+    t = q[..., -1]
+    one = limbs.constant(1, 1)
+    powers = limbs.geometric(np.broadcast_to(one, t.shape), t, 2 * p)  # t**k at [:, k]
+    # The FLP refuses a t among the wire polynomials' points: it would reveal wire values.
+    refused = limbs.equal(powers[:, p], one)
+    basis = _lagrange(powers, p)  # (4, p, n)
+    basis2 = _lagrange(powers, 2 * p)  # (4, 2p, n)
+
+    # l_{i+1}(t): the value of call i sits at position i + 1 of its wire polynomial.
+    inner = np.ascontiguousarray(basis[:, 1 : calls + 1].transpose(0, 2, 1))  # (4, n, calls)
+    even, odd = _wire_sums(x, inner, r, c, calls)
+    seed_basis = basis[:, :1]
+    wire_even = limbs.reduce(even + limbs.mul_wide(proof[..., 0 : 2 * c : 2].transpose(0, 2, 1), seed_basis))
+    wire_odd = limbs.reduce(odd + limbs.mul_wide(proof[..., 1 : 2 * c : 2].transpose(0, 2, 1), seed_basis))
+    # Every call's x - 1/SHARES, padding included, contributes -l_{i+1}(t) / SHARES.
+    constant_term = limbs.mul(limbs.limb_sum(inner, -1), limbs.constant(-shares_inv, 1))
+    wire_odd = limbs.add(wire_odd, constant_term[:, None])
+
+    gadget_poly = proof[..., 2 * c :]  # 2p - 1 values at the 2p-th roots of unity
+    # The missing value v_{2p-1} = -W sum_m v_m W**m (degree <= 2p - 2), folded into the basis.
+    roots2 = Field128.nth_root_powers(2 * p)
+    fold = limbs.constant([roots2[(m + 1) % (2 * p)] for m in range(2 * p - 1)], 2, axis=0)
+    gadget_basis = limbs.sub(basis2[:, : 2 * p - 1], limbs.mul(basis2[:, 2 * p - 1 :], fold))
+    gadget_check = limbs.dot(gadget_poly.transpose(0, 2, 1), gadget_basis, axis=-2)
+    # The gadget's output at call k is its polynomial at W_p**k = W_2p**(2k).
+    range_check = limbs.limb_sum(gadget_poly[..., 2 : 2 * calls + 1 : 2], -1)
+
+    outputs = [range_check]
+    if circuit.affine is not None:
+        weights, constant = circuit.affine
+        # The weights open with a run of ones (the counts): a plain sum there, a dot product after.
+        ones = next((k for k, w in enumerate(weights) if w != 1), len(weights))
+        second = limbs.limb_sum(x[..., :ones], -1)
+        if ones < len(weights):
+            second = limbs.add(second, limbs.dot(x[..., ones:], limbs.constant(weights[ones:], 2)))
+        outputs.append(limbs.add(second, limbs.constant(constant * shares_inv, 1)))
+    if circuit.outputs > 1:
+        v = limbs.reduce(sum(limbs.mul_wide(q[..., k], out) for k, out in enumerate(outputs)))
+    else:
+        v = range_check
+    wires = np.stack([wire_even, wire_odd], axis=-1).transpose(0, 2, 1, 3).reshape(limbs.LIMBS, n, 2 * c)
+    verifiers = np.concatenate([v[..., None], wires, gadget_check[..., None]], axis=-1)
+    return verifiers, refused
+
+
+def _wire_sums(
     x: limbs.Limbs, inner: limbs.Limbs, r: limbs.Limbs, chunk: int, calls: int
 ) -> tuple[limbs.Columns, limbs.Columns]:
-    """The wire sums (see WireSums) in numpy: the coefficients l_i r_i**(j+1) built by doubling, then two
+    """The query's heavy part: for each report and slot j, with x the measurement share (zero past its
+    end), l_i a call's Lagrange basis value and r_i its joint randomness,
+        even[j] = sum_i l_i r_i**(j+1) x[i*chunk + j]    and    odd[j] = sum_i l_i x[i*chunk + j],
+    as unreduced columns (8, chunk, n): the coefficients l_i r_i**(j+1) built by doubling, then two
     dot products over the calls."""
     n = x.shape[1]
     # Measurement share as (slot j, report, call i), zero past its end as the circuit pads it.
@@ -73,6 +161,14 @@ def wire_sums(
     grid = np.ascontiguousarray(grid.reshape(limbs.LIMBS, n, calls, chunk).transpose(0, 3, 1, 2))
     coeffs = limbs.geometric(limbs.mul(inner, r), r, chunk)  # l_i r_i**(j+1) at [:, j, :, i]
     return limbs.mul_wide(coeffs, grid).sum(axis=-1), limbs.mul_wide(inner[:, None], grid).sum(axis=-1)
+
+
+def _lagrange(powers: limbs.Limbs, size: int) -> limbs.Limbs:
+    """l_k(t) at [:, k] for the ``size``-th roots of unity, from the powers of t (module docstring)."""
+    roots = Field128.nth_root_powers(size)
+    products = limbs.ntt(powers[:, size - 1 :: -1], roots)  # u_j = t**(size-1-j)
+    size_inv = Field128.inv(size)
+    return limbs.mul(products, limbs.constant([w * size_inv for w in roots], 2, axis=0))
 
 
 @dataclass(frozen=True)
@@ -100,12 +196,12 @@ def verify_init_batch(
     public_shares: Sequence[bytes],
     input_shares: Sequence[bytes],
     *,
-    sums: WireSums = wire_sums,
+    query: FlpQuery = flp_query,
 ) -> tuple[BatchVerifyState, list[bytes | None]]:
     """verify_init for every report of this aggregator: its state and the encoded verifier shares.
 
-    A report whose messages do not parse, or that verify_init refuses, gets None. ``sums``: how the
-    vectorised path computes the wire sums (WireSums).
+    A report whose messages do not parse, or that verify_init refuses, gets None. ``query``: how the
+    vectorised path computes the FLP query (FlpQuery).
     """
     if not len(nonces) == len(public_shares) == len(input_shares):
         raise ValueError("nonces, public shares and input shares must be given per report")
@@ -119,7 +215,7 @@ def verify_init_batch(
     for start in range(0, count, CHUNK):
         indices = range(start, min(start + CHUNK, count))
         if fast:
-            results = _FastVerifier(vdaf, verify_key, ctx, agg_id, sums).run(
+            results = _FastVerifier(vdaf, verify_key, ctx, agg_id, query).run(
                 [nonces[i] for i in indices], [public_shares[i] for i in indices], [input_shares[i] for i in indices]
             )
         else:
@@ -251,17 +347,16 @@ def _rows_canonical(data: bytes, rows: int, length: int) -> npt.NDArray[np.bool_
 class _FastVerifier:
     """verify_init for one chunk of reports of one aggregator, vectorised (see the module docstring)."""
 
-    def __init__(self, vdaf: Prio3, verify_key: bytes, ctx: bytes, agg_id: int, sums: WireSums) -> None:
+    def __init__(self, vdaf: Prio3, verify_key: bytes, ctx: bytes, agg_id: int, query: FlpQuery) -> None:
         self.vdaf = vdaf
-        self.sums = sums
+        self.query = query
         self.verify_key = verify_key
         self.ctx = ctx
         self.agg_id = agg_id
         valid = vdaf.flp.valid
         assert isinstance(valid, ChunkedRangeCheck)
         self.valid = valid
-        self.chunk = valid.chunk_length
-        self.calls = valid.GADGET_CALLS[0]
+        self.circuit = QueryCircuit.of(vdaf)
         self.size = Field128.ENCODED_SIZE
         self.dst = {usage: vdaf.domain_separation_tag(usage, ctx) for usage in range(1, 8)}
 
@@ -282,7 +377,7 @@ class _FastVerifier:
         proof = limbs.from_bytes(b"".join(row.proof for row in rows), (n, flp.PROOF_LEN))
         r = limbs.from_bytes(b"".join(rand.joint_rand for rand in randomness), (n, flp.JOINT_RAND_LEN))
         q = limbs.from_bytes(b"".join(rand.query_rand for rand in randomness), (n, flp.QUERY_RAND_LEN))
-        verifiers, refused = self._query(x, proof, r, q)
+        verifiers, refused = self.query(self.circuit, x, proof, r, q)
         encoded = limbs.to_bytes(verifiers)
         out_shares = self._truncate(x, [row.meas for row in rows])
         step = flp.VERIFIER_LEN * self.size
@@ -359,70 +454,6 @@ class _FastVerifier:
             query_rand = Field128.encode_vec(self.vdaf.query_rands(self.verify_key, self.ctx, nonces[k]))
             fixed[k] = dataclasses.replace(fixed[k], joint_rand=joint_rand, query_rand=query_rand)
         return fixed
-
-    def _query(
-        self, x: limbs.Limbs, proof: limbs.Limbs, r: limbs.Limbs, q: limbs.Limbs
-    ) -> tuple[limbs.Limbs, npt.NDArray[np.bool_]]:
-        """Verifier shares (4, n, VERIFIER_LEN) of n reports, and which reports the FLP refuses (t a root of unity)."""
-        vdaf, valid, c, calls = self.vdaf, self.valid, self.chunk, self.calls
-        n = x.shape[1]
-        p = wire_poly_len(calls)
-        shares_inv = Field128.inv(vdaf.SHARES)
-
-        # Point-major layout: the polynomial points (or slots) first, then the reports, so that the
-        # blocks the vectorised steps work on are contiguous.
-        t = q[..., -1]
-        one = limbs.constant(1, 1)
-        powers = limbs.geometric(np.broadcast_to(one, t.shape), t, 2 * p)  # t**k at [:, k]
-        # The FLP refuses a t among the wire polynomials' points: it would reveal wire values.
-        refused = limbs.equal(powers[:, p], one)
-        basis = self._lagrange(powers, p)  # (4, p, n)
-        basis2 = self._lagrange(powers, 2 * p)  # (4, 2p, n)
-
-        # l_{i+1}(t): the value of call i sits at position i + 1 of its wire polynomial.
-        inner = np.ascontiguousarray(basis[:, 1 : calls + 1].transpose(0, 2, 1))  # (4, n, calls)
-        even, odd = self.sums(x, inner, r, c, calls)
-        seed_basis = basis[:, :1]
-        wire_even = limbs.reduce(even + limbs.mul_wide(proof[..., 0 : 2 * c : 2].transpose(0, 2, 1), seed_basis))
-        wire_odd = limbs.reduce(odd + limbs.mul_wide(proof[..., 1 : 2 * c : 2].transpose(0, 2, 1), seed_basis))
-        # Every call's x - 1/SHARES, padding included, contributes -l_{i+1}(t) / SHARES.
-        constant_term = limbs.mul(limbs.limb_sum(inner, -1), limbs.constant(-shares_inv, 1))
-        wire_odd = limbs.add(wire_odd, constant_term[:, None])
-
-        gadget_poly = proof[..., 2 * c :]  # 2p - 1 values at the 2p-th roots of unity
-        # The missing value v_{2p-1} = -W sum_m v_m W**m (degree <= 2p - 2), folded into the basis.
-        roots2 = Field128.nth_root_powers(2 * p)
-        fold = limbs.constant([roots2[(m + 1) % (2 * p)] for m in range(2 * p - 1)], 2, axis=0)
-        gadget_basis = limbs.sub(basis2[:, : 2 * p - 1], limbs.mul(basis2[:, 2 * p - 1 :], fold))
-        gadget_check = limbs.dot(gadget_poly.transpose(0, 2, 1), gadget_basis, axis=-2)
-        # The gadget's output at call k is its polynomial at W_p**k = W_2p**(2k).
-        range_check = limbs.limb_sum(gadget_poly[..., 2 : 2 * calls + 1 : 2], -1)
-
-        outputs = [range_check]
-        affine = valid.affine_check()
-        if affine is not None:
-            weights, constant = affine
-            # The weights open with a run of ones (the counts): a plain sum there, a dot product after.
-            ones = next((k for k, w in enumerate(weights) if w != 1), len(weights))
-            second = limbs.limb_sum(x[..., :ones], -1)
-            if ones < len(weights):
-                second = limbs.add(second, limbs.dot(x[..., ones:], limbs.constant(weights[ones:], 2)))
-            outputs.append(limbs.add(second, limbs.constant(constant * shares_inv, 1)))
-        if valid.EVAL_OUTPUT_LEN > 1:
-            v = limbs.reduce(sum(limbs.mul_wide(q[..., k], out) for k, out in enumerate(outputs)))
-        else:
-            v = range_check
-        wires = np.stack([wire_even, wire_odd], axis=-1).transpose(0, 2, 1, 3).reshape(limbs.LIMBS, n, 2 * c)
-        verifiers = np.concatenate([v[..., None], wires, gadget_check[..., None]], axis=-1)
-        return verifiers, refused
-
-    @staticmethod
-    def _lagrange(powers: limbs.Limbs, size: int) -> limbs.Limbs:
-        """l_k(t) at [:, k] for the ``size``-th roots of unity, from the powers of t (module docstring)."""
-        roots = Field128.nth_root_powers(size)
-        products = limbs.ntt(powers[:, size - 1 :: -1], roots)  # u_j = t**(size-1-j)
-        size_inv = Field128.inv(size)
-        return limbs.mul(products, limbs.constant([w * size_inv for w in roots], 2, axis=0))
 
     def _truncate(self, x: limbs.Limbs, meas: list[bytes]) -> list[bytes]:
         """Encoded output shares: a prefix of the measurement share, or SumVec's weighted bits."""

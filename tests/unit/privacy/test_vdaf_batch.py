@@ -84,14 +84,14 @@ def _scalar_verify_init(vdaf: Prio3, verify_key: bytes, agg_id: int, report: Rep
 
 
 def _assert_batch_matches_scalar(
-    vdaf: Prio3, reports: list[Report], verify_key: bytes, sums: batch.WireSums = batch.wire_sums
+    vdaf: Prio3, reports: list[Report], verify_key: bytes, query: batch.FlpQuery = batch.flp_query
 ) -> None:
-    """Every output of the batch functions equals the per-report path's (``sums``: the wire sums used)."""
+    """Every output of the batch functions equals the per-report path's (``query``: the FLP query used)."""
     nonces, publics = [r[0] for r in reports], [r[1] for r in reports]
     states, all_verifier_shares = [], []
     for agg_id in range(vdaf.SHARES):
         state, verifier_shares = batch.verify_init_batch(
-            vdaf, verify_key, CTX, agg_id, nonces, publics, [r[2][agg_id] for r in reports], sums=sums
+            vdaf, verify_key, CTX, agg_id, nonces, publics, [r[2][agg_id] for r in reports], query=query
         )
         for i, report in enumerate(reports):
             expected = _scalar_verify_init(vdaf, verify_key, agg_id, report)
@@ -202,21 +202,20 @@ def test_a_leader_share_with_a_value_above_the_modulus_is_refused_by_both_paths(
 def test_the_batch_query_refuses_a_test_point_among_the_roots_of_unity() -> None:
     # The FLP must refuse t with t**p == 1 (Section 7.3.4): t is derived by the XOF, so inject one.
     vdaf = Prio3Histogram(length=12, chunk_length=4)
-    verifier = batch._FastVerifier(vdaf, bytes(32), CTX, 0, batch.wire_sums)
+    circuit = batch.QueryCircuit.of(vdaf)
     from privacy.vdaf import limbs
-    from privacy.vdaf.flp import wire_poly_len
 
-    p = wire_poly_len(vdaf.flp.valid.GADGET_CALLS[0])
+    p = circuit.points
     rng = np.random.default_rng(8)
     x = limbs.from_ints([int(v) for v in rng.integers(0, 2**62, size=vdaf.flp.MEAS_LEN)]).reshape(4, 1, -1)
     proof = limbs.from_ints([int(v) for v in rng.integers(0, 2**62, size=vdaf.flp.PROOF_LEN)]).reshape(4, 1, -1)
     r = limbs.from_ints([int(v) for v in rng.integers(0, 2**62, size=vdaf.flp.JOINT_RAND_LEN)]).reshape(4, 1, -1)
     root = Field128.nth_root(p)
     q = limbs.from_ints([5, 7, root]).reshape(4, 1, 3)
-    _, refused = verifier._query(x, proof, r, q)
+    _, refused = batch.flp_query(circuit, x, proof, r, q)
     assert refused.tolist() == [True]
     q = limbs.from_ints([5, 7, Field128.nth_root(2 * p)]).reshape(4, 1, 3)  # a 2p-th root is allowed
-    _, refused = verifier._query(x, proof, r, q)
+    _, refused = batch.flp_query(circuit, x, proof, r, q)
     assert refused.tolist() == [False]
 
 
