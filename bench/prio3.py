@@ -203,28 +203,24 @@ def scalar_rate(vdaf: Prio3, verify_key: bytes, reports: list[Report]) -> float:
 
 def split_verify_init(vdaf: Prio3, verify_key: bytes, reports: list[Report]) -> list[tuple[float, float]]:
     """CPU ms/report of each aggregator's verify_init_batch: (the vectorised FLP query, the rest: XOF, parsing)."""
-    query = batch._FastVerifier._query
     spent = [0.0]
 
-    def timed(self: batch._FastVerifier, *args: object) -> object:
+    def timed(*args: object) -> object:
         start = time.process_time()
         try:
-            return query(self, *args)  # type: ignore[arg-type]
+            return batch.flp_query(*args)  # type: ignore[arg-type]
         finally:
             spent[0] += time.process_time() - start
 
     split = []
     nonces, publics = [r[0] for r in reports], [r[1] for r in reports]
-    batch._FastVerifier._query = timed  # type: ignore[method-assign]
-    try:
-        for agg_id in (0, 1):
-            spent[0] = 0.0
-            start = time.process_time()
-            batch.verify_init_batch(vdaf, verify_key, CTX, agg_id, nonces, publics, [r[2][agg_id] for r in reports])
-            total = time.process_time() - start
-            split.append((spent[0] * 1e3 / len(reports), (total - spent[0]) * 1e3 / len(reports)))
-    finally:
-        batch._FastVerifier._query = query  # type: ignore[method-assign]
+    for agg_id in (0, 1):
+        spent[0] = 0.0
+        start = time.process_time()
+        shares = [r[2][agg_id] for r in reports]
+        batch.verify_init_batch(vdaf, verify_key, CTX, agg_id, nonces, publics, shares, query=timed)  # type: ignore[arg-type]
+        total = time.process_time() - start
+        split.append((spent[0] * 1e3 / len(reports), (total - spent[0]) * 1e3 / len(reports)))
     return split
 
 
