@@ -300,7 +300,7 @@ def write_prio3(
         "open, both aggregators' Prio3 verification (each with its own state, the helper deciding the proofs), "
         "the sums of the output shares, the spent tokens, and each side's commit per chunk. Each process had "
         "loaded the compiled FLP query (`aggregation.flp_query_jit`) before the start, as a running "
-        "worker has: the leader's on their own, the helper's workers as they started (gunicorn.conf.py).",
+        "worker has: the leader's on their own, the helper's gunicorn before it forked its workers (gunicorn.conf.py).",
         "",
         "## Where the time goes",
         "",

@@ -2,10 +2,14 @@
 report's context as the AEAD's associated data.
 
 Suite: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, ChaCha20-Poly1305 (RFC 9180 Section 7: KEM 0x0020,
-KDF 0x0001, AEAD 0x0003), base mode: SealBase and OpenBase of Section 6.1, through ``pyhpke``,
-whose contexts take the AEAD's associated data (``cryptography``'s single-shot HPKE takes none:
-pyca/cryptography #14203). The wire format keeps the 32-byte encapsulated key and the AEAD
-ciphertext (plaintext length + 16-byte tag) apart.
+KDF 0x0001, AEAD 0x0003), base mode: SealBase and OpenBase of Section 6.1. A device seals through
+``pyhpke``, whose contexts take the AEAD's associated data (``cryptography``'s single-shot HPKE takes
+none: pyca/cryptography #14203). The aggregators open two shares a report, where pyhpke's general
+key schedule in Python was half of each opening: ``open_sealed`` is OpenBase of this one suite,
+written out from the RFC on ``cryptography``'s X25519 and ChaCha20-Poly1305 and the standard
+library's HMAC-SHA256, and checked against the RFC's test vector and against pyhpke's and
+cryptography's sealing (tests/unit/test_hpke.py). The wire format keeps the 32-byte encapsulated key
+and the AEAD ciphertext (plaintext length + 16-byte tag) apart.
 
 What binds a share is what binds a DAP input share (draft-ietf-ppm-dap, "Input share encryption"),
 in the same places:
@@ -23,9 +27,12 @@ format v2 carried their context in the info instead; only the aggregators still 
 from __future__ import annotations
 
 import functools
+import hmac
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric import x25519
-from pyhpke import AEADId, CipherSuite, KDFId, KEMId, KEMKeyInterface, PyHPKEError
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from pyhpke import AEADId, CipherSuite, KDFId, KEMId
 
 SUITE = CipherSuite.new(KEMId.DHKEM_X25519_HKDF_SHA256, KDFId.HKDF_SHA256, AEADId.CHACHA20_POLY1305)
 ENC_BYTES = 32  # Nenc of DHKEM(X25519, HKDF-SHA256), RFC 9180 Section 7.1
@@ -87,22 +94,62 @@ def seal(public_key: bytes, plaintext: bytes, info: bytes, *, aad: bytes = b"") 
     return enc, sender.seal(plaintext, aad)
 
 
+# OpenBase's constants (RFC 9180): the suite_id of the KEM (Section 4.1) and of HPKE (Section 5.1),
+# from the suite's ids; Nsecret, Nk and Nn of Section 7; the base mode.
+_KEM_SUITE_ID = b"KEM" + SUITE.kem.id.value.to_bytes(2, "big")
+_HPKE_SUITE_ID = b"HPKE" + b"".join(i.value.to_bytes(2, "big") for i in (SUITE.kem.id, SUITE.kdf.id, SUITE.aead.id))
+_N_SECRET, _N_K, _N_N = 32, 32, 12
+_MODE_BASE = b"\x00"
+
+
+def _labeled_extract(salt: bytes, label: bytes, ikm: bytes, suite_id: bytes) -> bytes:
+    """LabeledExtract (Section 4): HKDF-Extract with SHA-256, an empty salt being Nh zero bytes."""
+    return hmac.digest(salt or bytes(32), b"HPKE-v1" + suite_id + label + ikm, "sha256")
+
+
+def _labeled_expand(prk: bytes, label: bytes, info: bytes, length: int, suite_id: bytes) -> bytes:
+    """LabeledExpand (Section 4) for at most one SHA-256 block: T(1) of HKDF-Expand, cut to ``length``."""
+    labeled_info = length.to_bytes(2, "big") + b"HPKE-v1" + suite_id + label + info
+    return hmac.digest(prk, labeled_info + b"\x01", "sha256")[:length]
+
+
 @functools.lru_cache(maxsize=16)
-def _recipient_key(private_key: bytes) -> KEMKeyInterface:
-    """The decoded private key, kept: an aggregator opens thousands of shares with one key (an
-    ingest chunk), and decoding it each time cost a quarter of an open. A few keys at most are in
-    use at once (each role's current key and the retired ones still needed)."""
-    return SUITE.kem.deserialize_private_key(private_key)
+def _recipient(private_key: bytes) -> tuple[x25519.X25519PrivateKey, bytes]:
+    """The decoded private key and its serialized public key, kept: an aggregator opens thousands of
+    shares with one key (an ingest chunk). A few keys at most are in use at once (each role's
+    current key and the retired ones still needed)."""
+    key = x25519.X25519PrivateKey.from_private_bytes(private_key)
+    return key, key.public_key().public_bytes_raw()
+
+
+@functools.lru_cache(maxsize=16)
+def _key_schedule_context(info: bytes) -> bytes:
+    """mode || psk_id_hash || info_hash of the base mode's KeySchedule (Section 5.1): the same for
+    every share of a role (its info is share_info's)."""
+    psk_id_hash = _labeled_extract(b"", b"psk_id_hash", b"", _HPKE_SUITE_ID)
+    return _MODE_BASE + psk_id_hash + _labeled_extract(b"", b"info_hash", info, _HPKE_SUITE_ID)
 
 
 def open_sealed(private_key: bytes, enc: bytes, ciphertext: bytes, info: bytes, *, aad: bytes = b"") -> bytes:
     """The plaintext of ``(enc, ciphertext)``: OpenBase(enc, skR, info, aad, ct); OpenFailed if it
     does not open.
 
-    Every failure — a malformed key or enc, a low-order enc, a wrong key, info or aad, a
+    Decap of DHKEM(X25519, HKDF-SHA256) (Section 4.1: DH, then ExtractAndExpand over enc || pkR),
+    the base mode's KeySchedule (Section 5.1: key and base_nonce; no exporter secret, which
+    nothing here exports), and the AEAD's Open at sequence number 0 (Section 5.2: the nonce is
+    base_nonce). Every failure — a malformed key or enc, a low-order enc (an all-zero shared
+    secret, which cryptography refuses as Section 7.1.4 asks), a wrong key, info or aad, a
     truncated or altered ciphertext — is the same OpenFailed, so a caller cannot tell them apart.
     """
     try:
-        return SUITE.create_recipient_context(enc, _recipient_key(private_key), info).open(ciphertext, aad)
-    except (PyHPKEError, ValueError) as error:  # cryptography's X25519 raises ValueError
+        key, public_key = _recipient(private_key)
+        dh = key.exchange(x25519.X25519PublicKey.from_public_bytes(enc))
+        eae_prk = _labeled_extract(b"", b"eae_prk", dh, _KEM_SUITE_ID)
+        shared_secret = _labeled_expand(eae_prk, b"shared_secret", enc + public_key, _N_SECRET, _KEM_SUITE_ID)
+        context = _key_schedule_context(info)
+        secret = _labeled_extract(shared_secret, b"secret", b"", _HPKE_SUITE_ID)
+        aead_key = _labeled_expand(secret, b"key", context, _N_K, _HPKE_SUITE_ID)
+        base_nonce = _labeled_expand(secret, b"base_nonce", context, _N_N, _HPKE_SUITE_ID)
+        return ChaCha20Poly1305(aead_key).decrypt(base_nonce, ciphertext, aad)
+    except (InvalidTag, ValueError) as error:  # cryptography's X25519 raises ValueError
         raise OpenFailed(str(error) or type(error).__name__) from None
