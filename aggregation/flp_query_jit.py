@@ -5,8 +5,8 @@ powers of each call's joint randomness and two dot products over the measurement
 sums), then the Lagrange basis at the query point (two small NTTs), the gadget check and the
 circuit's outputs. In numpy (privacy.vdaf.limbs) each multiplication is some 100 passes over arrays
 of limbs; compiled with numba, each runs in registers, a product's 16 limb products summed into
-columns as they come. On a chunk of 128 such reports the query takes about 7 ms against 19 ms for
-numpy's with its wire sums compiled, and 57 ms for numpy's alone (bench/results/upload_prio3.md).
+columns as they come. On a chunk of 128 such reports the query takes 6–7.5 ms against 19 ms for
+numpy's with its wire sums compiled, and 29–48 ms for numpy's alone (bench/results/upload_prio3.md).
 
 The arithmetic is limbs.mul_wide's, limbs.reduce's and limbs._normalize's, element by element: four
 32-bit limbs in uint64, products split into 32-bit columns, the columns folded with
@@ -17,9 +17,10 @@ tests/unit/test_flp_query_jit.py holds it to the numpy query, extreme limbs and 
 point included; the batch path, and so this, agrees byte for byte with the per-report reference
 path.
 
-Compiled on first use, about 5 s, and kept on disk (``cache=True``: in __pycache__ beside this file,
-or else in the user's cache folder or NUMBA_CACHE_DIR) so that the next processes load it in a
-fraction of that. Where no folder is writable, each process compiles it once.
+Compiled on first use, about 15 s (`make` does it once, before any service or test starts), and kept
+on disk (``cache=True``: in __pycache__ beside this file, or else in the user's cache folder or
+NUMBA_CACHE_DIR) so that the next processes load it in about 0.7 s. Where no folder is writable,
+each process compiles it once.
 """
 
 from __future__ import annotations
@@ -166,9 +167,21 @@ def _put(a, i, s, v):
 
 
 @numba.njit(inline="always")
-def _column(a, k):
+def _element(a, k):
     """Element k of a 1-D run of limbs (4, count), as a tuple."""
     return a[0, k], a[1, k], a[2, k], a[3, k]
+
+
+@numba.njit(inline="always")
+def _columns_at(c, j, s):
+    """The 8 columns at (j, s) of sums shaped (8, ..., n), as a tuple."""
+    return c[0, j, s], c[1, j, s], c[2, j, s], c[3, j, s], c[4, j, s], c[5, j, s], c[6, j, s], c[7, j, s]
+
+
+@numba.njit(inline="always")
+def _columns_of(c, s):
+    """The 8 columns of report s in sums shaped (8, n), as a tuple."""
+    return c[0, s], c[1, s], c[2, s], c[3, s], c[4, s], c[5, s], c[6, s], c[7, s]
 
 
 @numba.njit(inline="always")
@@ -239,7 +252,7 @@ def _lagrange(powers, roots, scale):
         step = size // (2 * half)
         for block in range(0, size, 2 * half):
             for j in range(half):
-                w = _column(roots, step * j)
+                w = _element(roots, step * j)
                 e, o = block + j, block + j + half
                 for s in range(n):
                     odd, bad = _mul(_at(a, o, s), w)
@@ -252,7 +265,7 @@ def _lagrange(powers, roots, scale):
         half *= 2
     for k in range(size):
         for s in range(n):
-            value, bad = _mul(_at(a, k, s), _column(scale, k))
+            value, bad = _mul(_at(a, k, s), _element(scale, k))
             _put(a, k, s, value)
             short |= bad
     return a, short
@@ -299,15 +312,15 @@ def _query(x, proof, r, q, chunk, calls, roots, scale, roots2, scale2, fold, neg
             v2 += np.int64(inner[2, i, s])
             v3 += np.int64(inner[3, i, s])
         total, bad = _fold(v0, v1, v2, v3, 4)
-        value, bad_product = _mul(total, _column(neg_shares_inv, 0))
+        value, bad_product = _mul(total, _element(neg_shares_inv, 0))
         _put(constant, 0, s, value)
         short |= bad | bad_product
     verifiers = np.empty((4, 2 * chunk + 2, n), np.uint64)
     for j in range(chunk):
         for s in range(n):
             seed = _at(basis, 0, s)
-            wire_even, bad_even = _reduce(_plus(_at(even, j, s) + _at(even[4:], j, s), _columns(_at(proof, 2 * j, s), seed)))  # fmt: skip  # noqa: E501
-            odd_columns = _plus(_at(odd, j, s) + _at(odd[4:], j, s), _columns(_at(proof, 2 * j + 1, s), seed))
+            wire_even, bad_even = _reduce(_plus(_columns_at(even, j, s), _columns(_at(proof, 2 * j, s), seed)))
+            odd_columns = _plus(_columns_at(odd, j, s), _columns(_at(proof, 2 * j + 1, s), seed))
             wire_odd, bad_odd = _reduce(_plus(odd_columns, _padded(_at(constant, 0, s))))
             _put(verifiers, 1 + 2 * j, s, _canonical(wire_even))
             _put(verifiers, 2 + 2 * j, s, _canonical(wire_odd))
@@ -317,14 +330,14 @@ def _query(x, proof, r, q, chunk, calls, roots, scale, roots2, scale2, fold, neg
     gadget = 2 * chunk
     check = np.zeros((8, n), np.uint64)
     for m in range(2 * points - 1):
-        f = _column(fold, m)
+        f = _element(fold, m)
         for s in range(n):
             folded, bad = _mul(_at(basis2, 2 * points - 1, s), f)
             basis_value, bad_difference = _sub(_at(basis2, m, s), folded)
             _add_columns(check, s, _columns(_at(proof, gadget + m, s), basis_value))
             short |= bad | bad_difference
     for s in range(n):
-        value, bad = _reduce(_column(check, s) + _column(check[4:], s))
+        value, bad = _reduce(_columns_of(check, s))
         _put(verifiers, 2 * chunk + 1, s, _canonical(value))
         short |= bad
 
@@ -343,13 +356,13 @@ def _query(x, proof, r, q, chunk, calls, roots, scale, roots2, scale2, fold, neg
                     affine[limb, s] += x[limb, e, s]
         for w in range(weights.shape[1]):
             for s in range(n):
-                _add_columns(affine, s, _columns(_at(x, ones + w, s), _column(weights, w)))
+                _add_columns(affine, s, _columns(_at(x, ones + w, s), _element(weights, w)))
     for s in range(n):
         range_check, bad = _fold(ranges[0, s], ranges[1, s], ranges[2, s], ranges[3, s], 4)
         short |= bad
         v = range_check
         if outputs > 1:
-            second, bad = _reduce(_plus(_column(affine, s) + _column(affine[4:], s), _padded(_column(affine_constant, 0))))  # fmt: skip  # noqa: E501
+            second, bad = _reduce(_plus(_columns_of(affine, s), _padded(_element(affine_constant, 0))))
             first_columns = _columns(_at(q, 0, s), range_check)
             v, bad_sum = _reduce(_plus(first_columns, _columns(_at(q, 1, s), second)))
             short |= bad | bad_sum
@@ -366,7 +379,7 @@ def _constants(circuit: QueryCircuit) -> tuple:
     roots, roots2 = Field128.nth_root_powers(p), Field128.nth_root_powers(2 * p)
     shares_inv = Field128.inv(circuit.shares)
     weights, constant = circuit.affine if circuit.affine is not None else ((), 0)
-    ones = next((k for k, w in enumerate(weights) if w != 1), len(weights))
+    ones = circuit.ones
     constants = (
         limbs.from_ints(roots),
         limbs.from_ints([w * Field128.inv(p) % modulus for w in roots]),

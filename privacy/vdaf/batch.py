@@ -76,6 +76,13 @@ class QueryCircuit:
         )
 
     @property
+    def ones(self) -> int:
+        """How many of the affine check's weights open with a run of ones (the counts): a plain sum
+        there, a dot product after (0 without an affine check)."""
+        weights = self.affine[0] if self.affine is not None else ()
+        return next((k for k, w in enumerate(weights) if w != 1), len(weights))
+
+    @property
     def points(self) -> int:
         """p: the values of each wire polynomial (a power of two); the gadget polynomial has 2p - 1."""
         return wire_poly_len(self.calls)
@@ -131,8 +138,7 @@ def flp_query(
     outputs = [range_check]
     if circuit.affine is not None:
         weights, constant = circuit.affine
-        # The weights open with a run of ones (the counts): a plain sum there, a dot product after.
-        ones = next((k for k, w in enumerate(weights) if w != 1), len(weights))
+        ones = circuit.ones
         second = limbs.limb_sum(x[..., :ones], -1)
         if ones < len(weights):
             second = limbs.add(second, limbs.dot(x[..., ones:], limbs.constant(weights[ones:], 2)))
